@@ -1,0 +1,1 @@
+//! LENS probes and inference (work in progress: see issue 5).

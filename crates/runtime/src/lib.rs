@@ -1,0 +1,1 @@
+//! libpmlab, the emulation runtime (work in progress: see issue 2).

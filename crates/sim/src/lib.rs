@@ -1,0 +1,2 @@
+//! The memory-system simulator of pmlab (work in progress: see issue 4).
+#![deny(missing_docs)]
