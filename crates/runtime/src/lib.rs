@@ -1,1 +1,3 @@
 //! libpmlab, the emulation runtime (work in progress: see issue 2).
+
+pub mod tracer;
