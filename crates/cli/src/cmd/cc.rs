@@ -21,3 +21,10 @@ pub struct Args {
 pub fn run(_args: Args, _lang: Lang) -> anyhow::Result<u8> {
     anyhow::bail!("'pmlab cc' is not implemented yet in this build; see the README's status table")
 }
+
+/// True when the program at `path` was built by `pmlab cc` (so the
+/// `instrumented` counter source can drive it). Used by `pmlab run
+/// --source auto`. Owned by the instrumentation work (issue 3).
+pub fn is_instrumented(_path: &std::path::Path) -> anyhow::Result<bool> {
+    Ok(false)
+}

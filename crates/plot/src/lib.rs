@@ -1,0 +1,1 @@
+//! Charts for pmlab (work in progress: owned by the profiler work, issue 5).
