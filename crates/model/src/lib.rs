@@ -12,6 +12,10 @@
 //! * [`quartz`]: the Quartz epoch delay model: stall cycles from counters
 //!   (equation 3), the injected delay (equation 2), the DRAM/NVM split of a
 //!   two-memory machine, bandwidth stretching and the write (pcommit) model.
+//! * [`cache`]: a set-associative cache hierarchy model (LRU, dirty lines,
+//!   write-backs) for the instrumented counter source.
+//! * [`mlp`]: the memory-level-parallelism estimate that turns misses into
+//!   serial accesses.
 //! * [`Error`]: the one error type, whose [`ErrorKind`] names what was wrong.
 //!
 //! # Example
@@ -28,7 +32,9 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cache;
 mod error;
+pub mod mlp;
 pub mod quartz;
 pub mod units;
 

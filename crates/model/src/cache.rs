@@ -1,0 +1,596 @@
+//! A software model of a cache hierarchy, used by the instrumented counter
+//! source to decide which of a program's loads and stores reach memory.
+//!
+//! * [`Cache`]: one set-associative level with 64 B lines (the line size is
+//!   a parameter), true LRU replacement and dirty bits, so that evicting a
+//!   modified line reports a write-back.
+//! * [`Hierarchy`]: several levels, non-inclusive: a miss fills every level
+//!   above the one that hit; a dirty victim of one level is written into the
+//!   next one, and a dirty victim of the last level is a write-back to memory.
+//!
+//! Addresses are byte addresses; the model works on line numbers
+//! (`addr / line_bytes`). It is deterministic and allocation-free after
+//! construction.
+
+use crate::error::{Error, ErrorKind};
+
+/// Geometry of one cache level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Capacity in bytes.
+    pub size_bytes: u64,
+    /// Associativity (ways per set).
+    pub ways: u32,
+    /// Line size in bytes (a power of two; 64 on every x86-64 part).
+    pub line_bytes: u32,
+}
+
+impl CacheConfig {
+    /// A level of `size_bytes` with `ways` ways and 64 B lines.
+    pub fn new(size_bytes: u64, ways: u32) -> CacheConfig {
+        CacheConfig {
+            size_bytes,
+            ways,
+            line_bytes: 64,
+        }
+    }
+
+    /// Number of sets, after checking the geometry.
+    pub fn sets(&self) -> Result<u64, Error> {
+        if self.line_bytes == 0 || !self.line_bytes.is_power_of_two() {
+            return Err(Error::new(
+                ErrorKind::OutOfRange,
+                format!(
+                    "cache line size {} B is not a power of two; use 64",
+                    self.line_bytes
+                ),
+            ));
+        }
+        if self.ways == 0 || self.ways > 64 {
+            return Err(Error::new(
+                ErrorKind::OutOfRange,
+                format!("cache associativity {} must be 1..=64", self.ways),
+            ));
+        }
+        let per_set = self.ways as u64 * self.line_bytes as u64;
+        if self.size_bytes < per_set || self.size_bytes % per_set != 0 {
+            return Err(Error::new(
+                ErrorKind::Inconsistent,
+                format!(
+                    "cache size {} B is not a multiple of ways x line size ({} B)",
+                    self.size_bytes, per_set
+                ),
+            ));
+        }
+        Ok(self.size_bytes / per_set)
+    }
+}
+
+/// A line pushed out of a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    /// Line number (`addr / line_bytes`).
+    pub line: u64,
+    /// True when the line was modified, i.e. evicting it writes it back.
+    pub dirty: bool,
+}
+
+/// The result of one access to a single level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// True when the line was present.
+    pub hit: bool,
+    /// The line evicted to make room (only on a miss in a full set).
+    pub victim: Option<Victim>,
+}
+
+/// One set-associative cache level with LRU replacement and dirty bits.
+///
+/// Each set is stored most-recently-used first; a tag slot holds
+/// `(line + 1) << 1 | dirty`, and 0 marks an empty way.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    config: CacheConfig,
+    sets: u64,
+    /// `sets - 1` when the number of sets is a power of two.
+    mask: Option<u64>,
+    ways: usize,
+    slots: Vec<u64>,
+}
+
+const EMPTY: u64 = 0;
+
+#[inline]
+fn encode(line: u64, dirty: bool) -> u64 {
+    ((line + 1) << 1) | dirty as u64
+}
+
+#[inline]
+fn decode(slot: u64) -> Victim {
+    Victim {
+        line: (slot >> 1) - 1,
+        dirty: slot & 1 == 1,
+    }
+}
+
+impl Cache {
+    /// An empty cache of the given geometry.
+    pub fn new(config: CacheConfig) -> Result<Cache, Error> {
+        let sets = config.sets()?;
+        let ways = config.ways as usize;
+        Ok(Cache {
+            config,
+            sets,
+            mask: sets.is_power_of_two().then(|| sets - 1),
+            ways,
+            slots: vec![EMPTY; sets as usize * ways],
+        })
+    }
+
+    /// The geometry this cache was built with.
+    pub fn config(&self) -> CacheConfig {
+        self.config
+    }
+
+    /// The line number of a byte address.
+    #[inline]
+    pub fn line_of(&self, addr: u64) -> u64 {
+        addr >> self.config.line_bytes.trailing_zeros()
+    }
+
+    #[inline]
+    fn set_range(&self, line: u64) -> std::ops::Range<usize> {
+        let set = match self.mask {
+            Some(m) => line & m,
+            None => line % self.sets,
+        } as usize;
+        set * self.ways..(set + 1) * self.ways
+    }
+
+    /// Access `line`; `write` marks it dirty. On a miss the line is
+    /// installed as most recently used, evicting the least recently used
+    /// line of its set when the set is full.
+    #[inline]
+    pub fn access(&mut self, line: u64, write: bool) -> Access {
+        let range = self.set_range(line);
+        let set = &mut self.slots[range];
+        let want = encode(line, false);
+        for i in 0..set.len() {
+            let s = set[i];
+            if s & !1 == want {
+                // Hit: move to the front, keeping (or setting) the dirty bit.
+                let slot = s | write as u64;
+                set.copy_within(0..i, 1);
+                set[0] = slot;
+                return Access {
+                    hit: true,
+                    victim: None,
+                };
+            }
+            if s == EMPTY {
+                set.copy_within(0..i, 1);
+                set[0] = encode(line, write);
+                return Access {
+                    hit: false,
+                    victim: None,
+                };
+            }
+        }
+        let last = set.len() - 1;
+        let victim = decode(set[last]);
+        set.copy_within(0..last, 1);
+        set[0] = encode(line, write);
+        Access {
+            hit: false,
+            victim: Some(victim),
+        }
+    }
+
+    /// True when `line` is present (does not change the LRU order).
+    pub fn contains(&self, line: u64) -> bool {
+        let want = encode(line, false);
+        self.slots[self.set_range(line)]
+            .iter()
+            .any(|&s| s & !1 == want)
+    }
+
+    /// True when `line` is present and dirty.
+    pub fn is_dirty(&self, line: u64) -> bool {
+        self.slots[self.set_range(line)].contains(&encode(line, true))
+    }
+
+    /// Write `line` back if it is dirty (as `clwb` does): it stays cached,
+    /// clean. Returns true when a write-back happened.
+    pub fn clean(&mut self, line: u64) -> bool {
+        let want = encode(line, true);
+        let range = self.set_range(line);
+        for s in &mut self.slots[range] {
+            if *s == want {
+                *s &= !1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Remove `line` (as `clflush` does). Returns the removed line, whose
+    /// `dirty` flag says whether it had to be written back.
+    pub fn invalidate(&mut self, line: u64) -> Option<Victim> {
+        let want = encode(line, false);
+        let range = self.set_range(line);
+        let set = &mut self.slots[range];
+        let i = set.iter().position(|&s| s & !1 == want)?;
+        let victim = decode(set[i]);
+        set.copy_within(i + 1.., i);
+        let last = set.len() - 1;
+        set[last] = EMPTY;
+        Some(victim)
+    }
+
+    /// Forget every line (without write-backs).
+    pub fn clear(&mut self) {
+        self.slots.fill(EMPTY);
+    }
+}
+
+/// What one access did to a whole [`Hierarchy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HierarchyAccess {
+    /// Index of the level that hit, or `None` when the access went to memory.
+    pub hit_level: Option<usize>,
+    /// Dirty lines written back to memory by this access (at most one per
+    /// level); `writebacks[..n_writebacks]` are valid.
+    pub writebacks: [u64; MAX_LEVELS],
+    /// Number of valid entries in `writebacks`.
+    pub n_writebacks: usize,
+    /// Lines that left the last level (clean or dirty), so that a faster
+    /// filter in front of the model can drop them; `evicted[..n_evicted]`.
+    pub evicted: [u64; MAX_LEVELS],
+    /// Number of valid entries in `evicted`.
+    pub n_evicted: usize,
+}
+
+impl HierarchyAccess {
+    /// True when the access was served by memory.
+    pub fn is_miss(&self) -> bool {
+        self.hit_level.is_none()
+    }
+
+    /// The lines written back to memory.
+    pub fn writebacks(&self) -> &[u64] {
+        &self.writebacks[..self.n_writebacks]
+    }
+
+    fn push_writeback(&mut self, line: u64) {
+        if self.n_writebacks < MAX_LEVELS {
+            self.writebacks[self.n_writebacks] = line;
+            self.n_writebacks += 1;
+        }
+    }
+
+    fn push_evicted(&mut self, line: u64) {
+        if self.n_evicted < MAX_LEVELS {
+            self.evicted[self.n_evicted] = line;
+            self.n_evicted += 1;
+        }
+    }
+}
+
+/// The most levels a [`Hierarchy`] may have.
+pub const MAX_LEVELS: usize = 4;
+
+/// A non-inclusive hierarchy of cache levels, nearest to the core first.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    levels: Vec<Cache>,
+}
+
+impl Hierarchy {
+    /// A hierarchy with the given levels (1 to [`MAX_LEVELS`]), L1 first.
+    /// All levels must share one line size.
+    pub fn new(configs: &[CacheConfig]) -> Result<Hierarchy, Error> {
+        if configs.is_empty() || configs.len() > MAX_LEVELS {
+            return Err(Error::new(
+                ErrorKind::OutOfRange,
+                format!(
+                    "a cache hierarchy needs 1 to {MAX_LEVELS} levels, got {}",
+                    configs.len()
+                ),
+            ));
+        }
+        if configs
+            .iter()
+            .any(|c| c.line_bytes != configs[0].line_bytes)
+        {
+            return Err(Error::new(
+                ErrorKind::Inconsistent,
+                "all cache levels must have the same line size",
+            ));
+        }
+        let levels = configs
+            .iter()
+            .map(|c| Cache::new(*c))
+            .collect::<Result<_, _>>()?;
+        Ok(Hierarchy { levels })
+    }
+
+    /// The levels, L1 first.
+    pub fn levels(&self) -> &[Cache] {
+        &self.levels
+    }
+
+    /// The line number of a byte address.
+    #[inline]
+    pub fn line_of(&self, addr: u64) -> u64 {
+        self.levels[0].line_of(addr)
+    }
+
+    /// Access `line` (a write when `write`), filling the levels that missed
+    /// and propagating dirty victims downwards.
+    pub fn access(&mut self, line: u64, write: bool) -> HierarchyAccess {
+        let mut out = HierarchyAccess::default();
+        let n = self.levels.len();
+        // Find the level that holds the line, without disturbing deeper ones.
+        let hit_level = (0..n).find(|&i| self.levels[i].contains(line));
+        out.hit_level = hit_level;
+        let fill_to = hit_level.unwrap_or(n);
+        if let Some(h) = hit_level {
+            // Refresh LRU there; the dirty bit travels up with the fill.
+            let was_dirty = self.levels[h].is_dirty(line);
+            if h == 0 {
+                self.levels[0].access(line, write);
+                return out;
+            }
+            // Move the line up: non-inclusive levels keep one copy dirty at
+            // most, so the lower copy is kept but cleaned.
+            self.levels[h].access(line, false);
+            self.levels[h].clean(line);
+            self.install(0, fill_to, line, write || was_dirty, &mut out);
+        } else {
+            self.install(0, fill_to, line, write, &mut out);
+        }
+        out
+    }
+
+    /// Install `line` in levels `0..upto`, level 0 carrying `dirty`.
+    fn install(
+        &mut self,
+        from: usize,
+        upto: usize,
+        line: u64,
+        dirty: bool,
+        out: &mut HierarchyAccess,
+    ) {
+        let n = self.levels.len();
+        for i in from..upto {
+            let a = self.levels[i].access(line, dirty && i == 0);
+            if let Some(v) = a.victim {
+                self.spill(i + 1, v, out);
+                if i == n - 1 {
+                    out.push_evicted(v.line);
+                }
+            }
+        }
+    }
+
+    /// A victim of level `i - 1` arrives at level `i`.
+    fn spill(&mut self, i: usize, v: Victim, out: &mut HierarchyAccess) {
+        if !v.dirty {
+            return;
+        }
+        if i >= self.levels.len() {
+            out.push_writeback(v.line);
+            return;
+        }
+        let a = self.levels[i].access(v.line, true);
+        if let Some(v2) = a.victim {
+            if i == self.levels.len() - 1 {
+                out.push_evicted(v2.line);
+            }
+            self.spill(i + 1, v2, out);
+        }
+    }
+
+    /// Write `line` back from every level where it is dirty (as `clwb`):
+    /// returns true when memory received a write-back.
+    pub fn clean(&mut self, line: u64) -> bool {
+        let mut any = false;
+        for l in &mut self.levels {
+            any |= l.clean(line);
+        }
+        any
+    }
+
+    /// Remove `line` from every level (as `clflush`): returns true when it
+    /// was dirty somewhere, i.e. memory received a write-back.
+    pub fn invalidate(&mut self, line: u64) -> bool {
+        let mut dirty = false;
+        for l in &mut self.levels {
+            if let Some(v) = l.invalidate(line) {
+                dirty |= v.dirty;
+            }
+        }
+        dirty
+    }
+
+    /// True when some level holds `line`.
+    pub fn contains(&self, line: u64) -> bool {
+        self.levels.iter().any(|l| l.contains(line))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(sets: u64, ways: u32) -> Cache {
+        Cache::new(CacheConfig::new(sets * ways as u64 * 64, ways)).unwrap()
+    }
+
+    #[test]
+    fn geometry_errors_name_the_problem() {
+        let e = Cache::new(CacheConfig::new(1000, 8)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inconsistent);
+        assert!(e.to_string().contains("multiple"));
+        let e = Cache::new(CacheConfig::new(4096, 0)).unwrap_err();
+        assert!(e.to_string().contains("associativity"));
+        let mut c = CacheConfig::new(4096, 4);
+        c.line_bytes = 48;
+        assert!(Cache::new(c)
+            .unwrap_err()
+            .to_string()
+            .contains("power of two"));
+        // Non-power-of-two set counts are allowed (e.g. 12-way, 30 MiB).
+        assert_eq!(CacheConfig::new(3 * 64 * 4, 4).sets().unwrap(), 3);
+    }
+
+    #[test]
+    fn first_touch_misses_second_hits() {
+        let mut c = small(4, 2);
+        assert!(!c.access(10, false).hit);
+        assert!(c.access(10, false).hit);
+        assert!(c.contains(10));
+        assert!(!c.contains(11));
+    }
+
+    #[test]
+    fn lru_evicts_least_recently_used_way() {
+        // One set, two ways: lines 0, 1; touch 0; inserting 2 evicts 1.
+        let mut c = small(1, 2);
+        c.access(0, false);
+        c.access(1, false);
+        c.access(0, false);
+        let a = c.access(2, false);
+        assert_eq!(
+            a.victim,
+            Some(Victim {
+                line: 1,
+                dirty: false
+            })
+        );
+        assert!(c.contains(0) && c.contains(2) && !c.contains(1));
+    }
+
+    #[test]
+    fn dirty_victim_reports_write_back() {
+        let mut c = small(1, 1);
+        c.access(5, true);
+        assert!(c.is_dirty(5));
+        let a = c.access(6, false);
+        assert_eq!(
+            a.victim,
+            Some(Victim {
+                line: 5,
+                dirty: true
+            })
+        );
+        // A read hit keeps a dirty line dirty; a clean never becomes dirty.
+        let mut c = small(1, 2);
+        c.access(1, true);
+        c.access(1, false);
+        assert!(c.is_dirty(1));
+        c.access(2, false);
+        assert!(!c.is_dirty(2));
+    }
+
+    #[test]
+    fn sets_are_independent() {
+        // 2 sets x 1 way: even lines never evict odd lines.
+        let mut c = small(2, 1);
+        c.access(0, false);
+        c.access(1, false);
+        c.access(2, false);
+        assert!(c.contains(1) && c.contains(2) && !c.contains(0));
+    }
+
+    #[test]
+    fn clean_and_invalidate_model_clwb_and_clflush() {
+        let mut c = small(2, 2);
+        c.access(3, true);
+        assert!(c.clean(3));
+        assert!(!c.clean(3), "already clean");
+        assert!(c.contains(3));
+        c.access(3, true);
+        assert_eq!(
+            c.invalidate(3),
+            Some(Victim {
+                line: 3,
+                dirty: true
+            })
+        );
+        assert!(!c.contains(3));
+        assert_eq!(c.invalidate(3), None);
+    }
+
+    #[test]
+    fn working_set_within_capacity_stops_missing() {
+        // 32 KiB, 8 ways: a 16 KiB loop misses only on the first pass.
+        let mut c = Cache::new(CacheConfig::new(32 * 1024, 8)).unwrap();
+        let mut misses = 0;
+        for pass in 0..3 {
+            for line in 0..256u64 {
+                if !c.access(line, false).hit {
+                    misses += 1;
+                    assert_eq!(pass, 0);
+                }
+            }
+        }
+        assert_eq!(misses, 256);
+        // A 64 KiB loop (twice the capacity) misses on every access under LRU.
+        let mut c = Cache::new(CacheConfig::new(32 * 1024, 8)).unwrap();
+        let mut misses = 0;
+        for _ in 0..3 {
+            for line in 0..1024u64 {
+                misses += !c.access(line, false).hit as u32;
+            }
+        }
+        assert_eq!(misses, 3 * 1024);
+    }
+
+    #[test]
+    fn hierarchy_writes_back_only_from_the_last_level() {
+        // L1: 1 set x 1 way; L2: 1 set x 2 ways.
+        let mut h = Hierarchy::new(&[CacheConfig::new(64, 1), CacheConfig::new(128, 2)]).unwrap();
+        assert!(h.access(1, true).is_miss());
+        // 2 evicts dirty 1 from L1 into L2 (no memory write-back yet).
+        let a = h.access(2, false);
+        assert!(a.is_miss());
+        assert_eq!(a.writebacks(), &[] as &[u64]);
+        // 1 is now an L2 hit.
+        assert_eq!(h.access(1, false).hit_level, Some(1));
+        // Stream new lines until 1 leaves the hierarchy: exactly one
+        // write-back of line 1 must be reported on the way.
+        let mut wbs = Vec::new();
+        for line in 10..20 {
+            wbs.extend_from_slice(h.access(line, false).writebacks());
+        }
+        assert_eq!(wbs, vec![1]);
+        assert!(!h.contains(1));
+    }
+
+    #[test]
+    fn hierarchy_clean_lines_leave_silently() {
+        let mut h = Hierarchy::new(&[CacheConfig::new(64, 1), CacheConfig::new(128, 2)]).unwrap();
+        let mut wbs = 0;
+        let mut evicted = 0;
+        for line in 0..100 {
+            let a = h.access(line, false);
+            wbs += a.n_writebacks;
+            evicted += a.n_evicted;
+        }
+        assert_eq!(wbs, 0);
+        assert!(evicted > 90, "lines leave the last level: {evicted}");
+    }
+
+    #[test]
+    fn hierarchy_flush_writes_back_once() {
+        let mut h = Hierarchy::new(&[CacheConfig::new(128, 2), CacheConfig::new(256, 4)]).unwrap();
+        h.access(7, true);
+        assert!(h.clean(7));
+        assert!(!h.clean(7));
+        h.access(7, true);
+        assert!(h.invalidate(7));
+        assert!(!h.contains(7));
+        assert!(Hierarchy::new(&[]).is_err());
+    }
+}
