@@ -53,7 +53,7 @@ impl CacheConfig {
             ));
         }
         let per_set = self.ways as u64 * self.line_bytes as u64;
-        if self.size_bytes < per_set || self.size_bytes % per_set != 0 {
+        if self.size_bytes < per_set || !self.size_bytes.is_multiple_of(per_set) {
             return Err(Error::new(
                 ErrorKind::Inconsistent,
                 format!(
