@@ -15,6 +15,9 @@
 //! * [`text::Reader`] / [`text::write_record`]: one record per line, for
 //!   people and for hand-made tests.
 //! * [`open`]: opens a file of any supported format, guessing from content.
+//! * [`whisper::Reader`]: imports the text traces of the WHISPER suite.
+//! * [`analyze::Analyzer`]: WHISPER's metrics (epochs, singletons,
+//!   dependencies, amplification…) in one streaming pass.
 //! * [`Error`]: every malformed input is reported with its file and line or
 //!   byte offset.
 //!
@@ -39,10 +42,12 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod analyze;
 pub mod binary;
 mod error;
 mod record;
 pub mod text;
+pub mod whisper;
 
 pub use error::{Error, ErrorKind};
 pub use record::{Op, Record, Space};
@@ -59,17 +64,20 @@ pub enum Format {
     Binary,
     /// pmlab's text format.
     Text,
+    /// The text traces of the WHISPER suite ([`whisper`]).
+    Whisper,
 }
 
 impl Format {
     /// Names accepted on command lines.
-    pub const NAMES: &'static str = "pmt, text";
+    pub const NAMES: &'static str = "pmt, text, whisper";
 
     /// Parse a format name as given on a command line.
     pub fn from_name(name: &str) -> Result<Format, Error> {
         match name {
             "pmt" | "binary" => Ok(Format::Binary),
             "text" | "txt" => Ok(Format::Text),
+            "whisper" => Ok(Format::Whisper),
             _ => Err(Error::new(
                 ErrorKind::Usage,
                 format!(
@@ -106,6 +114,7 @@ pub fn open(path: &Path, format: Option<Format>) -> Result<RecordStream, Error> 
     Ok(match format {
         Format::Binary => Box::new(binary::Reader::new(reader)?.with_name(name)),
         Format::Text => Box::new(text::Reader::new(reader).with_name(name)),
+        Format::Whisper => Box::new(whisper::Reader::new(reader).with_name(name)),
     })
 }
 
