@@ -1,17 +1,310 @@
-//! `pmlab analyze`: not implemented yet (see the README's status table).
+//! `pmlab analyze`: WHISPER's metrics of a PM trace, as a table or JSON.
+//!
+//! The analysis itself is `pmlab_trace::analyze`; this module opens the
+//! trace, decides whether flushes stand for stores (traces of unmodified
+//! PMDK programs), shows progress and prints.
+
+use anyhow::{bail, Context};
+use pmlab_model::units::Nanos;
+use pmlab_trace::analyze::{Analyzer, Config, Histogram, Report};
+use pmlab_trace::{binary, Format, RecordStream};
+use serde_json::json;
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// Arguments of `pmlab analyze`.
 #[derive(clap::Args)]
-#[command(disable_help_flag = false)]
 pub struct Args {
-    /// Everything after the command.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    /// The trace (.pmt, pmlab text, or a WHISPER text trace with --format whisper).
+    pub trace: PathBuf,
+    /// Trace format: pmt, text or whisper (default: recognised from the content).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Dependency window (WHISPER: 50us).
+    #[arg(long, default_value = "50us")]
+    pub window: String,
+    /// Count flushed lines as stored: on, off, or auto (on for traces
+    /// recorded through libpmem's entry points, whose stores are not seen).
+    #[arg(long, default_value = "auto")]
+    pub infer_stores: String,
+    /// Write the distributions as SVG charts into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Show progress on stderr even when it is not a terminal.
+    #[arg(long)]
+    pub progress: bool,
 }
 
 /// Run the command.
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!(
-        "'pmlab analyze' is not implemented yet in this build; see the README's status table"
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let window = Nanos::parse(&args.window)
+        .map_err(|e| anyhow::anyhow!("--window: {e}"))?
+        .get();
+    if window < 1.0 {
+        bail!("--window must be at least 1ns (WHISPER uses 50us)");
+    }
+    let format = match &args.format {
+        Some(f) => Some(Format::from_name(f).map_err(|e| anyhow::anyhow!("--format: {e}"))?),
+        None => None,
+    };
+    let (stream, meta) = open(&args.trace, format)?;
+    let pmdk = meta.iter().any(|(k, v)| k == "pmdk" && v == "interposed");
+    let flushes_as_stores = match args.infer_stores.as_str() {
+        "on" => true,
+        "off" => false,
+        "auto" => pmdk,
+        other => bail!("--infer-stores '{other}': expected on, off or auto"),
+    };
+    let cfg = Config {
+        window_ns: window as u64,
+        flushes_as_stores,
+    };
+    let show_progress = args.progress || std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut a = Analyzer::new(cfg);
+    let mut n: u64 = 0;
+    for rec in stream {
+        let rec = rec?;
+        a.push(&rec);
+        n += 1;
+        if show_progress && n % (1 << 22) == 0 {
+            eprint!("\rpmlab: analyze: {} M records", n >> 20);
+        }
+    }
+    if show_progress && n >= 1 << 22 {
+        eprintln!();
+    }
+    let report = a.finish();
+    let secs = started.elapsed().as_secs_f64();
+    if let Some(dir) = &args.plot {
+        plot(&report, dir)?;
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let mut v = to_json(&report);
+        v["trace"] = json!(args.trace.display().to_string());
+        v["meta"] = json!(meta
+            .iter()
+            .cloned()
+            .collect::<std::collections::BTreeMap<_, _>>());
+        v["analysis_seconds"] = json!(secs);
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+    } else {
+        print_table(&mut out, &args.trace, &report, &meta)?;
+    }
+    Ok(0)
+}
+
+type Meta = Vec<(String, String)>;
+
+/// Open a trace; for binary traces also return the header's metadata.
+fn open(path: &Path, format: Option<Format>) -> anyhow::Result<(RecordStream, Meta)> {
+    let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
+    let mut head = [0u8; 8];
+    let is_binary = {
+        use std::io::Read;
+        let mut f = &file;
+        let n = f.read(&mut head).unwrap_or(0);
+        n == 8 && &head == binary::MAGIC
+    };
+    drop(file);
+    if matches!(format, None | Some(Format::Binary)) && is_binary {
+        let file = File::open(path)?;
+        let r = binary::Reader::new(BufReader::with_capacity(1 << 16, file))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            .with_name(path.display().to_string());
+        let meta = r.meta().to_vec();
+        return Ok((Box::new(r), meta));
+    }
+    if format == Some(Format::Binary) {
+        bail!(
+            "{}: not a pmlab binary trace (bad magic); pass --format text or --format whisper",
+            path.display()
+        );
+    }
+    let stream = pmlab_trace::open(path, format).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((stream, Vec::new()))
+}
+
+fn pct(v: Option<f64>) -> String {
+    match v {
+        Some(x) => format!("{:.1} %", x * 100.0),
+        None => "n/a".into(),
+    }
+}
+
+fn si(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} K", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn dist(h: &Histogram) -> String {
+    match h.median() {
+        None => "n/a".into(),
+        Some(m) => format!(
+            "median {m}, mean {:.2}, p10 {}, p90 {}, max {}",
+            h.mean(),
+            h.quantile(0.1).unwrap_or(0),
+            h.quantile(0.9).unwrap_or(0),
+            h.max()
+        ),
+    }
+}
+
+fn print_table(out: &mut impl Write, path: &Path, r: &Report, meta: &Meta) -> anyhow::Result<()> {
+    let row = |out: &mut dyn Write, k: &str, v: String| writeln!(out, "  {k:<30} {v}");
+    writeln!(
+        out,
+        "WHISPER metrics of {} (dependency window {})",
+        path.display(),
+        Nanos::new(r.window_ns as f64)
+    )?;
+    if let Some((_, p)) = meta.iter().find(|(k, _)| k == "program") {
+        row(out, "program", p.clone())?;
+    }
+    row(out, "records", r.records.to_string())?;
+    row(out, "threads", r.threads.to_string())?;
+    row(out, "duration", format!("{:.6} s", r.duration_s()))?;
+    row(out, "transactions", r.transactions.to_string())?;
+    row(out, "epochs", r.epochs.to_string())?;
+    row(
+        out,
+        "epochs per second",
+        r.epochs_per_sec().map(si).unwrap_or_else(|| "n/a".into()),
+    )?;
+    row(out, "epochs per transaction", dist(&r.epochs_per_tx))?;
+    row(out, "epoch size (unique 64 B lines)", dist(&r.epoch_lines))?;
+    row(out, "singleton epochs", pct(r.singleton_share()))?;
+    let sb = &r.singleton_bytes;
+    row(
+        out,
+        "bytes stored by singletons",
+        match sb.median() {
+            None => "n/a".into(),
+            Some(m) => format!(
+                "median {m} B; {} under 10 B",
+                pct(ratio(sb.count_range(0, 9), sb.count()))
+            ),
+        },
+    )?;
+    row(out, "self-dependent epochs", pct(r.self_dep_share()))?;
+    row(out, "cross-dependent epochs", pct(r.cross_dep_share()))?;
+    row(out, "non-temporal store bytes", pct(r.nt_byte_share()))?;
+    row(
+        out,
+        "write amplification",
+        match r.amplification() {
+            Some(a) => format!("{:.0} % extra bytes per user byte", a * 100.0),
+            None => "n/a (no USERDATA annotations)".into(),
+        },
+    )?;
+    row(
+        out,
+        "PM share of accesses",
+        if r.dram_known {
+            pct(r.pm_share())
+        } else {
+            "n/a (no DRAM records or counts)".into()
+        },
+    )?;
+    row(
+        out,
+        "PM stores / bytes",
+        format!("{} / {}", r.pm_stores, r.pm_store_bytes),
+    )?;
+    row(
+        out,
+        "fences (sfence/ofence/dfence)",
+        format!(
+            "{}/{}/{} ({} with no PM store before)",
+            r.fences[0], r.fences[1], r.fences[2], r.empty_fences
+        ),
+    )?;
+    row(out, "flushes", r.flushes.to_string())?;
+    if r.flushes_as_stores {
+        row(
+            out,
+            "lines inferred from flushes",
+            format!(
+                "{} (stores not seen one by one: PMDK interposition)",
+                r.inferred_lines
+            ),
+        )?;
+    }
+    if r.unmatched_tx_ends > 0 {
+        row(out, "unmatched TXEND", r.unmatched_tx_ends.to_string())?;
+    }
+    Ok(())
+}
+
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+fn hist_json(h: &Histogram) -> serde_json::Value {
+    json!({
+        "count": h.count(),
+        "median": h.median(),
+        "mean": h.mean(),
+        "p10": h.quantile(0.1),
+        "p90": h.quantile(0.9),
+        "max": h.max(),
+        "bins": h.bins().map(|(lo, hi, n)| json!([lo, hi, n])).collect::<Vec<_>>(),
+    })
+}
+
+/// The report as JSON (stable keys, for scripts).
+pub fn to_json(r: &Report) -> serde_json::Value {
+    json!({
+        "records": r.records,
+        "threads": r.threads,
+        "duration_s": r.duration_s(),
+        "window_ns": r.window_ns,
+        "flushes_as_stores": r.flushes_as_stores,
+        "transactions": r.transactions,
+        "epochs": r.epochs,
+        "epochs_per_sec": r.epochs_per_sec(),
+        "epochs_per_tx": hist_json(&r.epochs_per_tx),
+        "epoch_lines": hist_json(&r.epoch_lines),
+        "singleton_share": r.singleton_share(),
+        "singleton_bytes": hist_json(&r.singleton_bytes),
+        "self_dep_share": r.self_dep_share(),
+        "cross_dep_share": r.cross_dep_share(),
+        "self_dep_epochs": r.self_dep_epochs,
+        "cross_dep_epochs": r.cross_dep_epochs,
+        "nt_epochs": r.nt_epochs,
+        "nt_byte_share": r.nt_byte_share(),
+        "amplification": r.amplification(),
+        "pm_share": r.pm_share(),
+        "pm_accesses": r.pm_accesses,
+        "dram_accesses": r.dram_accesses,
+        "pm_stores": r.pm_stores,
+        "pm_store_bytes": r.pm_store_bytes,
+        "nt_store_bytes": r.nt_store_bytes,
+        "user_bytes": r.user_bytes,
+        "pm_reads": r.pm_reads,
+        "fences": {"sfence": r.fences[0], "ofence": r.fences[1], "dfence": r.fences[2], "empty": r.empty_fences},
+        "flushes": r.flushes,
+        "inferred_lines": r.inferred_lines,
+        "unmatched_tx_ends": r.unmatched_tx_ends,
+        "peak_tracked_lines": r.peak_tracked_lines,
+    })
+}
+
+fn plot(_r: &Report, dir: &Path) -> anyhow::Result<()> {
+    bail!(
+        "--plot {}: charts are not available in this build yet; use --json and plot the bins",
+        dir.display()
     )
 }
