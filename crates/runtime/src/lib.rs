@@ -1,3 +1,4 @@
 //! libpmlab, the emulation runtime (work in progress: see issue 2).
 
+pub mod instrument_hooks;
 pub mod tracer;

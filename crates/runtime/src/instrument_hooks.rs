@@ -1,0 +1,605 @@
+//! The callbacks that programs built by `pmlab cc` call on every load and
+//! store of their own code (clang's `-fsanitize-coverage=trace-loads,
+//! trace-stores`), and the per-thread state behind them.
+//!
+//! They live in libpmlab.so, never in the program, so one copy serves the
+//! whole process whether the library was linked (`pmlab cc` adds it with an
+//! rpath) or preloaded by `pmlab run`.
+//!
+//! # Cost
+//!
+//! * Not under `pmlab run --source instrumented` the hooks return after one
+//!   relaxed atomic load: an instrumented program runs normally.
+//! * The common case is a hit in a small per-thread direct-mapped *filter*
+//!   of recently touched lines (a subset of the modelled cache): a TLS
+//!   lookup, a compare and an increment.
+//! * Otherwise the slow path consults the thread's cache model (the size and
+//!   associativity of this machine's last-level cache), classifies a miss as
+//!   PM or DRAM, feeds the overlap (MLP) estimator and counts write-backs.
+//!   Its cost is measured with the TSC on every call and reported as
+//!   overhead, so that the runtime subtracts it from the injected delays.
+//!
+//! Accesses that straddle two lines are counted on their first line only.
+
+use pmlab_model::cache::{CacheConfig, Hierarchy};
+use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Entries of the per-thread filter (direct-mapped, one line each).
+pub const FILTER_LINES: usize = 256;
+const LINE_SHIFT: u32 = 6;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Which accesses count as PM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmMode {
+    /// Every memory access is to PM until the program registers a PM pool
+    /// range (it uses `pmalloc`); from then on only the pool is PM.
+    Auto = 0,
+    /// Every memory access is to PM (Quartz's single-memory mode).
+    All = 1,
+    /// Only addresses in registered PM ranges are PM (two-memory mode).
+    Pool = 2,
+}
+
+static PM_MODE: AtomicU8 = AtomicU8::new(PmMode::Auto as u8);
+const MAX_RANGES: usize = 16;
+static RANGE_COUNT: AtomicUsize = AtomicUsize::new(0);
+static RANGES: [(AtomicUsize, AtomicUsize); MAX_RANGES] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_RANGES];
+
+/// Geometry of the modelled cache, set by [`activate`].
+static LLC_BYTES: AtomicU64 = AtomicU64::new(32 << 20);
+static LLC_WAYS: AtomicU64 = AtomicU64::new(16);
+static FILL_BUFFERS: AtomicU64 = AtomicU64::new(10);
+static WINDOW: AtomicU64 = AtomicU64::new(64);
+
+/// Settings of the hooks, fixed when the instrumented source opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookConfig {
+    /// The modelled last-level cache.
+    pub llc: CacheConfig,
+    /// Memory-level parallelism parameters.
+    pub overlap: OverlapConfig,
+    /// Which accesses are PM.
+    pub pm_mode: PmMode,
+}
+
+/// Turn the hooks on for the whole process.
+pub fn activate(cfg: HookConfig) {
+    LLC_BYTES.store(cfg.llc.size_bytes, Ordering::Relaxed);
+    LLC_WAYS.store(cfg.llc.ways as u64, Ordering::Relaxed);
+    FILL_BUFFERS.store(cfg.overlap.fill_buffers as u64, Ordering::Relaxed);
+    WINDOW.store(cfg.overlap.window_accesses, Ordering::Relaxed);
+    PM_MODE.store(cfg.pm_mode as u8, Ordering::Relaxed);
+    ACTIVE.store(true, Ordering::Release);
+}
+
+/// Turn the hooks off (they return immediately again).
+pub fn deactivate() {
+    ACTIVE.store(false, Ordering::Release);
+}
+
+/// True while the hooks count.
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Register `[start, start + len)` as emulated PM (the PM pool calls this
+/// for each mapping it creates). At most 16 ranges; returns false when full.
+pub fn add_pm_range(start: usize, len: usize) -> bool {
+    let i = RANGE_COUNT.load(Ordering::Acquire);
+    if i >= MAX_RANGES {
+        return false;
+    }
+    RANGES[i].0.store(start, Ordering::Relaxed);
+    RANGES[i]
+        .1
+        .store(start.saturating_add(len), Ordering::Relaxed);
+    RANGE_COUNT.store(i + 1, Ordering::Release);
+    true
+}
+
+#[inline]
+fn is_pm(addr: usize) -> bool {
+    let n = RANGE_COUNT.load(Ordering::Acquire);
+    match PM_MODE.load(Ordering::Relaxed) {
+        1 => return true,
+        0 if n == 0 => return true,
+        _ => {}
+    }
+    RANGES[..n]
+        .iter()
+        .any(|(lo, hi)| addr >= lo.load(Ordering::Relaxed) && addr < hi.load(Ordering::Relaxed))
+}
+
+/// Cumulative counts of one thread (never reset: readers take differences).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ThreadTotals {
+    /// Instrumented accesses seen.
+    pub accesses: u64,
+    /// Accesses that missed the filter and went to the cache model.
+    pub slow_calls: u64,
+    /// TSC cycles spent in the slow path (measured).
+    pub slow_cycles: u64,
+    /// Serial accesses and misses (MLP estimate).
+    pub serial: SerialCounts,
+    /// Dirty lines written back to PM.
+    pub pm_writebacks: u64,
+    /// Dirty lines written back to DRAM.
+    pub dram_writebacks: u64,
+}
+
+impl ThreadTotals {
+    /// Bytes moved between the caches and PM: misses and write-backs, 64 B each.
+    pub fn pm_bytes(&self) -> u64 {
+        (self.serial.pm_misses + self.pm_writebacks) << LINE_SHIFT
+    }
+}
+
+struct Slow {
+    cache: Hierarchy,
+    est: OverlapEstimator,
+    totals: ThreadTotals,
+}
+
+struct Tls {
+    /// `line << 1 | dirty`; 0 is empty (line 0 is never accessed).
+    filter: [usize; FILTER_LINES],
+    accesses: u64,
+    slow: *mut Slow,
+    busy: bool,
+    retired: bool,
+}
+
+thread_local! {
+    static TLS: UnsafeCell<Tls> = const {
+        UnsafeCell::new(Tls {
+            filter: [0; FILTER_LINES],
+            accesses: 0,
+            slow: std::ptr::null_mut(),
+            busy: false,
+            retired: false,
+        })
+    };
+}
+
+#[inline(always)]
+fn on_access(addr: usize, write: bool, value: Option<*const u64>) {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    if write && crate::tracer::enabled() && is_pm(addr) {
+        crate::tracer::record(
+            pmlab_trace::Op::Write,
+            pmlab_trace::Space::Pm,
+            addr as u64,
+            8,
+        );
+    }
+    TLS.with(|t| {
+        let t = t.get();
+        // SAFETY: the state belongs to this thread; a signal handler only
+        // reads it through raw pointers (see `totals`).
+        unsafe {
+            (*t).accesses += 1;
+            let line = addr >> LINE_SHIFT;
+            let e = (*t).filter[line % FILTER_LINES];
+            if e >> 1 == line && (e & 1) >= write as usize {
+                return;
+            }
+            slow_path(t, addr, line, write, value);
+        }
+    })
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: Option<*const u64>) {
+    if (*t).busy || (*t).retired {
+        return;
+    }
+    (*t).busy = true;
+    let t0 = tsc();
+    if (*t).slow.is_null() {
+        (*t).slow = new_slow();
+        if (*t).slow.is_null() {
+            (*t).retired = true;
+            (*t).busy = false;
+            return;
+        }
+    }
+    let s = &mut *(*t).slow;
+    let a = s.cache.access(line as u64, write);
+    for &ev in &a.evicted[..a.n_evicted] {
+        let slot = &mut (*t).filter[ev as usize % FILTER_LINES];
+        if *slot >> 1 == ev as usize {
+            *slot = 0;
+        }
+    }
+    for &wb in a.writebacks() {
+        if is_pm((wb as usize) << LINE_SHIFT) {
+            s.totals.pm_writebacks += 1;
+        } else {
+            s.totals.dram_writebacks += 1;
+        }
+    }
+    if a.is_miss() {
+        let kind = if is_pm(addr) {
+            MemKind::Pm
+        } else {
+            MemKind::Dram
+        };
+        // The value the program is about to load (the hook runs before the
+        // load): a later miss to the line it names depends on this one.
+        let v = value.map(|p| std::ptr::read_unaligned(p));
+        s.est.miss(line as u64, kind, (*t).accesses, v, LINE_SHIFT);
+        s.totals.serial = s.est.counts();
+    }
+    (*t).filter[line % FILTER_LINES] = (line << 1) | write as usize;
+    s.totals.slow_calls += 1;
+    s.totals.slow_cycles += tsc().wrapping_sub(t0);
+    (*t).busy = false;
+}
+
+#[cold]
+fn new_slow() -> *mut Slow {
+    let llc = CacheConfig::new(
+        LLC_BYTES.load(Ordering::Relaxed),
+        LLC_WAYS.load(Ordering::Relaxed) as u32,
+    );
+    let cache = match Hierarchy::new(&[llc]) {
+        Ok(c) => c,
+        Err(_) => return std::ptr::null_mut(),
+    };
+    let est = OverlapEstimator::new(OverlapConfig {
+        fill_buffers: FILL_BUFFERS.load(Ordering::Relaxed) as usize,
+        window_accesses: WINDOW.load(Ordering::Relaxed),
+    });
+    Box::into_raw(Box::new(Slow {
+        cache,
+        est,
+        totals: ThreadTotals::default(),
+    }))
+}
+
+#[inline(always)]
+fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: rdtsc has no preconditions on x86-64.
+    unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+/// The calling thread's cumulative totals. Async-signal-safe: reads the
+/// thread's own state without references (a field may lag by one access
+/// when a signal interrupts the hook, but nothing is lost: totals are
+/// cumulative).
+pub fn totals() -> ThreadTotals {
+    TLS.with(|t| {
+        let t = t.get();
+        // SAFETY: own thread; raw reads only.
+        unsafe {
+            let accesses = std::ptr::read_volatile(&(*t).accesses);
+            let s = std::ptr::read_volatile(&(*t).slow);
+            let mut out = if s.is_null() {
+                ThreadTotals::default()
+            } else {
+                std::ptr::read_volatile(&(*s).totals)
+            };
+            out.accesses = accesses;
+            out
+        }
+    })
+}
+
+/// Forget the calling thread's model state after a fork (the child starts
+/// with a cold model) or before reuse. Not async-signal-safe.
+pub fn thread_reset() {
+    TLS.with(|t| {
+        let t = t.get();
+        // SAFETY: own thread, not in a hook (hooks never call this).
+        unsafe {
+            (*t).filter = [0; FILTER_LINES];
+        }
+    });
+}
+
+/// Free the calling thread's model (thread exit). Later accesses of this
+/// thread are no longer counted. Not async-signal-safe.
+pub fn thread_exit() {
+    TLS.with(|t| {
+        let t = t.get();
+        // SAFETY: own thread; `busy` keeps a nested hook away while freeing.
+        unsafe {
+            (*t).busy = true;
+            (*t).retired = true;
+            let s = std::mem::replace(&mut (*t).slow, std::ptr::null_mut());
+            (*t).filter = [0; FILTER_LINES];
+            if !s.is_null() {
+                drop(Box::from_raw(s));
+            }
+            (*t).busy = false;
+        }
+    });
+}
+
+/// Measured costs of the hooks, used to account their overhead.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HookCosts {
+    /// ns per instrumented access that hits the filter (the whole call).
+    pub fast_ns: f64,
+    /// TSC ticks per ns.
+    pub tsc_ghz: f64,
+    /// ns per slow call not covered by the TSC readings (the fast part and
+    /// the reads of the TSC themselves).
+    pub slow_extra_ns: f64,
+}
+
+impl HookCosts {
+    /// The hooks' overhead between two totals, in ns.
+    pub fn overhead_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
+        let calls = to.accesses.saturating_sub(from.accesses) as f64;
+        let slow = to.slow_calls.saturating_sub(from.slow_calls) as f64;
+        let cycles = to.slow_cycles.saturating_sub(from.slow_cycles) as f64;
+        let fast = (calls - slow).max(0.0);
+        let tsc_ns = if self.tsc_ghz > 0.0 {
+            cycles / self.tsc_ghz
+        } else {
+            0.0
+        };
+        fast * self.fast_ns + slow * self.slow_extra_ns + tsc_ns
+    }
+}
+
+/// Measure the hooks' costs on the calling thread (about a millisecond).
+/// The hooks must be active; the calibration's own accesses are left in
+/// the thread's totals, so callers take a baseline afterwards.
+pub fn calibrate() -> HookCosts {
+    let buf = [0u64; 64];
+    let p = buf.as_ptr();
+    let load: extern "C" fn(*const u64) = hook_load8;
+    let load = std::hint::black_box(load);
+    // The TSC rate against the monotonic clock.
+    let c0 = std::time::Instant::now();
+    let k0 = tsc();
+    let mut best = f64::INFINITY;
+    const N: usize = 100_000;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for i in 0..N {
+            // SAFETY: in bounds of `buf`.
+            load(unsafe { p.add(i & 63) });
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / N as f64);
+    }
+    // Cost of two TSC reads, as the slow path takes them.
+    let mut tsc_best = u64::MAX;
+    for _ in 0..1000 {
+        let a = tsc();
+        let b = tsc();
+        tsc_best = tsc_best.min(b.wrapping_sub(a));
+    }
+    let elapsed_ns = c0.elapsed().as_nanos() as f64;
+    let ticks = tsc().wrapping_sub(k0) as f64;
+    let tsc_ghz = if elapsed_ns > 0.0 {
+        ticks / elapsed_ns
+    } else {
+        0.0
+    };
+    let tsc_pair_ns = if tsc_ghz > 0.0 {
+        tsc_best as f64 / tsc_ghz
+    } else {
+        0.0
+    };
+    HookCosts {
+        fast_ns: best,
+        tsc_ghz,
+        slow_extra_ns: best + tsc_pair_ns,
+    }
+}
+
+extern "C" fn hook_load8(addr: *const u64) {
+    on_access(addr as usize, false, Some(addr));
+}
+
+// ---- the exported callbacks (clang SanitizerCoverage ABI) ----
+
+macro_rules! load_hook {
+    ($name:ident, $t:ty) => {
+        /// Called by instrumented code before a load.
+        #[cfg_attr(not(test), no_mangle)]
+        pub extern "C" fn $name(addr: *const $t) {
+            on_access(addr as usize, false, None);
+        }
+    };
+}
+
+macro_rules! store_hook {
+    ($name:ident, $t:ty) => {
+        /// Called by instrumented code before a store.
+        #[cfg_attr(not(test), no_mangle)]
+        pub extern "C" fn $name(addr: *mut $t) {
+            on_access(addr as usize, true, None);
+        }
+    };
+}
+
+load_hook!(__sanitizer_cov_load1, u8);
+load_hook!(__sanitizer_cov_load2, u16);
+load_hook!(__sanitizer_cov_load4, u32);
+load_hook!(__sanitizer_cov_load16, u128);
+store_hook!(__sanitizer_cov_store1, u8);
+store_hook!(__sanitizer_cov_store2, u16);
+store_hook!(__sanitizer_cov_store4, u32);
+store_hook!(__sanitizer_cov_store8, u64);
+store_hook!(__sanitizer_cov_store16, u128);
+
+/// Called by instrumented code before an 8-byte load; the loaded value is
+/// read too, to detect pointer chasing.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn __sanitizer_cov_load8(addr: *const u64) {
+    on_access(addr as usize, false, Some(addr));
+}
+
+/// Called once per instrumented module with its inline 8-bit counters
+/// (function-entry coverage, which `pmlab cc` requests only because clang
+/// needs a coverage mode for trace-loads/stores). Nothing to do.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn __sanitizer_cov_8bit_counters_init(_start: *mut u8, _end: *mut u8) {}
+
+/// Companion of `-fsanitize-coverage=pc-table` (not used by `pmlab cc`,
+/// defined so that programs built with it still link).
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn __sanitizer_cov_pcs_init(_start: *const usize, _end: *const usize) {}
+
+/// Companion of `inline-bool-flag` (as above).
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn __sanitizer_cov_bool_flag_init(_start: *mut u8, _end: *mut u8) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The hooks' state is process-global (ACTIVE, ranges); tests run each
+    // scenario on a fresh thread and serialise on one lock.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn cfg(mode: PmMode) -> HookConfig {
+        HookConfig {
+            llc: CacheConfig::new(1 << 20, 16),
+            overlap: OverlapConfig::default(),
+            pm_mode: mode,
+        }
+    }
+
+    fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(f).join().unwrap()
+    }
+
+    #[test]
+    fn inactive_hooks_count_nothing() {
+        let _g = LOCK.lock().unwrap();
+        deactivate();
+        let t = on_thread(|| {
+            let x = 5u64;
+            __sanitizer_cov_load8(&x);
+            totals()
+        });
+        assert_eq!(t.accesses, 0);
+    }
+
+    #[test]
+    fn repeated_access_hits_the_filter() {
+        let _g = LOCK.lock().unwrap();
+        activate(cfg(PmMode::All));
+        let t = on_thread(|| {
+            let x = [0u64; 8];
+            for _ in 0..1000 {
+                __sanitizer_cov_load8(&x[0]);
+            }
+            let t = totals();
+            thread_exit();
+            t
+        });
+        deactivate();
+        assert_eq!(t.accesses, 1000);
+        assert_eq!(t.slow_calls, 1);
+        assert_eq!(t.serial.pm_misses, 1);
+    }
+
+    #[test]
+    fn pointer_chase_over_a_large_array_is_serial_pm() {
+        let _g = LOCK.lock().unwrap();
+        activate(cfg(PmMode::All));
+        let t = on_thread(|| {
+            // 8 MiB of one pointer per line, chained with a stride that
+            // defeats the 1 MiB model.
+            let n = 1 << 17;
+            let mut v = vec![0u64; n * 8];
+            let base = v.as_ptr() as u64;
+            let stride = 4099usize; // odd: visits every line
+            for i in 0..n {
+                let next = (i + stride) % n;
+                v[i * 8] = base + (next * 64) as u64;
+            }
+            let mut p = v.as_ptr();
+            let before = totals();
+            for _ in 0..20_000 {
+                __sanitizer_cov_load8(p);
+                // SAFETY: p points into v.
+                p = unsafe { *p } as *const u64;
+            }
+            let t = totals();
+            thread_exit();
+            (before, t)
+        });
+        deactivate();
+        let (a, b) = t;
+        let misses = b.serial.pm_misses - a.serial.pm_misses;
+        let serial = b.serial.pm - a.serial.pm;
+        assert_eq!(misses, 20_000);
+        assert!((serial - 20_000.0).abs() < 2.0, "serial {serial}");
+        assert_eq!(b.serial.dram_misses, 0);
+    }
+
+    #[test]
+    fn pool_ranges_attribute_misses_and_write_backs() {
+        let _g = LOCK.lock().unwrap();
+        activate(cfg(PmMode::Pool));
+        let (pm_buf, dram_buf) = (vec![0u8; 4 << 20], vec![0u8; 4 << 20]);
+        let pm_addr = pm_buf.as_ptr() as usize;
+        let dram_addr = dram_buf.as_ptr() as usize;
+        add_pm_range(pm_addr, pm_buf.len());
+        let t = on_thread(move || {
+            // Write every line of both 4 MiB buffers, twice: the second pass
+            // misses again (8 MiB > 1 MiB model) and evicts dirty lines.
+            for _ in 0..2 {
+                for off in (0..4 << 20).step_by(64) {
+                    __sanitizer_cov_store8((pm_addr + off) as *mut u64);
+                    __sanitizer_cov_store8((dram_addr + off) as *mut u64);
+                }
+            }
+            let t = totals();
+            thread_exit();
+            t
+        });
+        deactivate();
+        let lines = (4u64 << 20) / 64;
+        assert_eq!(t.serial.pm_misses, 2 * lines);
+        assert_eq!(t.serial.dram_misses, 2 * lines);
+        // Everything but what still fits in the model was written back.
+        let resident = (1u64 << 20) / 64;
+        assert_eq!(t.pm_writebacks + t.dram_writebacks, 4 * lines - resident);
+        assert!(t.pm_writebacks.abs_diff(t.dram_writebacks) <= resident);
+        assert_eq!(t.pm_bytes(), (t.serial.pm_misses + t.pm_writebacks) * 64);
+        drop((pm_buf, dram_buf));
+    }
+
+    #[test]
+    fn calibration_gives_positive_costs() {
+        let _g = LOCK.lock().unwrap();
+        activate(cfg(PmMode::All));
+        let c = on_thread(|| {
+            let c = calibrate();
+            thread_exit();
+            c
+        });
+        deactivate();
+        assert!(c.fast_ns > 0.0 && c.tsc_ghz > 0.0, "{c:?}");
+        let a = ThreadTotals::default();
+        let b = ThreadTotals {
+            accesses: 100,
+            slow_calls: 10,
+            slow_cycles: 0,
+            ..Default::default()
+        };
+        let o = c.overhead_ns(&a, &b);
+        assert!((o - (90.0 * c.fast_ns + 10.0 * c.slow_extra_ns)).abs() < 1e-6);
+    }
+}
