@@ -1,12 +1,65 @@
 //! Trace recording: the seam between the PM API / instrumentation hooks and
-//! the trace writer. Every PM operation the runtime sees is offered to
-//! [`record`]; when tracing is off (the default) that is one relaxed atomic
-//! load.
+//! the trace writer.
+//!
+//! Every PM operation the runtime sees is offered to [`record`]. When
+//! tracing is off (the default) that costs one relaxed atomic load.
+//!
+//! # How it works
+//!
+//! * Tracing starts in a constructor when `PMLAB_TRACE_FILE` names a file
+//!   (`pmlab trace` sets it). The header's metadata names the program, the
+//!   pid, the clock and whether libpmem's entry points are interposed
+//!   (`pmdk=interposed`), plus two fixed-width fields, `records` and
+//!   `dropped`, filled in when the trace is finished.
+//! * Each thread, at its first record, maps (with a raw `mmap` system call)
+//!   its own ring of [`RING_ENTRIES`] records and takes the next thread
+//!   number (0, 1, … in order of first record; at most [`MAX_THREADS`]).
+//! * [`record`] reads `CLOCK_MONOTONIC` (vDSO, no system call), writes one
+//!   entry into the calling thread's ring and publishes it with a release
+//!   store. It takes no lock, allocates nothing and calls no function that
+//!   pmlab interposes, so it is async-signal-safe. A record made while the
+//!   same thread is already inside `record` (a signal handler interrupting
+//!   it) is dropped and counted.
+//! * A full ring **drops** the record (never blocks: blocking could
+//!   deadlock a program that records from a signal handler, and would
+//!   change its timing more than a gap does). Drops are counted per thread
+//!   and written into the header's `dropped` field; `pmlab trace` reports
+//!   them.
+//! * One writer thread drains the rings every millisecond, encodes with
+//!   `pmlab_trace::binary::Writer` and writes the file. Records of one
+//!   thread are in order; threads interleave by drain batch (the format
+//!   allows it).
+//! * At `exit` (an `atexit` handler) the writer drains everything, flushes
+//!   and patches the header's counters. A program ended by `_exit` or a
+//!   signal leaves a readable trace up to the last drain, with counters 0.
+//! * `fork`: the child stops recording (its copy of the rings has no writer
+//!   thread). `exec`: the constructor of the new image sees
+//!   `PMLAB_TRACE_NESTED` (set by the first traced process) and records
+//!   into `<file>.<pid>` instead, so a traced program's children never
+//!   overwrite its trace. Records not yet drained when a process calls
+//!   `exec` (at most ~1 ms worth) are lost.
 
-use pmlab_trace::{Op, Space};
-use std::sync::atomic::{AtomicBool, Ordering};
+use pmlab_trace::{binary, Op, Record, Space};
+use std::cell::{Cell, UnsafeCell};
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Records each thread's ring holds before it drops.
+pub const RING_ENTRIES: usize = 1 << 16;
+/// Threads that can record; later threads' records are dropped and counted.
+pub const MAX_THREADS: usize = 1024;
+
+/// Environment variable naming the trace file.
+pub const ENV_FILE: &str = "PMLAB_TRACE_FILE";
+/// Set by the first traced process so that exec'd children trace into
+/// `<file>.<pid>`.
+pub const ENV_NESTED: &str = "PMLAB_TRACE_NESTED";
 
 /// True when a trace is being recorded.
 #[inline]
@@ -14,12 +67,405 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Record one operation of the calling thread. Must be async-signal-safe
-/// and must never call back into an interposed function.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Entry {
+    time: u64,
+    addr: u64,
+    size: u32,
+    op: u8,
+    space: u8,
+}
+
+/// One thread's single-producer single-consumer ring.
+#[repr(C)]
+struct Ring {
+    /// Next entry the writer reads (written by the writer only).
+    head: AtomicUsize,
+    /// Next entry the thread writes (written by the thread only).
+    tail: AtomicUsize,
+    dropped: AtomicU64,
+    entries: [UnsafeCell<Entry>; RING_ENTRIES],
+}
+
+static SLOTS: [AtomicPtr<Ring>; MAX_THREADS] =
+    [const { AtomicPtr::new(ptr::null_mut()) }; MAX_THREADS];
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+/// Records dropped without a ring (too many threads, no memory, re-entry).
+static DROPPED_GLOBAL: AtomicU64 = AtomicU64::new(0);
+static START_NS: AtomicU64 = AtomicU64::new(0);
+static STOP: AtomicBool = AtomicBool::new(false);
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+static WRITER: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
+thread_local! {
+    static LOCAL: Cell<*mut Ring> = const { Cell::new(ptr::null_mut()) };
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+#[inline]
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Record one operation of the calling thread. Async-signal-safe; never
+/// calls back into an interposed function; never blocks.
 #[inline]
 pub fn record(op: Op, space: Space, addr: u64, size: u32) {
     if !enabled() {
         return;
     }
-    let _ = (op, space, addr, size);
+    record_slow(op, space, addr, size);
+}
+
+fn record_slow(op: Op, space: Space, addr: u64, size: u32) {
+    // try_with: a record from a thread being torn down is dropped.
+    let Ok(busy) = BUSY.try_with(|b| b.replace(true)) else {
+        DROPPED_GLOBAL.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if busy {
+        DROPPED_GLOBAL.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let mut ring = LOCAL.with(|l| l.get());
+    if ring.is_null() {
+        ring = register_thread();
+        if ring.is_null() {
+            DROPPED_GLOBAL.fetch_add(1, Ordering::Relaxed);
+            BUSY.with(|b| b.set(false));
+            return;
+        }
+        LOCAL.with(|l| l.set(ring));
+    }
+    let time = monotonic_ns().saturating_sub(START_NS.load(Ordering::Relaxed));
+    // SAFETY: ring points to a live mapping owned by this thread (producer
+    // side) and never unmapped.
+    let r = unsafe { &*ring };
+    let tail = r.tail.load(Ordering::Relaxed);
+    let head = r.head.load(Ordering::Acquire);
+    if tail.wrapping_sub(head) >= RING_ENTRIES {
+        r.dropped.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let e = Entry {
+            time,
+            addr,
+            size,
+            op: op.code(),
+            space: (space == Space::Dram) as u8,
+        };
+        // SAFETY: the slot at tail is not visible to the writer until the
+        // release store below; the index is in bounds.
+        unsafe { r.entries[tail % RING_ENTRIES].get().write(e) };
+        r.tail.store(tail.wrapping_add(1), Ordering::Release);
+    }
+    BUSY.with(|b| b.set(false));
+}
+
+#[cold]
+fn register_thread() -> *mut Ring {
+    let n = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    if n >= MAX_THREADS {
+        return ptr::null_mut();
+    }
+    let len = std::mem::size_of::<Ring>();
+    // SAFETY: anonymous private mapping via the raw system call, so no
+    // interposed mmap is reached; zeroed memory is a valid empty Ring.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            ptr::null_mut::<libc::c_void>(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1i64,
+            0i64,
+        )
+    };
+    if p < 0 {
+        return ptr::null_mut();
+    }
+    let ring = p as *mut Ring;
+    SLOTS[n].store(ring, Ordering::Release);
+    ring
+}
+
+/// Start recording into `path`. Called by the constructor; public for the
+/// runtime's own tests. Fails if tracing already runs.
+pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
+    if enabled() || STOP.load(Ordering::Relaxed) {
+        return Err(std::io::Error::other("tracing already started"));
+    }
+    START_NS.store(monotonic_ns(), Ordering::Relaxed);
+    let file = File::create(path)?;
+    let program = program_name();
+    let pid = std::process::id().to_string();
+    let mut meta: Vec<(&str, &str)> = vec![
+        ("producer", "libpmlab"),
+        ("program", &program),
+        ("pid", &pid),
+        ("clock", "CLOCK_MONOTONIC"),
+    ];
+    meta.extend_from_slice(meta_extra);
+    meta.push(("records", PLACEHOLDER));
+    meta.push(("dropped", PLACEHOLDER));
+    let offsets = placeholder_offsets(&meta);
+    let w = binary::Writer::with_meta(file, &meta).map_err(std::io::Error::other)?;
+    let handle = std::thread::Builder::new()
+        .name("pmlab-trace".into())
+        .spawn(move || writer_loop(w, offsets))?;
+    *WRITER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    ENABLED.store(true, Ordering::Release);
+    Ok(())
+}
+
+const PLACEHOLDER: &str = "00000000000000000000";
+
+/// Byte offsets in the file of the `records` and `dropped` values.
+fn placeholder_offsets(meta: &[(&str, &str)]) -> (u64, u64) {
+    let mut off = 16u64;
+    let mut found = Vec::new();
+    for (k, v) in meta {
+        off += k.len() as u64 + 1;
+        if *v == PLACEHOLDER {
+            found.push(off);
+        }
+        off += v.len() as u64 + 1;
+    }
+    (found[0], found[1])
+}
+
+fn program_name() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .ok()
+        .and_then(|b| {
+            b.split(|&c| c == 0)
+                .next()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+        })
+        .unwrap_or_default()
+        .replace(['\n', '='], "_")
+}
+
+fn drain_all(w: &mut binary::Writer<File>) -> std::io::Result<bool> {
+    let n = NEXT_THREAD.load(Ordering::Acquire).min(MAX_THREADS);
+    let mut any = false;
+    for (t, slot) in SLOTS.iter().enumerate().take(n) {
+        let ring = slot.load(Ordering::Acquire);
+        if ring.is_null() {
+            continue;
+        }
+        // SAFETY: rings are never unmapped; the writer is the only consumer.
+        let r = unsafe { &*ring };
+        let mut head = r.head.load(Ordering::Relaxed);
+        let tail = r.tail.load(Ordering::Acquire);
+        while head != tail {
+            // SAFETY: entries between head and tail were published by the
+            // producer's release store and are not written again until head
+            // moves past them.
+            let e = unsafe { r.entries[head % RING_ENTRIES].get().read() };
+            head = head.wrapping_add(1);
+            let op = Op::from_code(e.op).unwrap_or(Op::Untraced);
+            let rec = Record {
+                time_ns: e.time,
+                thread: t as u32,
+                op,
+                space: if e.space != 0 { Space::Dram } else { Space::Pm },
+                addr: e.addr,
+                size: e.size,
+            };
+            w.write(&rec).map_err(std::io::Error::other)?;
+            any = true;
+        }
+        r.head.store(head, Ordering::Release);
+    }
+    Ok(any)
+}
+
+fn dropped_total() -> u64 {
+    let n = NEXT_THREAD.load(Ordering::Acquire).min(MAX_THREADS);
+    let mut d = DROPPED_GLOBAL.load(Ordering::Relaxed);
+    for slot in SLOTS.iter().take(n) {
+        let ring = slot.load(Ordering::Acquire);
+        if !ring.is_null() {
+            // SAFETY: as in drain_all.
+            d += unsafe { &*ring }.dropped.load(Ordering::Relaxed);
+        }
+    }
+    d
+}
+
+fn writer_loop(mut w: binary::Writer<File>, offsets: (u64, u64)) {
+    let result = (|| -> std::io::Result<()> {
+        loop {
+            let stopping = STOP.load(Ordering::Acquire);
+            let any = drain_all(&mut w)?;
+            if stopping && !any {
+                break;
+            }
+            if !any {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        let records = w.records();
+        let mut file = w.finish().map_err(std::io::Error::other)?;
+        for (off, value) in [(offsets.0, records), (offsets.1, dropped_total())] {
+            file.seek(SeekFrom::Start(off))?;
+            file.write_all(format!("{value:020}").as_bytes())?;
+        }
+        file.flush()
+    })();
+    if let Err(e) = result {
+        let msg = format!("pmlab: trace: cannot write the trace: {e}\n");
+        // SAFETY: plain write(2) of a valid buffer to stderr.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    }
+}
+
+/// Stop recording, drain every ring and complete the file. Idempotent;
+/// does nothing in a forked child.
+pub fn finish() {
+    if IN_CHILD.load(Ordering::Relaxed) {
+        return;
+    }
+    ENABLED.store(false, Ordering::Release);
+    STOP.store(true, Ordering::Release);
+    let handle = WRITER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = handle {
+        let _ = h.join();
+    }
+}
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn at_exit() {
+    finish();
+}
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn at_fork_child() {
+    IN_CHILD.store(true, Ordering::Relaxed);
+    ENABLED.store(false, Ordering::Relaxed);
+}
+
+/// The constructor's work: start tracing if `PMLAB_TRACE_FILE` is set.
+#[cfg_attr(test, allow(dead_code))]
+fn init_from_env() {
+    let Some(path) = env(ENV_FILE) else { return };
+    if path.is_empty() {
+        return;
+    }
+    let nested = env(ENV_NESTED).is_some();
+    let path = if nested {
+        format!("{path}.{}", std::process::id())
+    } else {
+        path
+    };
+    if !nested {
+        // SAFETY: constructors run before the program starts threads.
+        unsafe { libc::setenv(c"PMLAB_TRACE_NESTED".as_ptr(), c"1".as_ptr(), 1) };
+    }
+    let pmdk = if crate::pmdk::libpmem_present() {
+        "interposed"
+    } else {
+        "absent"
+    };
+    match start(&path, &[("pmdk", pmdk)]) {
+        Ok(()) => {
+            // SAFETY: registering plain extern "C" handlers.
+            unsafe {
+                libc::atexit(at_exit);
+                libc::pthread_atfork(None, None, Some(at_fork_child));
+            }
+        }
+        Err(e) => {
+            let msg = format!(
+                "pmlab: trace: cannot record into {path}: {e}; check {ENV_FILE} names a writable file\n"
+            );
+            // SAFETY: plain write(2) to stderr.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
+    }
+}
+
+#[cfg_attr(test, allow(dead_code))]
+fn env(name: &str) -> Option<String> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getenv with a valid C string; the result is copied at once.
+    let p = unsafe { libc::getenv(c.as_ptr()) };
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: getenv returns a NUL-terminated string.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn constructor() {
+    init_from_env();
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_from_threads_reach_the_file_with_counters() {
+        let dir = std::env::temp_dir().join(format!("pmlab-tracer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.pmt");
+        start(path.to_str().unwrap(), &[("test", "1")]).unwrap();
+        record(Op::TxBegin, Space::Pm, 1, 0);
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    for j in 0..1000u64 {
+                        record(Op::Write, Space::Pm, 0x1000 * i + j * 8, 8);
+                    }
+                    record(Op::SFence, Space::Pm, 0, 0);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        record(Op::TxEnd, Space::Pm, 1, 0);
+        finish();
+        record(Op::Write, Space::Pm, 0, 8); // after finish: ignored
+        let f = std::fs::File::open(&path).unwrap();
+        let r = binary::Reader::new(std::io::BufReader::new(f)).unwrap();
+        assert_eq!(r.meta_value("test"), Some("1"));
+        assert_eq!(r.meta_value("records"), Some("00000000000000003005"));
+        assert_eq!(r.meta_value("dropped"), Some("00000000000000000000"));
+        let recs: Vec<Record> = r.collect::<Result<_, _>>().unwrap();
+        assert_eq!(recs.len(), 3005);
+        assert_eq!(recs.iter().filter(|r| r.op == Op::Write).count(), 3000);
+        let mut threads: Vec<u32> = recs.iter().map(|r| r.thread).collect();
+        threads.sort();
+        threads.dedup();
+        assert_eq!(threads, [0, 1, 2, 3]);
+        for t in 0..4 {
+            let times: Vec<u64> = recs
+                .iter()
+                .filter(|r| r.thread == t)
+                .map(|r| r.time_ns)
+                .collect();
+            assert!(
+                times.windows(2).all(|w| w[0] <= w[1]),
+                "thread {t} in order"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
