@@ -1,0 +1,337 @@
+//! The compiler-instrumented counter source (`--source instrumented`):
+//! counts serial PM and DRAM accesses from the load/store callbacks of
+//! programs built by `pmlab cc` (see [`crate::instrument_hooks`]), so that
+//! emulation works on machines without a usable PMU.
+//!
+//! Opening the source reads this machine's last-level cache geometry from
+//! sysfs, turns the hooks on and measures their cost. Each thread's
+//! counters are cumulative totals kept by the hooks; an epoch's reading is
+//! the difference since the previous epoch end, and the hooks' own cost in
+//! that epoch is reported through [`ThreadCounters::overhead_ns`] so that the
+//! runtime absorbs it like any emulator overhead.
+//!
+//! Settings (environment, read once):
+//!
+//! * `PMLAB_INSTR_PM` = `auto` (default: everything is PM until the program
+//!   maps a PM pool, then only the pool), `all` or `pool`;
+//! * `PMLAB_INSTR_LLC` = `SIZE:WAYS` (e.g. `32MiB:16`) to override sysfs;
+//! * `PMLAB_INSTR_FILL_BUFFERS` (default 10) and `PMLAB_INSTR_WINDOW`
+//!   (instrumented accesses the out-of-order window spans, default 64).
+
+use super::{EpochReading, Reading, Source, SourceKind, ThreadCounters};
+use crate::error::{Error, ErrorKind};
+use crate::instrument_hooks::{self as hooks, HookConfig, HookCosts, PmMode, ThreadTotals};
+use pmlab_model::cache::CacheConfig;
+use pmlab_model::mlp::OverlapConfig;
+use pmlab_model::units::Bytes;
+
+/// Open the instrumented source: configure and activate the hooks.
+pub fn open() -> Result<Box<dyn Source>, Error> {
+    let cfg = config_from_env(|k| std::env::var(k).ok())?;
+    hooks::activate(cfg);
+    let costs = hooks::calibrate();
+    Ok(Box::new(InstrumentedSource { cfg, costs }))
+}
+
+/// Build the hooks' configuration from `PMLAB_INSTR_*` settings (looked up
+/// with `get`) and sysfs.
+pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfig, Error> {
+    let pm_mode = match get("PMLAB_INSTR_PM").as_deref() {
+        None | Some("auto") => PmMode::Auto,
+        Some("all") => PmMode::All,
+        Some("pool") => PmMode::Pool,
+        Some(other) => {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!("PMLAB_INSTR_PM='{other}' is not one of auto, all, pool"),
+            ))
+        }
+    };
+    let llc = match get("PMLAB_INSTR_LLC") {
+        Some(s) => parse_llc(&s)?,
+        None => llc_from_sysfs(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache"))
+            .unwrap_or(CacheConfig::new(32 << 20, 16)),
+    };
+    llc.sets().map_err(|e| {
+        Error::new(
+            ErrorKind::Config,
+            format!("modelled last-level cache: {e} (set PMLAB_INSTR_LLC=SIZE:WAYS)"),
+        )
+    })?;
+    let num = |key: &str, default: u64, max: u64| -> Result<u64, Error> {
+        match get(key) {
+            None => Ok(default),
+            Some(s) => s
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|v| (1..=max).contains(v))
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Config,
+                        format!("{key}='{s}' must be an integer in 1..={max}"),
+                    )
+                }),
+        }
+    };
+    let overlap = OverlapConfig {
+        fill_buffers: num(
+            "PMLAB_INSTR_FILL_BUFFERS",
+            10,
+            pmlab_model::mlp::MAX_FILL_BUFFERS as u64,
+        )? as usize,
+        window_accesses: num("PMLAB_INSTR_WINDOW", 64, 1 << 20)?,
+    };
+    Ok(HookConfig {
+        llc,
+        overlap,
+        pm_mode,
+    })
+}
+
+fn parse_llc(s: &str) -> Result<CacheConfig, Error> {
+    let bad = || {
+        Error::new(
+            ErrorKind::Config,
+            format!("PMLAB_INSTR_LLC='{s}' must be SIZE:WAYS, e.g. 32MiB:16"),
+        )
+    };
+    let (size, ways) = s.split_once(':').ok_or_else(bad)?;
+    let size = Bytes::parse(size.trim()).map_err(|_| bad())?;
+    let ways = ways.trim().parse::<u32>().map_err(|_| bad())?;
+    Ok(CacheConfig::new(size.get(), ways))
+}
+
+/// The last-level data/unified cache described under `dir`
+/// (`/sys/devices/system/cpu/cpu0/cache`): the highest `index*/level`.
+pub fn llc_from_sysfs(dir: &std::path::Path) -> Option<CacheConfig> {
+    let mut best: Option<(u32, CacheConfig)> = None;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let p = entry.ok()?.path();
+        if !p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("index"))
+        {
+            continue;
+        }
+        let read = |f: &str| {
+            std::fs::read_to_string(p.join(f))
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        let (Some(level), Some(kind), Some(size), Some(ways)) = (
+            read("level"),
+            read("type"),
+            read("size"),
+            read("ways_of_associativity"),
+        ) else {
+            continue;
+        };
+        if kind == "Instruction" {
+            continue;
+        }
+        let level: u32 = level.parse().ok()?;
+        let size = parse_sysfs_size(&size)?;
+        let ways: u32 = ways.parse().ok()?;
+        let line: u32 = read("coherency_line_size")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(64);
+        let cfg = CacheConfig {
+            size_bytes: size,
+            ways,
+            line_bytes: line,
+        };
+        if cfg.sets().is_err() {
+            continue;
+        }
+        if best.is_none_or(|(l, _)| level > l) {
+            best = Some((level, cfg));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+fn parse_sysfs_size(s: &str) -> Option<u64> {
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mult)
+}
+
+/// The source: configuration plus the measured hook costs.
+pub struct InstrumentedSource {
+    cfg: HookConfig,
+    costs: HookCosts,
+}
+
+impl InstrumentedSource {
+    /// The hooks' configuration.
+    pub fn config(&self) -> HookConfig {
+        self.cfg
+    }
+
+    /// The measured costs of the hooks.
+    pub fn costs(&self) -> HookCosts {
+        self.costs
+    }
+}
+
+impl Source for InstrumentedSource {
+    fn name(&self) -> String {
+        "instrumented".into()
+    }
+
+    fn kind(&self) -> SourceKind {
+        SourceKind::AccessCounts
+    }
+
+    fn thread_counters(&self) -> Result<Box<dyn ThreadCounters>, Error> {
+        Ok(Box::new(InstrumentedCounters {
+            costs: self.costs,
+            last: ThreadTotals::default(),
+            last_overhead_ns: 0.0,
+        }))
+    }
+}
+
+/// One thread's view of the hooks' totals.
+pub struct InstrumentedCounters {
+    costs: HookCosts,
+    last: ThreadTotals,
+    last_overhead_ns: f64,
+}
+
+/// The reading between two totals of one thread.
+pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
+    EpochReading {
+        reading: Reading::Accesses {
+            pm_serial: (b.serial.pm - a.serial.pm).max(0.0),
+            dram_serial: (b.serial.dram - a.serial.dram).max(0.0),
+        },
+        pm_bytes: b.pm_bytes().saturating_sub(a.pm_bytes()),
+    }
+}
+
+impl ThreadCounters for InstrumentedCounters {
+    fn start(&mut self) -> Result<(), Error> {
+        // Also called in a forked child: the totals carry on from the
+        // parent's, so the baseline is simply "now".
+        self.last = hooks::totals();
+        self.last_overhead_ns = 0.0;
+        Ok(())
+    }
+
+    fn epoch_end(&mut self) -> EpochReading {
+        // Reads the thread's own counters; no allocation, no locks.
+        let now = hooks::totals();
+        let r = reading_between(&self.last, &now);
+        self.last_overhead_ns = self.costs.overhead_ns(&self.last, &now);
+        self.last = now;
+        r
+    }
+
+    fn overhead_ns(&self) -> f64 {
+        self.last_overhead_ns
+    }
+
+    fn stop(&mut self) {
+        hooks::thread_exit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmlab_model::mlp::SerialCounts;
+
+    #[test]
+    fn sysfs_geometry_picks_the_last_level() {
+        let dir = std::env::temp_dir().join(format!("pmlab-sysfs-{}", std::process::id()));
+        let mk = |i: u32, level: &str, kind: &str, size: &str, ways: &str| {
+            let d = dir.join(format!("index{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            for (f, v) in [
+                ("level", level),
+                ("type", kind),
+                ("size", size),
+                ("ways_of_associativity", ways),
+            ] {
+                std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+            }
+        };
+        mk(0, "1", "Data", "48K", "12");
+        mk(1, "1", "Instruction", "32K", "8");
+        mk(2, "2", "Unified", "1024K", "16");
+        mk(3, "3", "Unified", "32768K", "16");
+        let c = llc_from_sysfs(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(c, CacheConfig::new(32 << 20, 16));
+        assert_eq!(llc_from_sysfs(std::path::Path::new("/nonexistent")), None);
+    }
+
+    #[test]
+    fn settings_are_validated() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = config_from_env(env(&[
+            ("PMLAB_INSTR_PM", "pool"),
+            ("PMLAB_INSTR_LLC", "8MiB:16"),
+            ("PMLAB_INSTR_FILL_BUFFERS", "12"),
+        ]))
+        .unwrap();
+        assert_eq!(c.pm_mode, PmMode::Pool);
+        assert_eq!(c.llc, CacheConfig::new(8 << 20, 16));
+        assert_eq!(c.overlap.fill_buffers, 12);
+        let e = config_from_env(env(&[("PMLAB_INSTR_PM", "some")])).unwrap_err();
+        assert!(e.message().contains("auto, all, pool"), "{e}");
+        let e = config_from_env(env(&[("PMLAB_INSTR_LLC", "lots")])).unwrap_err();
+        assert!(e.message().contains("SIZE:WAYS"), "{e}");
+        let e = config_from_env(env(&[("PMLAB_INSTR_LLC", "1000:3")])).unwrap_err();
+        assert!(e.message().contains("PMLAB_INSTR_LLC"), "{e}");
+        let e = config_from_env(env(&[("PMLAB_INSTR_FILL_BUFFERS", "0")])).unwrap_err();
+        assert!(e.message().contains("1..=32"), "{e}");
+    }
+
+    #[test]
+    fn epoch_reading_is_the_difference_of_totals() {
+        let a = ThreadTotals {
+            serial: SerialCounts {
+                pm: 10.0,
+                dram: 5.0,
+                pm_misses: 10,
+                ..Default::default()
+            },
+            pm_writebacks: 2,
+            ..Default::default()
+        };
+        let b = ThreadTotals {
+            serial: SerialCounts {
+                pm: 30.0,
+                dram: 5.0,
+                pm_misses: 40,
+                ..Default::default()
+            },
+            pm_writebacks: 7,
+            ..Default::default()
+        };
+        let r = reading_between(&a, &b);
+        assert_eq!(
+            r.reading,
+            Reading::Accesses {
+                pm_serial: 20.0,
+                dram_serial: 0.0
+            }
+        );
+        assert_eq!(r.pm_bytes, (30 + 5) * 64);
+    }
+}
