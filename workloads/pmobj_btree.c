@@ -1,0 +1,306 @@
+/*
+ * pmobj_btree.c -- a transactional persistent B-tree on libpmemobj
+ *
+ * A B-tree of order 8 (up to 7 keys per node) in a libpmemobj pool.
+ * Inserts split full nodes on the way down; each insert, update and
+ * delete is one libpmemobj transaction that snapshots every node it
+ * changes (pmemobj_tx_add_range_direct) and allocates new nodes with
+ * pmemobj_tx_zalloc. Deletes take the key out of its node (an inner
+ * node's key is replaced by its predecessor from a leaf) and do not
+ * rebalance: leaves may become empty, which searches and inserts handle.
+ * One DRAM lock serialises the threads' transactions.
+ *
+ * Usage and output: see wl_common.h.
+ */
+#include <libpmemobj.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "wl_common.h"
+
+#define ORDER 8
+#define MAXK (ORDER - 1)
+#define POOL_SIZE (256UL << 20)
+
+struct node {
+	uint32_t n;
+	uint32_t leaf;
+	uint64_t keys[MAXK];
+	uint64_t vals[MAXK];
+	PMEMoid child[ORDER];
+};
+
+struct bt_root {
+	PMEMoid top;
+};
+
+static PMEMobjpool *pop;
+static struct bt_root *root;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wl_args args;
+
+static struct node *
+N(PMEMoid o)
+{
+	return pmemobj_direct(o);
+}
+
+static void
+snap(struct node *x)
+{
+	pmemobj_tx_add_range_direct(x, sizeof(*x));
+}
+
+static PMEMoid
+new_node(int leaf)
+{
+	PMEMoid o = pmemobj_tx_zalloc(sizeof(struct node), 1);
+	N(o)->leaf = (uint32_t)leaf;
+	return o;
+}
+
+/* split_child -- split x's full child i around its median (x not full) */
+static void
+split_child(struct node *x, uint32_t i)
+{
+	struct node *y = N(x->child[i]);
+	PMEMoid zo = new_node((int)y->leaf);
+	struct node *z = N(zo);
+	uint32_t mid = MAXK / 2;
+	snap(y);
+	snap(x);
+	z->n = MAXK - mid - 1;
+	for (uint32_t j = 0; j < z->n; j++) {
+		z->keys[j] = y->keys[mid + 1 + j];
+		z->vals[j] = y->vals[mid + 1 + j];
+	}
+	if (!y->leaf)
+		for (uint32_t j = 0; j <= z->n; j++)
+			z->child[j] = y->child[mid + 1 + j];
+	for (uint32_t j = x->n; j > i; j--) {
+		x->child[j + 1] = x->child[j];
+		x->keys[j] = x->keys[j - 1];
+		x->vals[j] = x->vals[j - 1];
+	}
+	x->child[i + 1] = zo;
+	x->keys[i] = y->keys[mid];
+	x->vals[i] = y->vals[mid];
+	x->n++;
+	y->n = mid;
+}
+
+/* bt_put -- insert or update, in one transaction */
+static void
+bt_put(uint64_t key, uint64_t val)
+{
+	TX_BEGIN(pop) {
+		struct node *r = N(root->top);
+		if (r->n == MAXK) {
+			PMEMoid so = new_node(0);
+			N(so)->child[0] = root->top;
+			pmemobj_tx_add_range_direct(&root->top, sizeof(PMEMoid));
+			root->top = so;
+			split_child(N(so), 0);
+			r = N(so);
+		}
+		struct node *x = r;
+		for (;;) {
+			uint32_t i = 0;
+			while (i < x->n && key > x->keys[i])
+				i++;
+			if (i < x->n && key == x->keys[i]) {
+				pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
+				x->vals[i] = val;
+				break;
+			}
+			if (x->leaf) {
+				snap(x);
+				for (uint32_t j = x->n; j > i; j--) {
+					x->keys[j] = x->keys[j - 1];
+					x->vals[j] = x->vals[j - 1];
+				}
+				x->keys[i] = key;
+				x->vals[i] = val;
+				x->n++;
+				break;
+			}
+			if (N(x->child[i])->n == MAXK) {
+				split_child(x, i);
+				if (key == x->keys[i]) {
+					pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
+					x->vals[i] = val;
+					break;
+				}
+				if (key > x->keys[i])
+					i++;
+			}
+			x = N(x->child[i]);
+		}
+	} TX_ONABORT {
+		fprintf(stderr, "pmobj_btree: error: insert aborted: %s\n", pmemobj_errormsg());
+		exit(1);
+	} TX_END
+}
+
+/* remove_at -- take key i out of node x (keys and values shift left) */
+static void
+remove_at(struct node *x, uint32_t i)
+{
+	snap(x);
+	for (uint32_t j = i; j + 1 < x->n; j++) {
+		x->keys[j] = x->keys[j + 1];
+		x->vals[j] = x->vals[j + 1];
+	}
+	x->n--;
+}
+
+/*
+ * pred_leaf -- the leaf holding the largest key under child i of x, or
+ * NULL when that subtree has no key left
+ */
+static struct node *
+pred_leaf(struct node *x, uint32_t i)
+{
+	struct node *y = N(x->child[i]);
+	while (!y->leaf) {
+		/* rightmost child with keys below it */
+		int k = (int)y->n;
+		struct node *c = NULL;
+		for (; k >= 0; k--) {
+			c = pred_leaf(y, (uint32_t)k);
+			if (c)
+				return c;
+		}
+		return NULL;
+	}
+	return y->n > 0 ? y : NULL;
+}
+
+/* bt_del -- delete key if present, in one transaction; 1 if deleted */
+static int
+bt_del(uint64_t key)
+{
+	volatile int found = 0;
+	TX_BEGIN(pop) {
+		struct node *x = N(root->top);
+		while (x) {
+			uint32_t i = 0;
+			while (i < x->n && key > x->keys[i])
+				i++;
+			if (i < x->n && key == x->keys[i]) {
+				found = 1;
+				struct node *p = x->leaf ? NULL : pred_leaf(x, i);
+				if (p) {
+					snap(x);
+					x->keys[i] = p->keys[p->n - 1];
+					x->vals[i] = p->vals[p->n - 1];
+					remove_at(p, p->n - 1);
+				} else if (x->leaf) {
+					remove_at(x, i);
+				} else {
+					/* nothing smaller below: tombstone-free
+					 * removal would need a merge; keep the key
+					 * with a zero value instead */
+					pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
+					x->vals[i] = 0;
+				}
+				break;
+			}
+			x = x->leaf ? NULL : N(x->child[i]);
+		}
+	} TX_ONABORT {
+		fprintf(stderr, "pmobj_btree: error: delete aborted: %s\n", pmemobj_errormsg());
+		exit(1);
+	} TX_END
+	return found;
+}
+
+static void
+walk(struct node *x, uint64_t *sum, uint64_t *count, uint64_t *last, int *sorted)
+{
+	for (uint32_t i = 0; i <= x->n; i++) {
+		if (!x->leaf)
+			walk(N(x->child[i]), sum, count, last, sorted);
+		if (i < x->n) {
+			if (x->keys[i] <= *last)
+				*sorted = 0;
+			*last = x->keys[i];
+			if (x->vals[i]) {
+				*sum += wl_mix(x->keys[i], x->vals[i]);
+				(*count)++;
+			}
+		}
+	}
+}
+
+struct worker {
+	int id;
+	long inserts, deletes;
+};
+
+static void *
+work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t s = wl_seed(w->id);
+	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
+	for (long i = 0; i < args.ops; i++) {
+		uint64_t r = wl_next(&s);
+		uint64_t key = wl_key(w->id, r >> 8, keys);
+		pthread_mutex_lock(&lock);
+		if ((long)(r % 100) < args.delete_pct) {
+			w->deletes += bt_del(key);
+		} else {
+			bt_put(key, r | 1);
+			w->inserts++;
+		}
+		pthread_mutex_unlock(&lock);
+	}
+	return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+	args = wl_parse(argc, argv);
+	unlink(args.path);
+	pop = pmemobj_create(args.path, "pmlab_btree", POOL_SIZE, 0600);
+	if (!pop) {
+		fprintf(stderr, "pmobj_btree: error: cannot create pool %s: %s\n",
+			args.path, pmemobj_errormsg());
+		return 1;
+	}
+	root = pmemobj_direct(pmemobj_root(pop, sizeof(*root)));
+	TX_BEGIN(pop) {
+		pmemobj_tx_add_range_direct(root, sizeof(*root));
+		root->top = new_node(1);
+	} TX_END
+
+	pthread_t tid[64];
+	struct worker ws[64];
+	double t0 = wl_now();
+	for (int t = 0; t < args.threads; t++) {
+		ws[t] = (struct worker){ t, 0, 0 };
+		pthread_create(&tid[t], NULL, work, &ws[t]);
+	}
+	long inserts = 0, deletes = 0;
+	for (int t = 0; t < args.threads; t++) {
+		pthread_join(tid[t], NULL);
+		inserts += ws[t].inserts;
+		deletes += ws[t].deletes;
+	}
+	double secs = wl_now() - t0;
+	uint64_t sum = 0, present = 0, last = 0;
+	int sorted = 1;
+	walk(N(root->top), &sum, &present, &last, &sorted);
+	if (!sorted) {
+		fprintf(stderr, "pmobj_btree: error: keys out of order after the run\n");
+		return 1;
+	}
+	long ops = args.ops * args.threads;
+	printf("workload=pmobj_btree threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
+		args.threads, ops, inserts, deletes, (unsigned long)present,
+		(unsigned long)sum, secs, ops / secs);
+	pmemobj_close(pop);
+	return 0;
+}

@@ -1,0 +1,186 @@
+/*
+ * pmobj_hashmap.c -- a transactional persistent hash map on libpmemobj
+ *
+ * Chained hash map in a libpmemobj pool: a bucket array of object ids,
+ * entries allocated in transactions. Every insert, update and delete is
+ * one libpmemobj transaction (undo logging: snapshot with
+ * pmemobj_tx_add_range_direct, allocate with pmemobj_tx_alloc, free with
+ * pmemobj_tx_free). Threads work on disjoint keys and take a DRAM lock
+ * per bucket around their transaction.
+ *
+ * Usage and output: see wl_common.h. Run it under `pmlab trace` to record
+ * its PM behaviour through libpmem's entry points.
+ */
+#include <libpmemobj.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "wl_common.h"
+
+#define NBUCKETS 4096
+#define POOL_SIZE (256UL << 20)
+
+struct entry {
+	uint64_t key;
+	uint64_t value;
+	PMEMoid next;
+};
+
+struct hm_root {
+	uint64_t nbuckets;
+	PMEMoid buckets; /* PMEMoid[nbuckets] */
+};
+
+static PMEMobjpool *pop;
+static PMEMoid *buckets;
+static pthread_mutex_t locks[NBUCKETS];
+static struct wl_args args;
+
+struct worker {
+	int id;
+	long inserts, deletes;
+};
+
+static uint64_t
+bucket_of(uint64_t key)
+{
+	return (key * 0x9E3779B97F4A7C15ULL) >> 52; /* 12 bits: NBUCKETS */
+}
+
+/* hm_put -- insert or update key in one transaction */
+static void
+hm_put(uint64_t key, uint64_t value)
+{
+	uint64_t b = bucket_of(key);
+	pthread_mutex_lock(&locks[b]);
+	TX_BEGIN(pop) {
+		PMEMoid cur = buckets[b];
+		struct entry *e = NULL;
+		while (!OID_IS_NULL(cur)) {
+			e = pmemobj_direct(cur);
+			if (e->key == key)
+				break;
+			cur = e->next;
+			e = NULL;
+		}
+		if (e) {
+			pmemobj_tx_add_range_direct(&e->value, sizeof(e->value));
+			e->value = value;
+		} else {
+			PMEMoid n = pmemobj_tx_alloc(sizeof(struct entry), 1);
+			struct entry *ne = pmemobj_direct(n);
+			ne->key = key;
+			ne->value = value;
+			ne->next = buckets[b];
+			pmemobj_tx_add_range_direct(&buckets[b], sizeof(PMEMoid));
+			buckets[b] = n;
+		}
+	} TX_ONABORT {
+		fprintf(stderr, "pmobj_hashmap: error: insert aborted: %s\n",
+			pmemobj_errormsg());
+		exit(1);
+	} TX_END
+	pthread_mutex_unlock(&locks[b]);
+}
+
+/* hm_del -- delete key if present, in one transaction; 1 if deleted */
+static int
+hm_del(uint64_t key)
+{
+	uint64_t b = bucket_of(key);
+	volatile int found = 0;
+	pthread_mutex_lock(&locks[b]);
+	TX_BEGIN(pop) {
+		PMEMoid *link = &buckets[b];
+		while (!OID_IS_NULL(*link)) {
+			struct entry *e = pmemobj_direct(*link);
+			if (e->key == key) {
+				PMEMoid victim = *link;
+				pmemobj_tx_add_range_direct(link, sizeof(PMEMoid));
+				*link = e->next;
+				pmemobj_tx_free(victim);
+				found = 1;
+				break;
+			}
+			link = &e->next;
+		}
+	} TX_ONABORT {
+		fprintf(stderr, "pmobj_hashmap: error: delete aborted: %s\n",
+			pmemobj_errormsg());
+		exit(1);
+	} TX_END
+	pthread_mutex_unlock(&locks[b]);
+	return found;
+}
+
+static void *
+work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t s = wl_seed(w->id);
+	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
+	for (long i = 0; i < args.ops; i++) {
+		uint64_t r = wl_next(&s);
+		uint64_t key = wl_key(w->id, r >> 8, keys);
+		if ((long)(r % 100) < args.delete_pct) {
+			w->deletes += hm_del(key);
+		} else {
+			hm_put(key, r | 1);
+			w->inserts++;
+		}
+	}
+	return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+	args = wl_parse(argc, argv);
+	unlink(args.path);
+	pop = pmemobj_create(args.path, "pmlab_hashmap", POOL_SIZE, 0600);
+	if (!pop) {
+		fprintf(stderr, "pmobj_hashmap: error: cannot create pool %s: %s\n",
+			args.path, pmemobj_errormsg());
+		return 1;
+	}
+	struct hm_root *root = pmemobj_direct(pmemobj_root(pop, sizeof(*root)));
+	TX_BEGIN(pop) {
+		pmemobj_tx_add_range_direct(root, sizeof(*root));
+		root->nbuckets = NBUCKETS;
+		root->buckets = pmemobj_tx_zalloc(NBUCKETS * sizeof(PMEMoid), 2);
+	} TX_END
+	buckets = pmemobj_direct(root->buckets);
+	for (int i = 0; i < NBUCKETS; i++)
+		pthread_mutex_init(&locks[i], NULL);
+
+	pthread_t tid[64];
+	struct worker ws[64];
+	double t0 = wl_now();
+	for (int t = 0; t < args.threads; t++) {
+		ws[t] = (struct worker){ t, 0, 0 };
+		pthread_create(&tid[t], NULL, work, &ws[t]);
+	}
+	long inserts = 0, deletes = 0;
+	for (int t = 0; t < args.threads; t++) {
+		pthread_join(tid[t], NULL);
+		inserts += ws[t].inserts;
+		deletes += ws[t].deletes;
+	}
+	double secs = wl_now() - t0;
+
+	uint64_t sum = 0, present = 0;
+	for (int b = 0; b < NBUCKETS; b++) {
+		for (PMEMoid cur = buckets[b]; !OID_IS_NULL(cur);) {
+			struct entry *e = pmemobj_direct(cur);
+			sum += wl_mix(e->key, e->value);
+			present++;
+			cur = e->next;
+		}
+	}
+	long ops = args.ops * args.threads;
+	printf("workload=pmobj_hashmap threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
+		args.threads, ops, inserts, deletes, (unsigned long)present,
+		(unsigned long)sum, secs, ops / secs);
+	pmemobj_close(pop);
+	return 0;
+}
