@@ -379,12 +379,14 @@ pub fn calibrate() -> HookCosts {
         best = best.min(t.elapsed().as_nanos() as f64 / N as f64);
     }
     // Cost of two TSC reads, as the slow path takes them.
-    let mut tsc_best = u64::MAX;
-    for _ in 0..1000 {
+    let mut pairs = [0u64; 1001];
+    for p in pairs.iter_mut() {
         let a = tsc();
         let b = tsc();
-        tsc_best = tsc_best.min(b.wrapping_sub(a));
+        *p = b.wrapping_sub(a);
     }
+    pairs.sort_unstable();
+    let tsc_best = pairs[pairs.len() / 2];
     let elapsed_ns = c0.elapsed().as_nanos() as f64;
     let ticks = tsc().wrapping_sub(k0) as f64;
     let tsc_ghz = if elapsed_ns > 0.0 {

@@ -1,0 +1,194 @@
+//! Integration tests of `pmlab cc` / `pmlab c++` and the instrumented
+//! counter source (issue 3): each test works in a fresh temporary directory
+//! and runs the built `pmlab` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
+
+fn project_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cc-project")
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("pmlab-instr-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// libpmlab.so must sit next to the pmlab binary; build it when a
+/// `cargo test -p pmlab-cli` did not.
+fn ensure_runtime() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = Path::new(PMLAB).parent().unwrap();
+        if dir.join("libpmlab.so").is_file() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "pmlab-runtime"]);
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo to build libpmlab.so");
+        assert!(st.success(), "building libpmlab.so failed");
+    });
+}
+
+fn copy_project(to: &Path) {
+    for e in std::fs::read_dir(project_dir()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// True when the ELF file imports the load/store hooks.
+fn imports_hooks(path: &Path) -> bool {
+    let data = std::fs::read(path).unwrap();
+    data.windows(20).any(|w| w == b"__sanitizer_cov_load")
+}
+
+fn needs_pmlab_so(path: &Path) -> bool {
+    let out = run(Command::new("ldd").arg(path));
+    String::from_utf8_lossy(&out.stdout).contains("libpmlab.so")
+}
+
+#[test]
+fn cc_builds_a_multi_file_project_with_make() {
+    ensure_runtime();
+    let t = TempDir::new("make");
+    copy_project(&t.0);
+    run(Command::new("make")
+        .arg("-s")
+        .arg(format!("CC={PMLAB} cc"))
+        .current_dir(&t.0));
+    // Separate compile steps wrote dependency files; the link made a program
+    // that imports the hooks and finds libpmlab.so through its rpath.
+    assert!(t.0.join("list.d").is_file());
+    let exe = t.0.join("listsum");
+    assert!(imports_hooks(&exe));
+    assert!(needs_pmlab_so(&exe));
+    // Outside `pmlab run` it runs normally.
+    let out = run(Command::new(&exe).arg("1000"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 499500\n");
+    // The same project built with plain clang has no hooks.
+    run(Command::new("make")
+        .arg("-s")
+        .arg("clean")
+        .current_dir(&t.0));
+    run(Command::new("make")
+        .arg("-s")
+        .arg("CC=clang-14")
+        .current_dir(&t.0));
+    assert!(!imports_hooks(&exe));
+}
+
+#[test]
+fn cc_is_a_drop_in_compiler_for_cmake() {
+    if Command::new("cmake").arg("--version").output().is_err() {
+        eprintln!("cmake not installed: CMake case not run");
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("cmake");
+    let build = t.0.join("build");
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(project_dir())
+        .arg("-B")
+        .arg(&build)
+        .env("CC", format!("{PMLAB} cc")));
+    run(Command::new("cmake").arg("--build").arg(&build));
+    let exe = build.join("listsum");
+    assert!(imports_hooks(&exe));
+    let out = run(Command::new(&exe).arg("777"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 301476\n");
+}
+
+#[test]
+fn cc_passes_queries_and_preprocessing_through() {
+    let out = run(Command::new(PMLAB).args(["cc", "--version"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("clang version"));
+    let t = TempDir::new("pp");
+    std::fs::write(t.0.join("a.c"), "#define X 41\nint x = X + 1;\n").unwrap();
+    let out = run(Command::new(PMLAB)
+        .args(["cc", "-E", "a.c"])
+        .current_dir(&t.0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("int x = 41 + 1;"));
+    // -c compiles with instrumentation but does not need the runtime.
+    std::fs::write(
+        t.0.join("b.c"),
+        "long f(long *p) { return p[1]; }\nvoid g(long *p) { p[0] = 1; }\n",
+    )
+    .unwrap();
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-c", "b.c", "-o", "b.o"])
+        .current_dir(&t.0));
+    assert!(imports_hooks(&t.0.join("b.o")));
+    // Compiler errors keep the compiler's exit status.
+    std::fs::write(t.0.join("bad.c"), "int main( {\n").unwrap();
+    let out = Command::new(PMLAB)
+        .args(["cc", "-c", "bad.c"])
+        .current_dir(&t.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn cxx_builds_cpp() {
+    ensure_runtime();
+    let t = TempDir::new("cxx");
+    std::fs::write(
+        t.0.join("v.cpp"),
+        "#include <vector>\n#include <cstdio>\nint main() { std::vector<long> v(100, 2); long s = 0; for (long x : v) s += x; std::printf(\"%ld\\n\", s); }\n",
+    )
+    .unwrap();
+    run(Command::new(PMLAB)
+        .args(["c++", "-O2", "-o", "v", "v.cpp"])
+        .current_dir(&t.0));
+    let out = run(&mut Command::new(t.0.join("v")));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200\n");
+    assert!(imports_hooks(&t.0.join("v")));
+}
+
+#[test]
+fn missing_compiler_is_a_one_line_error() {
+    let out = Command::new(PMLAB)
+        .args(["cc", "-c", "x.c"])
+        .env("PMLAB_CLANG", "/nonexistent/clang")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("pmlab: error: PMLAB_CLANG="), "{err}");
+}
