@@ -1,17 +1,246 @@
-//! `pmlab trace`: not implemented yet (see the README's status table).
+//! `pmlab trace -o app.pmt -- ./app args`: run a program under libpmlab
+//! with tracing on and report what was recorded.
+//!
+//! The recording itself is done inside the program by the runtime's tracer
+//! (`crates/runtime/src/tracer.rs`, started by `PMLAB_TRACE_FILE`); this
+//! command finds libpmlab, starts the program with it preloaded, waits, and
+//! checks the trace (records, threads, drops, whether the tracer finished).
+
+use anyhow::{bail, Context};
+use pmlab_trace::binary;
+use serde_json::json;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
 
 /// Arguments of `pmlab trace`.
 #[derive(clap::Args)]
-#[command(disable_help_flag = false)]
 pub struct Args {
-    /// Everything after the command.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    /// The trace file to write (.pmt).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Also run the program once without tracing first and report the
+    /// tracing overhead (the program runs twice).
+    #[arg(long)]
+    pub overhead: bool,
+    /// Print the summary as one JSON line on stdout (after the program's
+    /// own output) instead of a sentence on stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// The program and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Where libpmlab.so is: `$PMLAB_RUNTIME`, else next to the pmlab binary
+/// (cargo's target directory), else `../lib/` from it.
+pub fn find_runtime() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("PMLAB_RUNTIME") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!(
+            "PMLAB_RUNTIME={} is not a file: point it at libpmlab.so",
+            p.display()
+        );
+    }
+    let exe = std::env::current_exe().context("cannot locate the pmlab binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [
+        dir.join("libpmlab.so"),
+        dir.join("../lib/libpmlab.so"),
+        dir.join("../libpmlab.so"),
+    ] {
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "cannot find libpmlab.so next to {}: build it with `cargo build --release -p pmlab-runtime` or set PMLAB_RUNTIME",
+        exe.display()
+    )
+}
+
+fn command(args: &Args, runtime: Option<&Path>, out: Option<&Path>) -> Command {
+    let mut c = Command::new(&args.command[0]);
+    c.args(&args.command[1..]);
+    c.env_remove("PMLAB_TRACE_NESTED");
+    c.env_remove("PMLAB_TRACE_FILE");
+    if std::env::var_os("PMEM_IS_PMEM_FORCE").is_none() {
+        // Without it libpmemobj msyncs a pool on ordinary memory instead of
+        // calling libpmem's flush and drain (see runtime/src/pmdk.rs).
+        c.env("PMEM_IS_PMEM_FORCE", "1");
+    }
+    if let Some(rt) = runtime {
+        let mut pre = rt.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD") {
+            if !old.is_empty() {
+                pre.push(":");
+                pre.push(old);
+            }
+        }
+        c.env("LD_PRELOAD", pre);
+    }
+    if let Some(o) = out {
+        c.env("PMLAB_TRACE_FILE", o);
+    }
+    c
+}
+
+fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => (c.clamp(0, 255) as u8, format!("exit {c}")),
+        (None, Some(s)) => (128 + s as u8, format!("killed by signal {s}")),
+        _ => (1, "unknown status".into()),
+    }
 }
 
 /// Run the command.
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!(
-        "'pmlab trace' is not implemented yet in this build; see the README's status table"
-    )
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let runtime = find_runtime()?;
+    let out = if args.output.is_absolute() {
+        args.output.clone()
+    } else {
+        std::env::current_dir()?.join(&args.output)
+    };
+    // Fail early, with a clear message, on an unwritable output.
+    File::create(&out).with_context(|| format!("cannot create trace file {}", out.display()))?;
+    std::fs::remove_file(&out).ok();
+
+    let baseline = if args.overhead {
+        let t = Instant::now();
+        let status = command(&args, None, None)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .with_context(|| format!("cannot run {}", args.command[0]))?;
+        if !status.success() {
+            bail!(
+                "the untraced run of {} failed ({}); --overhead needs a program that succeeds",
+                args.command[0],
+                exit_code(status).1
+            );
+        }
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+
+    let t = Instant::now();
+    let status = command(&args, Some(&runtime), Some(&out))
+        .status()
+        .with_context(|| format!("cannot run {}", args.command[0]))?;
+    let secs = t.elapsed().as_secs_f64();
+    let (code, how) = exit_code(status);
+
+    if !out.exists() {
+        bail!(
+            "{} wrote no trace: it did not load {} (statically linked or setuid program?)",
+            args.command[0],
+            runtime.display()
+        );
+    }
+    let summary = inspect(&out)?;
+    let children = child_traces(&out);
+    let overhead = baseline.map(|b| secs / b.max(1e-9));
+    if args.json {
+        let v = json!({
+            "trace": out.display().to_string(),
+            "records": summary.records,
+            "threads": summary.threads,
+            "dropped": summary.dropped,
+            "finished": summary.finished,
+            "program_status": how,
+            "seconds": secs,
+            "baseline_seconds": baseline,
+            "overhead": overhead,
+            "child_traces": children.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        let mut msg = format!(
+            "pmlab: trace: {} records from {} threads in {} ({how}, {secs:.3} s)",
+            summary.records,
+            summary.threads,
+            out.display()
+        );
+        if let (Some(b), Some(o)) = (baseline, overhead) {
+            msg.push_str(&format!("; untraced {b:.3} s, overhead {o:.2}x"));
+        }
+        eprintln!("{msg}");
+        if summary.dropped > 0 {
+            eprintln!(
+                "pmlab: trace: warning: {} records were dropped (a thread's ring was full); the analysis undercounts",
+                summary.dropped
+            );
+        }
+        if !summary.finished {
+            eprintln!("pmlab: trace: warning: the program ended without running exit handlers (_exit or a signal); the trace holds what was written before");
+        }
+        for c in &children {
+            eprintln!("pmlab: trace: an exec'd child wrote {}", c.display());
+        }
+    }
+    Ok(code)
+}
+
+/// What a trace file holds.
+pub struct Summary {
+    /// Records read.
+    pub records: u64,
+    /// Distinct threads.
+    pub threads: u64,
+    /// Records the tracer dropped.
+    pub dropped: u64,
+    /// The tracer finished the file (its header counters are filled in).
+    pub finished: bool,
+}
+
+/// Read a trace written by the tracer and check it.
+pub fn inspect(path: &Path) -> anyhow::Result<Summary> {
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let r = binary::Reader::new(BufReader::new(f))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        .with_name(path.display().to_string());
+    let num = |k: &str| r.meta_value(k).and_then(|v| v.parse::<u64>().ok());
+    let header_records = num("records").unwrap_or(0);
+    let dropped = num("dropped").unwrap_or(0);
+    let mut records = 0u64;
+    let mut seen = std::collections::HashSet::new();
+    for rec in r {
+        let rec = rec?;
+        records += 1;
+        seen.insert(rec.thread);
+    }
+    Ok(Summary {
+        records,
+        threads: seen.len() as u64,
+        dropped,
+        finished: header_records == records && (records > 0 || dropped == 0),
+    })
+}
+
+fn child_traces(out: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (out.parent(), out.file_name()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.strip_prefix(&prefix).is_some_and(|pid| {
+                        !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+                    })
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }
