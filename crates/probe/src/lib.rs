@@ -1,1 +1,9 @@
-//! LENS probes and inference (work in progress: see issue 5).
+//! LENS probes for pmlab (work in progress).
+#![deny(missing_docs)]
+mod error;
+pub mod host;
+pub mod infer;
+pub mod pattern;
+pub mod probes;
+pub use error::{Error, ErrorKind};
+pub use pattern::{Op, Target};
