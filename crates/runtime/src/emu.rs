@@ -1,0 +1,870 @@
+//! The emulator proper: process state, thread registry, epochs, the
+//! monitor thread, the epoch signal, fork handling and the exit report.
+//!
+//! Lifecycle (one atomic state machine, [`State`]): `Uninit` → `Active`
+//! (emulating) or `Passive` (API only, no `PMLAB_ACTIVE`) or `Failed`
+//! (bad configuration: the program is stopped before `main` with one line).
+//!
+//! Concurrency rules:
+//! * every registered thread owns one [`ThreadState`] slot; slots are
+//!   allocated once and never freed (the monitor may read any slot at any
+//!   time); a slot is live while its `tid` is non-zero;
+//! * a thread's counters, overhead account and write model are touched
+//!   only by that thread, inside its `busy` re-entrancy guard; the epoch
+//!   signal handler, finding the guard taken, defers its epoch to the
+//!   guard's release;
+//! * the handler saves errno, uses only atomics, the thread's own
+//!   pre-allocated state and the TSC, and never blocks.
+
+use crate::clock::{self, rdtsc, ticks_to_ns};
+use crate::config::{self, Config, Throttle};
+use crate::real;
+use crate::source::{self, ModelParams, Source, ThreadCounters};
+use crate::stats::{self, Summary};
+use libc::{c_int, c_void};
+use pmlab_model::quartz::{self, OverheadAccount, WriteModel};
+use std::cell::{Cell, UnsafeCell};
+use std::ptr::null_mut;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+use std::sync::OnceLock;
+
+/// Most threads tracked at once; threads beyond are run but not emulated
+/// (counted in the stats).
+pub const MAX_THREADS: usize = 16384;
+
+/// Process state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    /// Not initialised yet.
+    Uninit = 0,
+    /// Initialisation in progress.
+    Initialising = 1,
+    /// Emulating.
+    Active = 2,
+    /// PM API only.
+    Passive = 3,
+    /// Initialisation failed.
+    Failed = 4,
+}
+
+static STATE: AtomicU8 = AtomicU8::new(State::Uninit as u8);
+
+/// Why an epoch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The monitor's signal (maximum epoch length reached).
+    Timer = 0,
+    /// A synchronisation point after the minimum epoch length.
+    Sync = 1,
+    /// Thread or process exit.
+    Exit = 2,
+}
+
+/// Per-thread statistics: written by the owner, read by anyone.
+#[derive(Default)]
+pub struct ThreadStats {
+    /// Epochs by [`Cause`].
+    pub epochs: [AtomicU64; 3],
+    /// Delay the model asked for (latency + bandwidth), ns.
+    pub requested_ns: AtomicU64,
+    /// Delay injected, ns.
+    pub injected_ns: AtomicU64,
+    /// Bandwidth stretch included in the requested delay, ns.
+    pub stretch_ns: AtomicU64,
+    /// Emulator overhead, ns.
+    pub overhead_ns: AtomicU64,
+    /// Overhead not yet absorbed, ns.
+    pub pending_overhead_ns: AtomicU64,
+    /// Overhead in TSC ticks (for per-epoch cycles).
+    pub overhead_ticks: AtomicU64,
+    /// Program time covered by epochs, ns.
+    pub epoch_time_ns: AtomicU64,
+    /// Write-model stall paid at durability points, ns.
+    pub write_delay_ns: AtomicU64,
+    /// Cache lines flushed through the API.
+    pub flushes: AtomicU64,
+    /// Bytes moved to/from PM as reported by the source.
+    pub pm_bytes: AtomicU64,
+}
+
+/// One registered thread.
+pub struct ThreadState {
+    /// Kernel thread id; 0 when the slot is free.
+    pub tid: AtomicI32,
+    /// TSC at the start of the current epoch (`u64::MAX` while an epoch
+    /// is being closed).
+    pub epoch_start: AtomicU64,
+    /// The monitor sent a signal not yet handled.
+    pub signal_pending: AtomicBool,
+    /// Re-entrancy guard: the thread is inside the runtime.
+    pub busy: AtomicBool,
+    /// A timer epoch arrived while busy.
+    pub deferred: AtomicBool,
+    counters: UnsafeCell<Option<Box<dyn ThreadCounters>>>,
+    account: UnsafeCell<OverheadAccount>,
+    write: UnsafeCell<Option<WriteModel>>,
+    /// Statistics.
+    pub stats: ThreadStats,
+}
+
+// SAFETY: the UnsafeCell fields are only touched by the owning thread
+// under `busy` (or single-threaded after fork).
+unsafe impl Sync for ThreadState {}
+
+static SLOTS: [AtomicPtr<ThreadState>; MAX_THREADS] =
+    [const { AtomicPtr::new(null_mut()) }; MAX_THREADS];
+/// Highest slot index ever used + 1.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+static UNTRACKED: AtomicU64 = AtomicU64::new(0);
+static THREADS_SEEN: AtomicU64 = AtomicU64::new(0);
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+static MONITOR_ON: AtomicBool = AtomicBool::new(false);
+static SIGNALS_SENT: AtomicU64 = AtomicU64::new(0);
+static KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
+static FORKED: AtomicBool = AtomicBool::new(false);
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+struct Globals {
+    cfg: Config,
+    source: Box<dyn Source>,
+    params: ModelParams,
+    min_ticks: u64,
+    max_ticks: u64,
+    throttle: Throttle,
+    mba_note: String,
+    init_ns: u64,
+}
+
+static GLOBALS: OnceLock<Globals> = OnceLock::new();
+
+thread_local! {
+    static ME: Cell<*const ThreadState> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Finished threads' summaries (guarded by a spin lock reset at fork).
+struct Finished {
+    lock: AtomicBool,
+    list: UnsafeCell<Vec<Summary>>,
+}
+// SAFETY: `list` is only touched with `lock` held.
+unsafe impl Sync for Finished {}
+static FINISHED: Finished = Finished {
+    lock: AtomicBool::new(false),
+    list: UnsafeCell::new(Vec::new()),
+};
+
+fn with_finished<R>(f: impl FnOnce(&mut Vec<Summary>) -> R) -> R {
+    while FINISHED
+        .lock
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+    }
+    // SAFETY: lock held.
+    let r = f(unsafe { &mut *FINISHED.list.get() });
+    FINISHED.lock.store(false, Ordering::Release);
+    r
+}
+
+/// Print one line and stop the process (for failures before `main`).
+pub fn die(msg: &str) -> ! {
+    let line = format!("pmlab: runtime: error: {msg}\n");
+    // SAFETY: write(2) to stderr and _exit are async-signal-safe.
+    unsafe {
+        libc::write(2, line.as_ptr() as *const c_void, line.len());
+        libc::_exit(2)
+    }
+}
+
+/// A real function could not be found.
+pub fn fatal(name: &[u8]) -> ! {
+    let n = String::from_utf8_lossy(&name[..name.len().saturating_sub(1)]).into_owned();
+    die(&format!(
+        "cannot find the real '{n}' in the C library (unsupported libc?)"
+    ))
+}
+
+/// The current state.
+#[inline]
+pub fn state() -> State {
+    match STATE.load(Ordering::Acquire) {
+        2 => State::Active,
+        3 => State::Passive,
+        4 => State::Failed,
+        1 => State::Initialising,
+        _ => State::Uninit,
+    }
+}
+
+/// True when emulating (fast path: one relaxed load).
+#[inline]
+pub fn active() -> bool {
+    STATE.load(Ordering::Relaxed) == State::Active as u8
+}
+
+/// The epoch signal number (0 before initialisation).
+#[inline]
+pub fn our_signal() -> c_int {
+    SIGNAL.load(Ordering::Relaxed)
+}
+
+/// The configuration once initialised.
+pub fn cfg() -> Option<&'static Config> {
+    GLOBALS.get().map(|g| &g.cfg)
+}
+
+/// The calling thread's state, if registered.
+#[inline]
+pub fn current() -> Option<&'static ThreadState> {
+    let p = ME.with(|c| c.get());
+    // SAFETY: slots are never freed.
+    unsafe { p.as_ref() }
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Initialise once (called from the library constructor, and lazily from
+/// any entry point reached before it).
+#[cold]
+pub fn init() {
+    if STATE
+        .compare_exchange(
+            State::Uninit as u8,
+            State::Initialising as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        return;
+    }
+    let t0 = clock::monotonic_ns();
+    real::resolve_all();
+    let check = std::env::var("PMLAB_CHECK").is_ok_and(|v| v == "1");
+    let cfg = match config::get() {
+        Ok(c) => c.clone(),
+        Err(e) => {
+            if check || std::env::var("PMLAB_ACTIVE").is_ok_and(|v| v == "1") {
+                STATE.store(State::Failed as u8, Ordering::Release);
+                die(e.message());
+            }
+            // Not under `pmlab run`: keep the API working with defaults.
+            STATE.store(State::Passive as u8, Ordering::Release);
+            return;
+        }
+    };
+    if !cfg.active && !check {
+        clock::set_tsc_ghz(
+            cfg.tsc_ghz
+                .unwrap_or_else(|| clock::measure_tsc_ghz(2_000_000)),
+        );
+        STATE.store(State::Passive as u8, Ordering::Release);
+        return;
+    }
+    let source = match source::open(&cfg.source) {
+        Ok(s) => s,
+        Err(e) => {
+            STATE.store(State::Failed as u8, Ordering::Release);
+            die(e.message());
+        }
+    };
+    let (throttle, mba_note) = match crate::mba::decide(&cfg) {
+        Ok(x) => x,
+        Err(e) => {
+            STATE.store(State::Failed as u8, Ordering::Release);
+            die(&e);
+        }
+    };
+    if check {
+        let line = format!("ok source={} throttle={}\n", source.name(), throttle.name());
+        // SAFETY: write(2) and _exit.
+        unsafe {
+            libc::write(1, line.as_ptr() as *const c_void, line.len());
+            libc::_exit(0);
+        }
+    }
+    let tsc = cfg
+        .tsc_ghz
+        .unwrap_or_else(|| clock::measure_tsc_ghz(5_000_000));
+    clock::set_tsc_ghz(tsc);
+    let params = ModelParams {
+        cpu_ghz: cfg.cpu_ghz.unwrap_or(tsc),
+        dram_latency_ns: cfg.dram_latency_ns,
+        pm_latency_ns: cfg.pm_latency_ns,
+        remote_latency_ns: cfg.remote_latency_ns,
+        w: cfg.w,
+    };
+    let g = Globals {
+        min_ticks: clock::ns_to_ticks(cfg.epoch_min_ns),
+        max_ticks: clock::ns_to_ticks(cfg.epoch_max_ns),
+        throttle,
+        mba_note,
+        cfg,
+        source,
+        params,
+        init_ns: 0,
+    };
+    let _ = GLOBALS.set(g);
+    let g = GLOBALS.get().expect("just set");
+    // SAFETY: plain libc calls with valid arguments.
+    unsafe {
+        let sig = libc::SIGRTMIN() + g.cfg.signal_offset;
+        SIGNAL.store(sig, Ordering::Relaxed);
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if real::sigaction()(sig, &sa, std::ptr::null_mut()) != 0 {
+            STATE.store(State::Failed as u8, Ordering::Release);
+            die("cannot install the epoch signal handler");
+        }
+        let mut key: libc::pthread_key_t = 0;
+        if libc::pthread_key_create(&mut key, Some(on_thread_exit)) == 0 {
+            KEY.store(key as usize, Ordering::Relaxed);
+        }
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        );
+        libc::atexit(on_exit);
+    }
+    STATE.store(State::Active as u8, Ordering::Release);
+    register_current();
+    start_monitor();
+    let took = clock::monotonic_ns() - t0;
+    INIT_NS.store(took, Ordering::Relaxed);
+    let _ = g.init_ns;
+}
+
+static INIT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Register the calling thread (from the thread trampoline, the
+/// constructor for the main thread, or lazily).
+pub fn register_current() -> Option<&'static ThreadState> {
+    if let Some(t) = current() {
+        return Some(t);
+    }
+    let g = GLOBALS.get()?;
+    let tid = gettid();
+    THREADS_SEEN.fetch_add(1, Ordering::Relaxed);
+    let slot = claim_slot(tid)?;
+    // SAFETY: we own the slot now (tid claimed); nobody else touches the cells.
+    unsafe {
+        let mut counters = g.source.thread_counters().ok();
+        if let Some(c) = counters.as_mut() {
+            if c.start().is_err() {
+                counters = None;
+            }
+        }
+        *slot.counters.get() = counters;
+        *slot.account.get() = OverheadAccount::default();
+        *slot.write.get() = (g.cfg.write_latency_ns > 0.0)
+            .then(|| WriteModel::new(g.cfg.write_latency_ns, g.cfg.write_parallelism));
+        let key = KEY.load(Ordering::Relaxed);
+        if key != usize::MAX {
+            libc::pthread_setspecific(
+                key as libc::pthread_key_t,
+                slot as *const ThreadState as *const c_void,
+            );
+        }
+    }
+    slot.epoch_start.store(rdtsc(), Ordering::Release);
+    ME.with(|c| c.set(slot));
+    Some(slot)
+}
+
+fn reset_stats(s: &ThreadStats) {
+    for e in &s.epochs {
+        e.store(0, Ordering::Relaxed);
+    }
+    for a in [
+        &s.requested_ns,
+        &s.injected_ns,
+        &s.stretch_ns,
+        &s.overhead_ns,
+        &s.pending_overhead_ns,
+        &s.overhead_ticks,
+        &s.epoch_time_ns,
+        &s.write_delay_ns,
+        &s.flushes,
+        &s.pm_bytes,
+    ] {
+        a.store(0, Ordering::Relaxed);
+    }
+}
+
+fn claim_slot(tid: i32) -> Option<&'static ThreadState> {
+    for (i, slot_ptr) in SLOTS.iter().enumerate() {
+        let p = slot_ptr.load(Ordering::Acquire);
+        if p.is_null() {
+            let fresh = Box::into_raw(Box::new(ThreadState {
+                tid: AtomicI32::new(tid),
+                epoch_start: AtomicU64::new(u64::MAX),
+                signal_pending: AtomicBool::new(false),
+                busy: AtomicBool::new(false),
+                deferred: AtomicBool::new(false),
+                counters: UnsafeCell::new(None),
+                account: UnsafeCell::new(OverheadAccount::default()),
+                write: UnsafeCell::new(None),
+                stats: ThreadStats::default(),
+            }));
+            match slot_ptr.compare_exchange(null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    HIGH.fetch_max(i + 1, Ordering::AcqRel);
+                    // SAFETY: just published, never freed.
+                    return Some(unsafe { &*fresh });
+                }
+                Err(other) => {
+                    // SAFETY: fresh was never shared.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    // SAFETY: slots are never freed.
+                    let t = unsafe { &*other };
+                    if t.tid
+                        .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        reset_slot(t);
+                        return Some(t);
+                    }
+                }
+            }
+        } else {
+            // SAFETY: slots are never freed.
+            let t = unsafe { &*p };
+            if t.tid.load(Ordering::Relaxed) == 0
+                && t.tid
+                    .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                reset_slot(t);
+                return Some(t);
+            }
+        }
+    }
+    UNTRACKED.fetch_add(1, Ordering::Relaxed);
+    None
+}
+
+fn reset_slot(t: &ThreadState) {
+    t.epoch_start.store(u64::MAX, Ordering::Relaxed);
+    t.signal_pending.store(false, Ordering::Relaxed);
+    t.busy.store(false, Ordering::Relaxed);
+    t.deferred.store(false, Ordering::Relaxed);
+    reset_stats(&t.stats);
+}
+
+/// End the calling thread's epoch now. `t0` is the TSC at entry. Caller
+/// holds the thread's `busy` guard. Async-signal-safe.
+fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
+    let Some(g) = GLOBALS.get() else { return };
+    let start = t.epoch_start.swap(u64::MAX, Ordering::AcqRel);
+    let epoch_ns = if start == u64::MAX {
+        0.0
+    } else {
+        ticks_to_ns(t0.saturating_sub(start))
+    };
+    // SAFETY: owner thread under the busy guard.
+    let (counters, account) = unsafe { (&mut *t.counters.get(), &mut *t.account.get()) };
+    let (reading, source_overhead) = match counters.as_mut() {
+        Some(c) => (c.epoch_end(), c.overhead_ns()),
+        None => (Default::default(), 0.0),
+    };
+    let delay = reading.delay_ns(&g.params);
+    let stretch = match (g.throttle, g.cfg.pm_bytes_per_ns) {
+        (Throttle::Software, Some(bw)) => {
+            quartz::bandwidth_stretch_ns(reading.pm_bytes as f64, epoch_ns + delay, bw)
+        }
+        _ => 0.0,
+    };
+    let t1 = rdtsc();
+    let overhead = ticks_to_ns(t1.saturating_sub(t0)) + source_overhead;
+    let inject = account.settle(delay + stretch, overhead);
+    let end = if !g.cfg.no_inject && inject > 0.0 {
+        clock::spin_ns(inject)
+    } else {
+        rdtsc()
+    };
+    let s = &t.stats;
+    s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
+    s.requested_ns
+        .fetch_add((delay + stretch) as u64, Ordering::Relaxed);
+    s.injected_ns.fetch_add(inject as u64, Ordering::Relaxed);
+    s.stretch_ns.fetch_add(stretch as u64, Ordering::Relaxed);
+    s.overhead_ns.fetch_add(overhead as u64, Ordering::Relaxed);
+    s.overhead_ticks
+        .fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
+    s.pending_overhead_ns
+        .store(account.pending_ns as u64, Ordering::Relaxed);
+    s.epoch_time_ns
+        .fetch_add(epoch_ns as u64, Ordering::Relaxed);
+    s.pm_bytes.fetch_add(reading.pm_bytes, Ordering::Relaxed);
+    t.epoch_start.store(end, Ordering::Release);
+}
+
+/// Take the guard; false when the thread is already inside the runtime.
+#[inline]
+fn enter(t: &ThreadState) -> bool {
+    !t.busy.swap(true, Ordering::Acquire)
+}
+
+/// Release the guard, running any timer epoch deferred meanwhile.
+#[inline]
+fn leave(t: &ThreadState) {
+    loop {
+        t.busy.store(false, Ordering::Release);
+        if !t.deferred.load(Ordering::Relaxed) {
+            return;
+        }
+        if !enter(t) {
+            return; // the signal handler got it
+        }
+        if t.deferred.swap(false, Ordering::AcqRel) {
+            end_epoch(t, Cause::Timer, rdtsc());
+        }
+    }
+}
+
+/// A synchronisation point: end the epoch if it is at least the minimum
+/// length, so the delay is paid before other threads can observe it.
+#[inline]
+pub fn sync_point() {
+    if !active() {
+        return;
+    }
+    let Some(t) = current() else { return };
+    sync_point_for(t);
+}
+
+fn sync_point_for(t: &ThreadState) {
+    let Some(g) = GLOBALS.get() else { return };
+    if !enter(t) {
+        return;
+    }
+    let now = rdtsc();
+    let start = t.epoch_start.load(Ordering::Relaxed);
+    if start != u64::MAX && now.saturating_sub(start) >= g.min_ticks {
+        end_epoch(t, Cause::Sync, now);
+    }
+    leave(t);
+}
+
+extern "C" fn on_signal(_sig: c_int) {
+    // SAFETY: __errno_location is the thread's errno.
+    let saved = unsafe { *libc::__errno_location() };
+    if let Some(t) = current() {
+        t.signal_pending.store(false, Ordering::Relaxed);
+        if enter(t) {
+            end_epoch(t, Cause::Timer, rdtsc());
+            leave(t);
+        } else {
+            t.deferred.store(true, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: restoring errno.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+fn summary_of(t: &ThreadState, tid: i32) -> Summary {
+    let s = &t.stats;
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Summary {
+        tid,
+        epochs: [l(&s.epochs[0]), l(&s.epochs[1]), l(&s.epochs[2])],
+        requested_ns: l(&s.requested_ns),
+        injected_ns: l(&s.injected_ns),
+        stretch_ns: l(&s.stretch_ns),
+        overhead_ns: l(&s.overhead_ns),
+        pending_overhead_ns: l(&s.pending_overhead_ns),
+        overhead_ticks: l(&s.overhead_ticks),
+        epoch_time_ns: l(&s.epoch_time_ns),
+        write_delay_ns: l(&s.write_delay_ns),
+        flushes: l(&s.flushes),
+        pm_bytes: l(&s.pm_bytes),
+    }
+}
+
+/// The calling thread is leaving: close its last epoch, keep its summary,
+/// free its slot.
+fn finish_thread(t: &ThreadState) {
+    if enter(t) {
+        end_epoch(t, Cause::Exit, rdtsc());
+        // SAFETY: owner thread, under the guard.
+        unsafe {
+            if let Some(mut c) = (*t.counters.get()).take() {
+                c.stop();
+            }
+        }
+    }
+    let tid = t.tid.load(Ordering::Relaxed);
+    let sum = summary_of(t, tid);
+    with_finished(|l| l.push(sum));
+    ME.with(|c| c.set(std::ptr::null()));
+    t.epoch_start.store(u64::MAX, Ordering::Relaxed);
+    t.busy.store(false, Ordering::Release);
+    t.tid.store(0, Ordering::Release);
+}
+
+unsafe extern "C" fn on_thread_exit(p: *mut c_void) {
+    if let Some(t) = (p as *const ThreadState).as_ref() {
+        if current().is_some_and(|c| std::ptr::eq(c, t)) {
+            finish_thread(t);
+        }
+    }
+}
+
+extern "C" fn on_exit() {
+    if let Some(t) = current() {
+        finish_thread(t);
+    }
+    report();
+}
+
+/// Write the exit report (once).
+pub fn report() {
+    if REPORTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(g) = GLOBALS.get() else { return };
+    MONITOR_ON.store(false, Ordering::Release);
+    let mut threads = with_finished(|l| l.clone());
+    let high = HIGH.load(Ordering::Acquire);
+    for slot in SLOTS.iter().take(high) {
+        let p = slot.load(Ordering::Acquire);
+        // SAFETY: slots are never freed.
+        if let Some(t) = unsafe { p.as_ref() } {
+            let tid = t.tid.load(Ordering::Acquire);
+            if tid != 0 {
+                threads.push(summary_of(t, tid));
+            }
+        }
+    }
+    let rep = stats::Report {
+        pid: std::process::id(),
+        source: g.source.name(),
+        inject: !g.cfg.no_inject,
+        pm_latency_ns: g.cfg.pm_latency_ns,
+        dram_latency_ns: g.cfg.dram_latency_ns,
+        remote_latency_ns: g.cfg.remote_latency_ns,
+        epoch_min_ns: g.cfg.epoch_min_ns,
+        epoch_max_ns: g.cfg.epoch_max_ns,
+        tsc_ghz: clock::tsc_ghz(),
+        throttle: g.throttle.name().to_string(),
+        throttle_note: g.mba_note.clone(),
+        init_ns: INIT_NS.load(Ordering::Relaxed),
+        threads_seen: THREADS_SEEN.load(Ordering::Relaxed),
+        threads_untracked: UNTRACKED.load(Ordering::Relaxed),
+        signals_sent: SIGNALS_SENT.load(Ordering::Relaxed),
+        forked_child: FORKED.load(Ordering::Relaxed),
+        threads,
+    };
+    match &g.cfg.stats_file {
+        Some(path) => {
+            // A forked child (or a process other than the launched one)
+            // writes next to the main file, never over it.
+            let mine = g.cfg.launcher_pid.is_none_or(|lp| {
+                // SAFETY: getppid has no preconditions.
+                unsafe { libc::getppid() == lp }
+            }) && !FORKED.load(Ordering::Relaxed);
+            let path = if mine {
+                path.clone()
+            } else {
+                format!("{path}.{}", std::process::id())
+            };
+            let _ = std::fs::write(&path, rep.to_json());
+        }
+        None => {
+            if g.cfg.stats_stderr {
+                let text = rep.to_text();
+                // SAFETY: write(2) to stderr.
+                unsafe { libc::write(2, text.as_ptr() as *const c_void, text.len()) };
+            }
+        }
+    }
+}
+
+fn start_monitor() {
+    MONITOR_ON.store(true, Ordering::Release);
+    // SAFETY: the real pthread_create with a valid start routine; the
+    // monitor is not registered (it bypasses our hook).
+    unsafe {
+        let mut th: libc::pthread_t = 0;
+        let r = real::pthread_create()(&mut th, std::ptr::null(), monitor_main, null_mut());
+        if r == 0 {
+            libc::pthread_detach(th);
+        } else {
+            MONITOR_ON.store(false, Ordering::Release);
+        }
+    }
+}
+
+extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
+    let Some(g) = GLOBALS.get() else {
+        return null_mut();
+    };
+    let sig = our_signal();
+    // SAFETY: block our own signal in the monitor; plain libc calls.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        real::pthread_sigmask()(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    // Wake four times per maximum epoch, between 50 us and 5 ms.
+    let period = (g.cfg.epoch_max_ns / 4.0).clamp(50e3, 5e6) as i64;
+    let ts = libc::timespec {
+        tv_sec: period / 1_000_000_000,
+        tv_nsec: period % 1_000_000_000,
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    while MONITOR_ON.load(Ordering::Acquire) {
+        // SAFETY: nanosleep with a valid timespec.
+        unsafe { libc::nanosleep(&ts, null_mut()) };
+        let now = rdtsc();
+        let high = HIGH.load(Ordering::Acquire);
+        for slot in SLOTS.iter().take(high) {
+            let p = slot.load(Ordering::Acquire);
+            // SAFETY: slots are never freed.
+            let Some(t) = (unsafe { p.as_ref() }) else {
+                continue;
+            };
+            let tid = t.tid.load(Ordering::Acquire);
+            let start = t.epoch_start.load(Ordering::Acquire);
+            if tid == 0 || start == u64::MAX || now.saturating_sub(start) < g.max_ticks {
+                continue;
+            }
+            if !t.signal_pending.swap(true, Ordering::AcqRel) {
+                // SAFETY: tgkill to a thread of our own process.
+                unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, sig) };
+                SIGNALS_SENT.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    null_mut()
+}
+
+extern "C" fn before_fork() {
+    while FINISHED
+        .lock
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+    }
+}
+
+extern "C" fn after_fork_parent() {
+    FINISHED.lock.store(false, Ordering::Release);
+}
+
+/// In the child only the forking thread exists: drop every other thread's
+/// state, start the forking thread's counters again, restart the monitor.
+extern "C" fn after_fork_child() {
+    FINISHED.lock.store(false, Ordering::Release);
+    crate::pool::reset_after_fork();
+    FORKED.store(true, Ordering::Relaxed);
+    REPORTED.store(false, Ordering::Relaxed);
+    // SAFETY: single-threaded now; we own the list.
+    unsafe { (*FINISHED.list.get()).clear() };
+    let me = current().map(|t| t as *const ThreadState);
+    let high = HIGH.load(Ordering::Acquire);
+    for slot in SLOTS.iter().take(high) {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() || Some(p as *const ThreadState) == me {
+            continue;
+        }
+        // SAFETY: the owner thread does not exist in the child.
+        unsafe {
+            let t = &*p;
+            if t.tid.load(Ordering::Relaxed) != 0 {
+                if let Some(mut c) = (*t.counters.get()).take() {
+                    c.stop();
+                }
+                t.tid.store(0, Ordering::Release);
+            }
+        }
+    }
+    if let Some(t) = current() {
+        t.tid.store(gettid(), Ordering::Release);
+        reset_stats(&t.stats);
+        // SAFETY: owner thread.
+        unsafe {
+            *t.account.get() = OverheadAccount::default();
+            if let Some(c) = (*t.counters.get()).as_mut() {
+                if c.start().is_err() {
+                    *t.counters.get() = None;
+                }
+            }
+        }
+        t.busy.store(false, Ordering::Relaxed);
+        t.deferred.store(false, Ordering::Relaxed);
+        t.signal_pending.store(false, Ordering::Relaxed);
+        t.epoch_start.store(rdtsc(), Ordering::Release);
+    }
+    SIGNALS_SENT.store(0, Ordering::Relaxed);
+    if active() {
+        start_monitor();
+    }
+}
+
+/// A cache line was flushed by the calling thread (write model).
+#[inline]
+pub fn note_flushes(n: usize) {
+    if !active() {
+        return;
+    }
+    let Some(t) = current() else { return };
+    t.stats.flushes.fetch_add(n as u64, Ordering::Relaxed);
+    if !enter(t) {
+        return;
+    }
+    // SAFETY: owner thread under the guard.
+    if let Some(w) = unsafe { (*t.write.get()).as_mut() } {
+        let now = ticks_to_ns(rdtsc());
+        for _ in 0..n {
+            w.flush(now);
+        }
+    }
+    leave(t);
+}
+
+/// A durability point: stall until the flushes still in flight in the
+/// write model complete. Returns the stall in ns.
+#[inline]
+pub fn durability_point() -> f64 {
+    if !active() {
+        return 0.0;
+    }
+    let Some(t) = current() else { return 0.0 };
+    let Some(g) = GLOBALS.get() else { return 0.0 };
+    if !enter(t) {
+        return 0.0;
+    }
+    let mut wait = 0.0;
+    // SAFETY: owner thread under the guard.
+    if let Some(w) = unsafe { (*t.write.get()).as_mut() } {
+        wait = w.drain(ticks_to_ns(rdtsc()));
+        if wait > 0.0 && !g.cfg.no_inject {
+            clock::spin_ns(wait);
+        }
+        t.stats
+            .write_delay_ns
+            .fetch_add(wait as u64, Ordering::Relaxed);
+    }
+    leave(t);
+    wait
+}
+
+/// Statistics of the monitor (for tests and benchmarks).
+pub fn signals_sent() -> u64 {
+    SIGNALS_SENT.load(Ordering::Relaxed)
+}

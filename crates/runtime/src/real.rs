@@ -1,0 +1,61 @@
+//! The real libc/libpthread functions behind our hooks, resolved once with
+//! `dlsym(RTLD_NEXT)` and cached.
+
+use libc::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Resolve `name` (NUL-terminated) in the objects after ours.
+fn resolve(cache: &AtomicUsize, name: &[u8]) -> usize {
+    let p = cache.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: name is NUL-terminated; dlsym is safe to call.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+    if f == 0 {
+        crate::emu::fatal(name);
+    }
+    cache.store(f, Ordering::Relaxed);
+    f
+}
+
+macro_rules! real {
+    ($($name:ident : fn($($arg:ty),*) -> $ret:ty;)*) => {
+        $(
+            /// The real function of this name.
+            #[allow(non_snake_case)]
+            #[inline]
+            pub fn $name() -> unsafe extern "C" fn($($arg),*) -> $ret {
+                static CACHE: AtomicUsize = AtomicUsize::new(0);
+                let f = resolve(&CACHE, concat!(stringify!($name), "\0").as_bytes());
+                // SAFETY: dlsym returned the address of this very function.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(f) }
+            }
+        )*
+        /// Resolve every real function now (at initialisation).
+        pub fn resolve_all() {
+            $( let _ = $name(); )*
+        }
+    };
+}
+
+/// Start routine of a thread.
+pub type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
+
+real! {
+    pthread_create: fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut c_void) -> c_int;
+    pthread_join: fn(libc::pthread_t, *mut *mut c_void) -> c_int;
+    pthread_mutex_unlock: fn(*mut libc::pthread_mutex_t) -> c_int;
+    pthread_cond_signal: fn(*mut libc::pthread_cond_t) -> c_int;
+    pthread_cond_broadcast: fn(*mut libc::pthread_cond_t) -> c_int;
+    pthread_cond_wait: fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t) -> c_int;
+    pthread_cond_timedwait: fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t, *const libc::timespec) -> c_int;
+    pthread_rwlock_unlock: fn(*mut libc::pthread_rwlock_t) -> c_int;
+    pthread_spin_unlock: fn(*mut libc::pthread_spinlock_t) -> c_int;
+    pthread_barrier_wait: fn(*mut libc::pthread_barrier_t) -> c_int;
+    sem_post: fn(*mut libc::sem_t) -> c_int;
+    sigaction: fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    signal: fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    sigprocmask: fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+    pthread_sigmask: fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+}

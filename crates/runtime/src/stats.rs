@@ -1,0 +1,266 @@
+//! The exit report: per-thread and total epochs by cause, delays, overhead,
+//! amortisation and advice on the epoch length (as Quartz reports them).
+//! JSON is written by hand (the runtime carries no serialisation crate).
+
+/// One thread's numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Summary {
+    /// Kernel thread id.
+    pub tid: i32,
+    /// Epochs ended by the timer, at sync points, at exit.
+    pub epochs: [u64; 3],
+    /// Delay asked for by the model (latency + bandwidth), ns.
+    pub requested_ns: u64,
+    /// Delay injected, ns.
+    pub injected_ns: u64,
+    /// Bandwidth stretch part of `requested_ns`.
+    pub stretch_ns: u64,
+    /// Emulator overhead, ns.
+    pub overhead_ns: u64,
+    /// Overhead never absorbed, ns.
+    pub pending_overhead_ns: u64,
+    /// Overhead in TSC ticks.
+    pub overhead_ticks: u64,
+    /// Program time covered by epochs, ns.
+    pub epoch_time_ns: u64,
+    /// Write-model stall at durability points, ns.
+    pub write_delay_ns: u64,
+    /// Lines flushed through the API.
+    pub flushes: u64,
+    /// Bytes moved to/from PM according to the source.
+    pub pm_bytes: u64,
+}
+
+impl Summary {
+    fn add(&mut self, o: &Summary) {
+        for i in 0..3 {
+            self.epochs[i] += o.epochs[i];
+        }
+        self.requested_ns += o.requested_ns;
+        self.injected_ns += o.injected_ns;
+        self.stretch_ns += o.stretch_ns;
+        self.overhead_ns += o.overhead_ns;
+        self.pending_overhead_ns += o.pending_overhead_ns;
+        self.overhead_ticks += o.overhead_ticks;
+        self.epoch_time_ns += o.epoch_time_ns;
+        self.write_delay_ns += o.write_delay_ns;
+        self.flushes += o.flushes;
+        self.pm_bytes += o.pm_bytes;
+    }
+
+    fn total_epochs(&self) -> u64 {
+        self.epochs.iter().sum()
+    }
+
+    fn json(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = write!(
+            out,
+            "{{\"tid\":{},\"epochs\":{},\"epochs_timer\":{},\"epochs_sync\":{},\"epochs_exit\":{},\
+             \"requested_delay_ns\":{},\"injected_delay_ns\":{},\"bandwidth_stretch_ns\":{},\
+             \"overhead_ns\":{},\"unabsorbed_overhead_ns\":{},\"amortised\":{},\
+             \"overhead_cycles_per_epoch\":{:.0},\"epoch_time_ns\":{},\"write_delay_ns\":{},\
+             \"flushed_lines\":{},\"pm_bytes\":{}}}",
+            self.tid,
+            self.total_epochs(),
+            self.epochs[0],
+            self.epochs[1],
+            self.epochs[2],
+            self.requested_ns,
+            self.injected_ns,
+            self.stretch_ns,
+            self.overhead_ns,
+            self.pending_overhead_ns,
+            self.pending_overhead_ns == 0,
+            self.overhead_ticks as f64 / self.total_epochs().max(1) as f64,
+            self.epoch_time_ns,
+            self.write_delay_ns,
+            self.flushes,
+            self.pm_bytes
+        );
+    }
+}
+
+/// The whole process's report.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Process id.
+    pub pid: u32,
+    /// Counter source name.
+    pub source: String,
+    /// Delays were injected (not `--no-inject`).
+    pub inject: bool,
+    /// Emulated PM latency, ns.
+    pub pm_latency_ns: f64,
+    /// DRAM latency used, ns.
+    pub dram_latency_ns: f64,
+    /// Remote latency in two-memory mode.
+    pub remote_latency_ns: Option<f64>,
+    /// Minimum epoch, ns.
+    pub epoch_min_ns: f64,
+    /// Maximum epoch, ns.
+    pub epoch_max_ns: f64,
+    /// TSC frequency used.
+    pub tsc_ghz: f64,
+    /// Bandwidth throttle used (`none`, `software`, `mba`).
+    pub throttle: String,
+    /// Note on the throttle.
+    pub throttle_note: String,
+    /// Runtime initialisation time, ns.
+    pub init_ns: u64,
+    /// Threads registered.
+    pub threads_seen: u64,
+    /// Threads not tracked (registry full).
+    pub threads_untracked: u64,
+    /// Signals sent by the monitor.
+    pub signals_sent: u64,
+    /// This process is a forked child.
+    pub forked_child: bool,
+    /// Per thread.
+    pub threads: Vec<Summary>,
+}
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+impl Report {
+    /// Sum of every thread.
+    pub fn total(&self) -> Summary {
+        let mut t = Summary::default();
+        for s in &self.threads {
+            t.add(s);
+        }
+        t
+    }
+
+    /// Advice on the epoch settings, as one sentence.
+    pub fn advice(&self) -> String {
+        let t = self.total();
+        let n = t.total_epochs().max(1) as f64;
+        let mean_epoch = t.epoch_time_ns as f64 / n;
+        let mean_overhead = t.overhead_ns as f64 / n;
+        if t.pending_overhead_ns > 0 && t.requested_ns < t.overhead_ns {
+            return format!(
+                "the emulator's overhead ({} ns) was not amortised by the delays: the program is not memory-bound at this latency, or epochs are too short; raise --epoch-min/--epoch-max or measure with --no-inject",
+                t.pending_overhead_ns
+            );
+        }
+        if mean_epoch > 0.0 && mean_overhead > 0.05 * mean_epoch {
+            return format!(
+                "epochs are short for their cost ({:.0} ns of overhead per {:.0} ns epoch): raise --epoch-min",
+                mean_overhead, mean_epoch
+            );
+        }
+        if t.epoch_time_ns > 0
+            && t.requested_ns as f64 > 0.5 * t.epoch_time_ns as f64
+            && self.epoch_max_ns > 1e6
+        {
+            return "memory-bound program: a shorter --epoch-max (e.g. 1ms) improves accuracy"
+                .into();
+        }
+        "epoch settings look right for this program".into()
+    }
+
+    /// JSON (one object).
+    pub fn to_json(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
+        let t = self.total();
+        let _ = write!(
+            o,
+            "{{\"pmlab_stats\":1,\"pid\":{},\"source\":\"{}\",\"inject\":{},\"pm_latency_ns\":{},\
+             \"dram_latency_ns\":{},\"remote_latency_ns\":{},\"epoch_min_ns\":{},\"epoch_max_ns\":{},\
+             \"tsc_ghz\":{:.4},\"bandwidth_throttle\":\"{}\",\"throttle_note\":\"{}\",\"init_ns\":{},\
+             \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
+             \"advice\":\"{}\",\"total\":",
+            self.pid,
+            esc(&self.source),
+            self.inject,
+            self.pm_latency_ns,
+            self.dram_latency_ns,
+            self.remote_latency_ns.map_or("null".to_string(), |v| v.to_string()),
+            self.epoch_min_ns,
+            self.epoch_max_ns,
+            self.tsc_ghz,
+            esc(&self.throttle),
+            esc(&self.throttle_note),
+            self.init_ns,
+            self.threads_seen,
+            self.threads_untracked,
+            self.signals_sent,
+            self.forked_child,
+            esc(&self.advice())
+        );
+        t.json(&mut o);
+        o.push_str(",\"threads\":[");
+        for (i, s) in self.threads.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            s.json(&mut o);
+        }
+        o.push_str("]}\n");
+        o
+    }
+
+    /// Human-readable text (stderr).
+    pub fn to_text(&self) -> String {
+        let t = self.total();
+        format!(
+            "pmlab: {} threads, {} epochs ({} timer, {} sync, {} exit), delay injected {:.3} ms of {:.3} ms requested{}, overhead {:.3} ms ({}), write stalls {:.3} ms, source {}, bandwidth throttle {}\npmlab: advice: {}\n",
+            self.threads.len(),
+            t.total_epochs(),
+            t.epochs[0],
+            t.epochs[1],
+            t.epochs[2],
+            t.injected_ns as f64 / 1e6,
+            t.requested_ns as f64 / 1e6,
+            if self.inject { "" } else { " (--no-inject: not injected)" },
+            t.overhead_ns as f64 / 1e6,
+            if t.pending_overhead_ns == 0 { "amortised".to_string() } else { format!("{} ns not amortised", t.pending_overhead_ns) },
+            t.write_delay_ns as f64 / 1e6,
+            self.source,
+            self.throttle,
+            self.advice()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_json_shape() {
+        let a = Summary {
+            tid: 1,
+            epochs: [2, 3, 1],
+            requested_ns: 1000,
+            injected_ns: 900,
+            overhead_ns: 100,
+            epoch_time_ns: 10_000,
+            ..Default::default()
+        };
+        let r = Report {
+            source: "synthetic:\"x\"".into(),
+            threads: vec![a, a],
+            ..Default::default()
+        };
+        assert_eq!(r.total().epochs, [4, 6, 2]);
+        let j = r.to_json();
+        assert!(j.contains("\"epochs_sync\":6"));
+        assert!(j.contains("synthetic:\\\"x\\\""));
+        assert!(j.contains("\"amortised\":true"));
+        assert!(r.to_text().contains("12 epochs"));
+    }
+}
