@@ -1,0 +1,284 @@
+//! `imc`: an integrated memory controller with one channel per device,
+//! interleaved at a configurable granularity. Each channel has a read
+//! pending queue (bounded outstanding reads) and a write pending queue (the
+//! ADR persistence domain) that drains to its device in FIFO order over a
+//! bus with a per-line transfer time, combining writes to a line that is
+//! still waiting (until a fence). Reads of a line still in the WPQ are
+//! forwarded from it.
+//!
+//! The WPQ is evaluated lazily: an entry's departure is computed only when
+//! a later arrival needs to know whether it is still there.
+
+use super::Controller;
+use crate::config::Params;
+use crate::device::Device;
+use crate::stats::Stats;
+use crate::Error;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+struct WEntry {
+    line: u64,
+    ready: f64,
+    depart: Option<f64>,
+    sealed: bool,
+}
+
+struct Channel {
+    dev: Box<dyn Device>,
+    wpq: VecDeque<WEntry>,
+    /// Completion times (f64 bits; all non-negative) of outstanding reads.
+    rpq: BinaryHeap<Reverse<u64>>,
+    bus_free: f64,
+}
+
+/// The integrated memory controller.
+pub struct Imc {
+    channels: Vec<Channel>,
+    gran: u64,
+    wpq_cap: usize,
+    rpq_cap: usize,
+    xfer: f64,
+    fwd_ns: f64,
+    // stats
+    reads: u64,
+    writes: u64,
+    merges: u64,
+    forwards: u64,
+    wpq_full: u64,
+    wpq_wait: f64,
+    rpq_wait: f64,
+    occ_sum: u64,
+}
+
+impl Imc {
+    /// Build from parameters (child table `dimm`, instantiated once per
+    /// channel).
+    pub fn build(p: &mut Params) -> Result<Imc, Error> {
+        let n = p.count("channels", 1, 1, 64, "channels, one device each")?;
+        let gran = p.bytes(
+            "interleave",
+            4096,
+            64,
+            "interleaving granularity across channels (LENS III-D: 4 KiB)",
+        )?;
+        if !gran.is_power_of_two() {
+            return Err(Error::config(format!(
+                "parameter '{}.interleave' ({gran} B) must be a power of two",
+                p.path()
+            )));
+        }
+        let wpq = p.bytes(
+            "wpq_bytes",
+            512,
+            64,
+            "write pending queue per channel (LENS III-C: 512 B)",
+        )?;
+        let rpq = p.count("rpq_entries", 32, 1, 4096, "outstanding reads per channel")?;
+        let xfer = p.ns(
+            "write_xfer_ns",
+            20.0,
+            "bus time to move one 64 B line from the WPQ to the device",
+        )?;
+        let fwd = p.ns("forward_ns", 10.0, "latency of a read served from the WPQ")?;
+        let mut channels = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            channels.push(Channel {
+                dev: p.device("dimm")?,
+                wpq: VecDeque::new(),
+                rpq: BinaryHeap::new(),
+                bus_free: 0.0,
+            });
+        }
+        Ok(Imc {
+            channels,
+            gran,
+            wpq_cap: (wpq / 64) as usize,
+            rpq_cap: rpq as usize,
+            xfer,
+            fwd_ns: fwd,
+            reads: 0,
+            writes: 0,
+            merges: 0,
+            forwards: 0,
+            wpq_full: 0,
+            wpq_wait: 0.0,
+            rpq_wait: 0.0,
+            occ_sum: 0,
+        })
+    }
+
+    #[inline]
+    fn route(&self, addr: u64) -> (usize, u64) {
+        let n = self.channels.len() as u64;
+        if n == 1 {
+            return (0, addr);
+        }
+        let chunk = addr / self.gran;
+        (
+            (chunk % n) as usize,
+            (chunk / n) * self.gran + addr % self.gran,
+        )
+    }
+}
+
+impl Channel {
+    /// Start the front entry's transfer to the device (computes its
+    /// departure time).
+    fn launch_front(&mut self, xfer: f64) -> f64 {
+        let front = self.wpq.front_mut().expect("non-empty WPQ");
+        if let Some(d) = front.depart {
+            return d;
+        }
+        let offer = front.ready.max(self.bus_free);
+        let accepted = self.dev.write(front.line, offer);
+        let depart = accepted + xfer;
+        front.depart = Some(depart);
+        self.bus_free = depart;
+        depart
+    }
+
+    /// Retire every WPQ entry that has left by `t`.
+    fn advance(&mut self, t: f64, xfer: f64) {
+        while let Some(front) = self.wpq.front() {
+            let d = match front.depart {
+                Some(d) => d,
+                None => {
+                    if front.ready.max(self.bus_free) > t {
+                        break;
+                    }
+                    self.launch_front(xfer)
+                }
+            };
+            if d <= t {
+                self.wpq.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+impl Controller for Imc {
+    fn read(&mut self, addr: u64, t: f64) -> f64 {
+        self.reads += 1;
+        let (c, dev_addr) = self.route(addr);
+        let (xfer, cap, fwd) = (self.xfer, self.rpq_cap, self.fwd_ns);
+        let ch = &mut self.channels[c];
+        ch.advance(t, xfer);
+        let line = dev_addr & !63;
+        if ch.wpq.iter().any(|e| e.line == line) {
+            self.forwards += 1;
+            return t + fwd;
+        }
+        while let Some(Reverse(b)) = ch.rpq.peek() {
+            if f64::from_bits(*b) <= t {
+                ch.rpq.pop();
+            } else {
+                break;
+            }
+        }
+        let mut start = t;
+        if ch.rpq.len() >= cap {
+            let Reverse(b) = ch.rpq.pop().expect("full RPQ");
+            start = f64::from_bits(b).max(t);
+            self.rpq_wait += start - t;
+        }
+        let done = ch.dev.read(line, start);
+        ch.rpq.push(Reverse(done.max(0.0).to_bits()));
+        done
+    }
+
+    fn write(&mut self, addr: u64, t: f64) -> f64 {
+        self.writes += 1;
+        let (c, dev_addr) = self.route(addr);
+        let (xfer, cap) = (self.xfer, self.wpq_cap);
+        let ch = &mut self.channels[c];
+        ch.advance(t, xfer);
+        self.occ_sum += ch.wpq.len() as u64;
+        let line = dev_addr & !63;
+        if ch
+            .wpq
+            .iter()
+            .any(|e| e.line == line && !e.sealed && e.depart.is_none())
+        {
+            self.merges += 1;
+            return t;
+        }
+        let mut at = t;
+        if ch.wpq.len() >= cap {
+            self.wpq_full += 1;
+        }
+        while ch.wpq.len() >= cap {
+            let d = ch.launch_front(xfer);
+            at = at.max(d);
+            ch.wpq.pop_front();
+        }
+        self.wpq_wait += at - t;
+        ch.wpq.push_back(WEntry {
+            line,
+            ready: at,
+            depart: None,
+            sealed: false,
+        });
+        at
+    }
+
+    fn fence(&mut self, t: f64) {
+        let xfer = self.xfer;
+        for ch in &mut self.channels {
+            ch.advance(t, xfer);
+            for e in ch.wpq.iter_mut() {
+                e.sealed = true;
+            }
+            ch.dev.fence(t);
+        }
+    }
+
+    fn drain(&mut self, t: f64) -> f64 {
+        let xfer = self.xfer;
+        let mut end = t;
+        for ch in &mut self.channels {
+            while !ch.wpq.is_empty() {
+                end = end.max(ch.launch_front(xfer));
+                ch.wpq.pop_front();
+            }
+            end = end.max(ch.dev.drain(t));
+        }
+        end
+    }
+
+    fn stats(&self, s: &mut Stats) {
+        s.set("reads", self.reads as f64, "count");
+        s.set("writes", self.writes as f64, "count");
+        s.set("wpq_merges", self.merges as f64, "count");
+        s.set("wpq_read_forwards", self.forwards as f64, "count");
+        s.set("wpq_full_arrivals", self.wpq_full as f64, "count");
+        s.set("wpq_wait", self.wpq_wait, "ns");
+        s.set(
+            "wpq_mean_occupancy",
+            self.occ_sum as f64 / self.writes.max(1) as f64,
+            "lines",
+        );
+        s.set("rpq_wait", self.rpq_wait, "ns");
+        for (i, ch) in self.channels.iter().enumerate() {
+            let mut c = Stats::new(format!("dimm{i}"));
+            ch.dev.stats(&mut c);
+            s.push(c);
+        }
+    }
+
+    fn reset_stats(&mut self) {
+        self.reads = 0;
+        self.writes = 0;
+        self.merges = 0;
+        self.forwards = 0;
+        self.wpq_full = 0;
+        self.wpq_wait = 0.0;
+        self.rpq_wait = 0.0;
+        self.occ_sum = 0;
+        for ch in &mut self.channels {
+            ch.dev.reset_stats();
+        }
+    }
+}

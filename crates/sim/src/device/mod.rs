@@ -1,0 +1,40 @@
+//! Memory devices: what sits behind one channel of a memory controller.
+//!
+//! Contract of [`Device`]: time is in nanoseconds of simulated time; the
+//! caller offers requests in (nearly) non-decreasing time order and a device
+//! treats an earlier time as "now". Addresses are device-local (the
+//! controller has already removed the interleaving bits) and 64-byte
+//! aligned. A device computes each request's completion from when its
+//! resources (banks, buses, queues, media) become free; it never scans idle
+//! state cycle by cycle.
+//!
+//! Implementations, one per file, registered in `registry.rs`:
+//! `ddr4` ([`ddr4`]), `nvram` ([`nvram`]), `cxl` ([`cxl`]), `fixed-latency`
+//! ([`fixed`]).
+
+use crate::stats::Stats;
+
+pub mod cxl;
+pub mod ddr4;
+pub mod fixed;
+pub mod nvram;
+
+/// A memory device (a DIMM or a CXL memory device).
+pub trait Device {
+    /// A 64-byte read arriving at the device at `t`; returns the time its
+    /// data is back at the controller's side of the device.
+    fn read(&mut self, addr: u64, t: f64) -> f64;
+    /// A 64-byte write offered by the controller at `t`; returns the time
+    /// the device accepted it (the controller's queue slot is free then).
+    fn write(&mut self, addr: u64, t: f64) -> f64;
+    /// A fence reached the controller at `t`: pending writes stop accepting
+    /// combining (LENS III-C: an mfence flushes the WPQ and the LSQ).
+    fn fence(&mut self, _t: f64) {}
+    /// Push every buffered write to the media, starting no earlier than
+    /// `t`; returns when the last one got there.
+    fn drain(&mut self, t: f64) -> f64;
+    /// Append this device's statistics to `into`.
+    fn stats(&self, into: &mut Stats);
+    /// Zero the statistics (not the state).
+    fn reset_stats(&mut self);
+}

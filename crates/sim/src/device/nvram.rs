@@ -1,0 +1,468 @@
+//! `nvram`: an Optane-style NVRAM DIMM, after LENS/VANS (MICRO'20,
+//! sections III and IV).
+//!
+//! Structure, top to bottom:
+//!
+//! * **LSQ** (load-store queue, 4 KiB): writes from the controller are
+//!   combined into XPLine-sized (256 B) entries; a 64 B write joins a
+//!   waiting entry of the same XPLine unless a fence has sealed it. Entries
+//!   drain in FIFO order after a combining window, one at a time to the
+//!   media. A partial entry needs a read-modify-write: if its XPLine is not
+//!   in the RMW buffer it is first read (through the AIT).
+//! * **RMW buffer** (SRAM, 16 KiB of 256 B entries, LRU): serves reads at
+//!   XPLine granularity; a miss fetches the whole XPLine (read
+//!   amplification 4 for 64 B reads). Inclusive in the AIT buffer.
+//! * **AIT**: address translation (one table read from the on-DIMM DRAM per
+//!   RMW miss) and the AIT buffer (16 MiB of 4 KiB entries in that DRAM,
+//!   sectored by XPLine, LRU). Evicting an AIT entry invalidates the RMW
+//!   entries it covers (inclusion).
+//! * **media**: one server per DIMM; an XPLine read occupies it for
+//!   `xpline / media_read_gbs` and returns after `media_read_ns`; a write
+//!   occupies it for `xpline / media_write_gbs`. Writes are write-through:
+//!   every drained LSQ entry is a media write.
+//! * **wear leveling**: the AIT keeps a write counter per XPLine, reset at
+//!   the start of each window of `wear_window` media writes (a hot-block
+//!   detector). A block reaching `wear_threshold` writes within a window is
+//!   migrated: the media copies its `migration_bytes` region (a read and a
+//!   write per XPLine), stalling writes (and the media) meanwhile. With the
+//!   defaults a 256 B overwrite loop migrates every 14,000 writes (LENS
+//!   III-D) while a loop over 64 KiB or more never reaches the threshold
+//!   within a window (the frequency drop of LENS Fig. 7c).
+//! * **prefetch**: a read miss on the XPLine after the previous miss
+//!   fetches the next `prefetch_xplines` XPLines (a sequential stream
+//!   detector, after Yang et al.'s XPPrefetcher).
+
+use super::Device;
+use crate::buffer::{IntMap, Lru};
+use crate::config::Params;
+use crate::stats::Stats;
+use crate::Error;
+use std::collections::VecDeque;
+
+struct LEntry {
+    blk: u64,
+    mask: u32,
+    ready: f64,
+    sealed: bool,
+}
+
+/// The NVRAM DIMM.
+pub struct Nvram {
+    dram: Box<dyn Device>,
+    xp: u64,
+    full_mask: u32,
+    lsq: VecDeque<LEntry>,
+    lsq_cap: usize,
+    combine_ns: f64,
+    rmw: Lru,
+    rmw_hit_ns: f64,
+    ait: Lru,
+    ait_entry: u64,
+    ait_ns: f64,
+    media_read_ns: f64,
+    read_occ: f64,
+    write_occ: f64,
+    media_free: f64,
+    prefetch: u64,
+    last_miss: u64,
+    wear: IntMap<(u64, u32)>,
+    wear_threshold: u32,
+    wear_window: u64,
+    migration_bytes: u64,
+    migrating: Vec<(u64, f64)>,
+    media_writes_total: u64,
+    s: NvStats,
+}
+
+#[derive(Default, Clone)]
+struct NvStats {
+    reads: u64,
+    writes: u64,
+    lsq_merges: u64,
+    lsq_forwards: u64,
+    lsq_full_waits: u64,
+    lsq_wait: f64,
+    rmw_hits: u64,
+    rmw_misses: u64,
+    rmw_fill_bytes: u64,
+    rmw_modify_reads: u64,
+    ait_hits: u64,
+    ait_misses: u64,
+    media_reads: u64,
+    media_writes: u64,
+    prefetches: u64,
+    migrations: u64,
+    migration_ns: f64,
+    media_busy: f64,
+}
+
+impl Nvram {
+    /// Build from parameters (child table `dram`: the on-DIMM DRAM).
+    pub fn build(p: &mut Params) -> Result<Nvram, Error> {
+        let xp = p.bytes(
+            "xpline_bytes",
+            256,
+            64,
+            "media access and write-combining unit (LENS III-C: 256 B)",
+        )?;
+        if !xp.is_power_of_two() || xp > 2048 {
+            return Err(Error::config(format!(
+                "parameter '{}.xpline_bytes' must be a power of two from 64 to 2048",
+                p.path()
+            )));
+        }
+        let lsq = p.bytes(
+            "lsq_bytes",
+            4096,
+            xp,
+            "load-store queue capacity (LENS III-C: 4 KiB)",
+        )?;
+        let combine_ns = p.ns("combine_window_ns", 100.0, "time an LSQ entry waits for more lines of its XPLine before draining (VANS: scheduling epoch)")?;
+        let rmw = p.bytes(
+            "rmw_bytes",
+            16 << 10,
+            xp,
+            "RMW buffer capacity (LENS III-C: 16 KiB SRAM)",
+        )?;
+        let rmw_hit_ns = p.ns(
+            "rmw_hit_ns",
+            112.0,
+            "DIMM-side latency of a read served by the RMW buffer (DDR-T request/grant, SRAM)",
+        )?;
+        let ait = p.bytes(
+            "ait_buffer_bytes",
+            16 << 20,
+            4096,
+            "AIT buffer capacity (LENS III-C: 16 MiB in on-DIMM DRAM)",
+        )?;
+        let ait_entry = p.bytes(
+            "ait_entry_bytes",
+            4096,
+            xp,
+            "AIT buffer entry (LENS III-C: 4 KiB)",
+        )?;
+        if !ait_entry.is_power_of_two() || ait_entry / xp > 32 {
+            return Err(Error::config(format!(
+                "parameter '{}.ait_entry_bytes' must be a power of two of at most 32 XPLines",
+                p.path()
+            )));
+        }
+        let ait_ns = p.ns(
+            "ait_ns",
+            39.0,
+            "AIT controller time per RMW miss, besides its DRAM accesses",
+        )?;
+        let media_read_ns = p.ns(
+            "media_read_ns",
+            80.0,
+            "3D-XPoint media read latency of one XPLine",
+        )?;
+        let rbw = p.bandwidth(
+            "media_read_gbs",
+            6.6,
+            "media read throughput per DIMM (Yang et al. FAST'20: ~6.6 GB/s peak read of one DIMM)",
+        )?;
+        let wbw = p.bandwidth("media_write_gbs", 2.3, "media write throughput per DIMM (Yang et al. FAST'20: ~2.3 GB/s peak write of one DIMM)")?;
+        let prefetch = p.count(
+            "prefetch_xplines",
+            2,
+            0,
+            64,
+            "XPLines fetched ahead on a sequential read miss",
+        )?;
+        let wear_threshold = p.count(
+            "wear_threshold",
+            14_000,
+            1,
+            u32::MAX as u64,
+            "writes to one XPLine within a window that trigger a migration (LENS III-D: ~14,000)",
+        )? as u32;
+        let wear_window = p.count("wear_window", 2_500_000, 1, u64::MAX, "media writes per hot-block detection window (fits LENS Fig. 7c: no tails from 64 KiB regions)")?;
+        let migration_bytes = p.bytes(
+            "migration_bytes",
+            64 << 10,
+            xp,
+            "region copied by one wear-leveling migration (LENS III-D: 64 KiB)",
+        )?;
+        let dram = p.device("dram")?;
+        let lines = (xp / 64) as u32;
+        Ok(Nvram {
+            dram,
+            xp,
+            full_mask: if lines == 32 {
+                u32::MAX
+            } else {
+                (1u32 << lines) - 1
+            },
+            lsq: VecDeque::with_capacity((lsq / xp) as usize),
+            lsq_cap: (lsq / xp) as usize,
+            combine_ns,
+            rmw: Lru::new((rmw / xp) as usize),
+            rmw_hit_ns,
+            ait: Lru::new((ait / ait_entry) as usize),
+            ait_entry,
+            ait_ns,
+            media_read_ns,
+            read_occ: xp as f64 / rbw,
+            write_occ: xp as f64 / wbw,
+            media_free: 0.0,
+            prefetch,
+            last_miss: u64::MAX - 1,
+            wear: IntMap::default(),
+            wear_threshold,
+            wear_window,
+            migration_bytes,
+            migrating: Vec::new(),
+            media_writes_total: 0,
+            s: NvStats::default(),
+        })
+    }
+
+    fn stall_of(&self, blk: u64) -> f64 {
+        let region = blk * self.xp / self.migration_bytes;
+        self.migrating
+            .iter()
+            .filter(|m| m.0 == region)
+            .map(|m| m.1)
+            .fold(0.0, f64::max)
+    }
+
+    /// Put XPLine `blk` into the AIT buffer as valid from `at`, keeping the
+    /// RMW buffer inclusive.
+    fn ait_fill(&mut self, blk: u64, at: f64) {
+        let per = self.ait_entry / self.xp;
+        let page = blk / per;
+        let bit = 1u32 << (blk % per);
+        if let Some((victim, _)) = self.ait.insert(page, at, bit) {
+            for b in victim * per..(victim + 1) * per {
+                self.rmw.remove(b);
+            }
+        }
+    }
+
+    /// Bring XPLine `blk` toward the RMW buffer, starting at `t`: AIT
+    /// translation, then the AIT buffer or the media. Returns when the data
+    /// is at the RMW buffer.
+    fn fetch(&mut self, blk: u64, t: f64) -> f64 {
+        let per = self.ait_entry / self.xp;
+        let page = blk / per;
+        let bit = 1u32 << (blk % per);
+        self.s.rmw_fill_bytes += self.xp;
+        // AIT table entry: 8 bytes per page, at the bottom of the DRAM.
+        let tt = self
+            .dram
+            .read((page * 8) & !63 & ((1 << 30) - 1), t + self.ait_ns);
+        match self.ait.touch(page) {
+            Some(h) if h.mask & bit != 0 => {
+                self.s.ait_hits += 1;
+                let slot =
+                    (page % self.ait.len().max(1) as u64) * self.ait_entry + (blk % per) * self.xp;
+                let mut d = tt;
+                for i in 0..self.xp / 64 {
+                    d = self.dram.read((1 << 30) + slot + i * 64, tt);
+                }
+                d.max(h.valid_at)
+            }
+            _ => {
+                self.s.ait_misses += 1;
+                self.s.media_reads += 1;
+                let start = tt.max(self.media_free);
+                self.media_free = start + self.read_occ;
+                self.s.media_busy += self.read_occ;
+                let d = start + self.media_read_ns;
+                self.ait_fill(blk, d);
+                d
+            }
+        }
+    }
+
+    fn front_leave(&self) -> f64 {
+        let e = self.lsq.front().expect("non-empty LSQ");
+        e.ready.max(self.media_free).max(self.stall_of(e.blk))
+    }
+
+    /// Drain the LSQ's front entry to the media, starting at `l`.
+    fn commit(&mut self, l: f64) {
+        let e = self.lsq.pop_front().expect("non-empty LSQ");
+        let mut start = l;
+        if e.mask != self.full_mask && self.rmw.touch(e.blk).is_none() {
+            self.s.rmw_modify_reads += 1;
+            start = self.fetch(e.blk, l);
+        }
+        let w = start.max(self.media_free).max(self.stall_of(e.blk));
+        self.media_free = w + self.write_occ;
+        self.s.media_busy += self.write_occ;
+        self.s.media_writes += 1;
+        self.media_writes_total += 1;
+        self.rmw.insert(e.blk, w, 0);
+        self.ait_fill(e.blk, w);
+        self.wear_count(e.blk);
+    }
+
+    fn wear_count(&mut self, blk: u64) {
+        let epoch = self.media_writes_total / self.wear_window;
+        let c = self.wear.entry(blk).or_insert((epoch, 0));
+        if c.0 != epoch {
+            *c = (epoch, 0);
+        }
+        c.1 += 1;
+        if c.1 >= self.wear_threshold {
+            c.1 = 0;
+            let lines = (self.migration_bytes / self.xp) as f64;
+            let dur = lines * (self.read_occ + self.write_occ);
+            let start = self.media_free;
+            self.media_free = start + dur;
+            self.s.media_busy += dur;
+            self.s.migrations += 1;
+            self.s.migration_ns += dur;
+            let region = blk * self.xp / self.migration_bytes;
+            self.migrating.retain(|m| m.1 > start);
+            self.migrating.push((region, self.media_free));
+        }
+    }
+
+    fn advance(&mut self, t: f64) {
+        while !self.lsq.is_empty() {
+            let l = self.front_leave();
+            if l > t {
+                break;
+            }
+            self.commit(l);
+        }
+    }
+}
+
+impl Device for Nvram {
+    fn read(&mut self, addr: u64, t: f64) -> f64 {
+        self.s.reads += 1;
+        self.advance(t);
+        let blk = addr / self.xp;
+        let bit = 1u32 << ((addr % self.xp) / 64);
+        if self.lsq.iter().any(|e| e.blk == blk && e.mask & bit != 0) {
+            self.s.lsq_forwards += 1;
+            return t + self.rmw_hit_ns;
+        }
+        if let Some(h) = self.rmw.touch(blk) {
+            self.s.rmw_hits += 1;
+            return t.max(h.valid_at) + self.rmw_hit_ns;
+        }
+        self.s.rmw_misses += 1;
+        let d = self.fetch(blk, t);
+        self.rmw.insert(blk, d, 0);
+        if blk == self.last_miss.wrapping_add(1) {
+            for k in 1..=self.prefetch {
+                let b = blk + k;
+                if self.rmw.peek(b).is_none() {
+                    self.s.prefetches += 1;
+                    let dd = self.fetch(b, t);
+                    self.rmw.insert(b, dd, 0);
+                }
+            }
+        }
+        self.last_miss = blk;
+        d + self.rmw_hit_ns
+    }
+
+    fn write(&mut self, addr: u64, t: f64) -> f64 {
+        self.s.writes += 1;
+        self.advance(t);
+        let blk = addr / self.xp;
+        let bit = 1u32 << ((addr % self.xp) / 64);
+        if let Some(e) = self.lsq.iter_mut().find(|e| e.blk == blk && !e.sealed) {
+            e.mask |= bit;
+            self.s.lsq_merges += 1;
+            return t;
+        }
+        let mut at = t;
+        if self.lsq.len() >= self.lsq_cap {
+            self.s.lsq_full_waits += 1;
+        }
+        while self.lsq.len() >= self.lsq_cap {
+            let l = self.front_leave();
+            self.commit(l);
+            at = at.max(l);
+        }
+        self.s.lsq_wait += at - t;
+        self.lsq.push_back(LEntry {
+            blk,
+            mask: bit,
+            ready: at + self.combine_ns,
+            sealed: false,
+        });
+        at
+    }
+
+    fn fence(&mut self, t: f64) {
+        self.advance(t);
+        for e in self.lsq.iter_mut() {
+            e.sealed = true;
+        }
+    }
+
+    fn drain(&mut self, t: f64) -> f64 {
+        while !self.lsq.is_empty() {
+            let l = self.front_leave();
+            self.commit(l);
+        }
+        t.max(self.media_free)
+    }
+
+    fn stats(&self, s: &mut Stats) {
+        let st = &self.s;
+        s.set("reads", st.reads as f64, "count");
+        s.set("writes", st.writes as f64, "count");
+        let mut lsq = Stats::new("lsq");
+        lsq.set("merges", st.lsq_merges as f64, "count");
+        lsq.set("read_forwards", st.lsq_forwards as f64, "count");
+        lsq.set("full_waits", st.lsq_full_waits as f64, "count");
+        lsq.set("wait", st.lsq_wait, "ns");
+        s.push(lsq);
+        let mut rmw = Stats::new("rmw_buffer");
+        rmw.set("hits", st.rmw_hits as f64, "count");
+        rmw.set("misses", st.rmw_misses as f64, "count");
+        rmw.set(
+            "hit_rate",
+            st.rmw_hits as f64 / (st.rmw_hits + st.rmw_misses).max(1) as f64,
+            "ratio",
+        );
+        rmw.set(
+            "read_amplification",
+            st.rmw_fill_bytes as f64 / (64 * st.reads).max(1) as f64,
+            "ratio",
+        );
+        rmw.set("modify_reads", st.rmw_modify_reads as f64, "count");
+        rmw.set("prefetches", st.prefetches as f64, "count");
+        s.push(rmw);
+        let mut ait = Stats::new("ait_buffer");
+        ait.set("hits", st.ait_hits as f64, "count");
+        ait.set("misses", st.ait_misses as f64, "count");
+        ait.set(
+            "hit_rate",
+            st.ait_hits as f64 / (st.ait_hits + st.ait_misses).max(1) as f64,
+            "ratio",
+        );
+        s.push(ait);
+        let mut m = Stats::new("media");
+        m.set("reads", st.media_reads as f64, "count");
+        m.set("writes", st.media_writes as f64, "count");
+        m.set("read_bytes", (st.media_reads * self.xp) as f64, "B");
+        m.set("write_bytes", (st.media_writes * self.xp) as f64, "B");
+        m.set(
+            "write_amplification",
+            (st.media_writes * self.xp) as f64 / (64 * st.writes).max(1) as f64,
+            "ratio",
+        );
+        m.set("busy", st.media_busy, "ns");
+        m.set("migrations", st.migrations as f64, "count");
+        m.set("migration_stall", st.migration_ns, "ns");
+        s.push(m);
+        let mut d = Stats::new("dram");
+        self.dram.stats(&mut d);
+        s.push(d);
+    }
+
+    fn reset_stats(&mut self) {
+        self.s = NvStats::default();
+        self.dram.reset_stats();
+    }
+}

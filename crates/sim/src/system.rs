@@ -1,0 +1,357 @@
+//! [`System`]: a CPU-side front end (core-to-controller latencies, per
+//! thread persistence tracking) on top of a controller and its devices.
+
+use crate::config::{ParamInfo, Params};
+use crate::controller::Controller;
+use crate::stats::{Histogram, Stats};
+use crate::{presets, registry, Error, ErrorKind, Op};
+use std::path::Path;
+
+/// One request to the memory system.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request {
+    /// Issue time at the core, in ns.
+    pub time_ns: f64,
+    /// Operation.
+    pub op: Op,
+    /// Byte address.
+    pub addr: u64,
+    /// Bytes (split into 64-byte lines; 0 counts as one line).
+    pub size: u32,
+    /// Issuing thread (fences wait for this thread's earlier writes).
+    pub thread: u32,
+}
+
+impl Request {
+    /// A request from thread 0.
+    pub fn new(time_ns: f64, op: Op, addr: u64, size: u32) -> Request {
+        Request {
+            time_ns,
+            op,
+            addr,
+            size,
+            thread: 0,
+        }
+    }
+
+    /// The same request from `thread`.
+    pub fn on_thread(mut self, thread: u32) -> Request {
+        self.thread = thread;
+        self
+    }
+}
+
+/// When a request finished.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Completion {
+    /// The request's issue time (ns).
+    pub issue_ns: f64,
+    /// When the core sees it complete (ns): data back for reads; for
+    /// writes, acceptance into the persistence domain; for fences, when
+    /// earlier writes of the thread are persistent.
+    pub done_ns: f64,
+    /// Writes only: when the last line entered the persistence domain (the
+    /// controller's write pending queue, ADR).
+    pub persist_ns: Option<f64>,
+}
+
+impl Completion {
+    /// `done_ns - issue_ns`.
+    pub fn latency_ns(&self) -> f64 {
+        self.done_ns - self.issue_ns
+    }
+}
+
+struct Front {
+    read_ns: f64,
+    store_ns: f64,
+    nt_store_ns: f64,
+    flush_ns: f64,
+    fence_ns: f64,
+}
+
+/// Latency histograms per operation class.
+const CLASSES: [&str; 5] = ["read", "write", "nt_write", "flush", "fence"];
+
+/// A simulated memory system built from a configuration.
+pub struct System {
+    name: String,
+    description: String,
+    front: Front,
+    ctrl: Box<dyn Controller>,
+    params: Vec<ParamInfo>,
+    last_persist: Vec<f64>,
+    hist: [Histogram; 5],
+    bytes_read: u64,
+    bytes_written: u64,
+    first_issue: f64,
+    last_done: f64,
+}
+
+impl System {
+    /// Build a bundled preset (`ddr4-2666`, `optane-1dimm`, …; see
+    /// [`presets::ALL`]).
+    pub fn preset(name: &str) -> Result<System, Error> {
+        let p = presets::find(name)?;
+        System::from_toml(p.toml, &format!("preset {name}"))
+    }
+
+    /// Build from a TOML configuration; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<System, Error> {
+        let mut root: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let msg = e.message().trim().replace('\n', " ");
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            match line {
+                Some(l) => Error::config(format!("{origin}: line {l}: {msg}")),
+                None => Error::config(format!("{origin}: {msg}")),
+            }
+        })?;
+        let wrap = |e: Error| Error::new(e.kind(), format!("{origin}: {e}"));
+        let name = match root.remove("name") {
+            Some(toml::Value::String(s)) => s,
+            Some(_) => return Err(Error::config(format!("{origin}: 'name' must be a string"))),
+            None => origin.to_string(),
+        };
+        let description = match root.remove("description") {
+            Some(toml::Value::String(s)) => s,
+            _ => String::new(),
+        };
+        let cpu = match root.remove("cpu") {
+            Some(toml::Value::Table(t)) => t,
+            Some(_) => return Err(Error::config(format!("{origin}: 'cpu' must be a table"))),
+            None => {
+                let mut t = toml::Table::new();
+                t.insert("impl".into(), "core".into());
+                t
+            }
+        };
+        let ctrl_table = match root.remove("controller") {
+            Some(toml::Value::Table(t)) => t,
+            _ => return Err(Error::config(format!(
+                "{origin}: missing [controller] table (the memory controller, e.g. impl = \"imc\")"
+            ))),
+        };
+        if let Some(k) = root.keys().next() {
+            return Err(Error::config(format!("{origin}: unknown top-level key '{k}': valid keys are name, description, cpu, controller")));
+        }
+        let mut p = Params::new("cpu", cpu).map_err(wrap)?;
+        if p.implementation() != "core" {
+            return Err(Error::new(
+                ErrorKind::UnknownName,
+                format!(
+                    "{origin}: unknown cpu implementation '{}' at 'cpu.impl': valid ones are core",
+                    p.implementation()
+                ),
+            ));
+        }
+        let front = Front {
+            read_ns: p
+                .ns(
+                    "read_ns",
+                    60.0,
+                    "core-to-controller-to-core time of a load miss, outside the device",
+                )
+                .map_err(wrap)?,
+            store_ns: p
+                .ns(
+                    "store_ns",
+                    60.0,
+                    "time for a written-back line (store + clwb) to reach the controller",
+                )
+                .map_err(wrap)?,
+            nt_store_ns: p
+                .ns(
+                    "nt_store_ns",
+                    88.0,
+                    "time for a non-temporal store to reach the controller",
+                )
+                .map_err(wrap)?,
+            flush_ns: p
+                .ns(
+                    "flush_ns",
+                    1.0,
+                    "issue cost of a flush instruction (its data moves with the write)",
+                )
+                .map_err(wrap)?,
+            fence_ns: p
+                .ns(
+                    "fence_ns",
+                    0.0,
+                    "cost of a fence once earlier writes are persistent",
+                )
+                .map_err(wrap)?,
+        };
+        let mut params = p.finish().map_err(wrap)?;
+        let (ctrl, info) = registry::build_controller("controller", ctrl_table).map_err(wrap)?;
+        params.extend(info);
+        Ok(System {
+            name,
+            description,
+            front,
+            ctrl,
+            params,
+            last_persist: Vec::new(),
+            hist: Default::default(),
+            bytes_read: 0,
+            bytes_written: 0,
+            first_issue: f64::INFINITY,
+            last_done: 0.0,
+        })
+    }
+
+    /// Build from a TOML file.
+    pub fn from_file(path: &Path) -> Result<System, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot read config {}: {e}", path.display()),
+            )
+        })?;
+        System::from_toml(&text, &path.display().to_string())
+    }
+
+    /// The configuration's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configuration's one-line description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Every resolved parameter.
+    pub fn params(&self) -> &[ParamInfo] {
+        &self.params
+    }
+
+    /// Simulate one request and return its completion. Requests should be
+    /// submitted in (nearly) non-decreasing `time_ns`.
+    pub fn submit(&mut self, r: &Request) -> Completion {
+        let t = r.time_ns;
+        let lines = || {
+            let first = r.addr & !63;
+            let last = (r.addr + r.size.max(1) as u64 - 1) & !63;
+            (first..=last).step_by(64)
+        };
+        let (done, persist, class) = match r.op {
+            Op::Read => {
+                let half = self.front.read_ns / 2.0;
+                let mut done = t;
+                for l in lines() {
+                    done = done.max(self.ctrl.read(l, t + half) + half);
+                    self.bytes_read += 64;
+                }
+                (done, None, 0)
+            }
+            Op::Write | Op::NtWrite => {
+                let (lat, class) = if r.op == Op::Write {
+                    (self.front.store_ns, 1)
+                } else {
+                    (self.front.nt_store_ns, 2)
+                };
+                let mut p = t;
+                for l in lines() {
+                    p = p.max(self.ctrl.write(l, t + lat));
+                    self.bytes_written += 64;
+                }
+                let th = r.thread as usize;
+                if th >= self.last_persist.len() {
+                    self.last_persist.resize(th + 1, 0.0);
+                }
+                self.last_persist[th] = self.last_persist[th].max(p);
+                (p, Some(p), class)
+            }
+            Op::Clwb | Op::ClflushOpt | Op::Clflush => (t + self.front.flush_ns, None, 3),
+            Op::SFence | Op::DFence => {
+                self.ctrl.fence(t);
+                let lp = self
+                    .last_persist
+                    .get(r.thread as usize)
+                    .copied()
+                    .unwrap_or(0.0);
+                (t.max(lp) + self.front.fence_ns, None, 4)
+            }
+            _ => {
+                return Completion {
+                    issue_ns: t,
+                    done_ns: t,
+                    persist_ns: None,
+                }
+            }
+        };
+        self.hist[class].add(done - t);
+        self.first_issue = self.first_issue.min(t);
+        self.last_done = self.last_done.max(done);
+        Completion {
+            issue_ns: t,
+            done_ns: done,
+            persist_ns: persist,
+        }
+    }
+
+    /// Push every buffered write to the media starting at `t`; returns when
+    /// the last one arrived (the simulated time a clean shutdown needs).
+    pub fn drain(&mut self, t: f64) -> f64 {
+        self.ctrl.drain(t)
+    }
+
+    /// Zero every statistic (the state — buffers, queues — stays: use this
+    /// after a warm-up).
+    pub fn reset_stats(&mut self) {
+        self.hist = Default::default();
+        self.bytes_read = 0;
+        self.bytes_written = 0;
+        self.first_issue = f64::INFINITY;
+        self.last_done = 0.0;
+        self.ctrl.reset_stats();
+    }
+
+    /// The latency histogram of an operation class: `read`, `write`,
+    /// `nt_write`, `flush` or `fence`.
+    pub fn latency(&self, class: &str) -> Option<&Histogram> {
+        CLASSES
+            .iter()
+            .position(|c| *c == class)
+            .map(|i| &self.hist[i])
+    }
+
+    /// All statistics as a tree rooted at `system`.
+    pub fn stats(&self) -> Stats {
+        let mut root = Stats::new("system");
+        let span = if self.last_done > self.first_issue {
+            self.last_done - self.first_issue
+        } else {
+            0.0
+        };
+        root.set("simulated_time", span, "ns");
+        root.set("bytes_read", self.bytes_read as f64, "B");
+        root.set("bytes_written", self.bytes_written as f64, "B");
+        let bw = |b: u64| if span > 0.0 { b as f64 / span } else { 0.0 };
+        root.set("read_bandwidth", bw(self.bytes_read), "GB/s");
+        root.set("write_bandwidth", bw(self.bytes_written), "GB/s");
+        let mut lat = Stats::new("latency");
+        for (i, c) in CLASSES.iter().enumerate() {
+            let h = &self.hist[i];
+            if h.count() == 0 {
+                continue;
+            }
+            let mut n = Stats::new(*c);
+            n.set("count", h.count() as f64, "count");
+            n.set("mean", h.mean(), "ns");
+            n.set("p50", h.percentile(50.0), "ns");
+            n.set("p90", h.percentile(90.0), "ns");
+            n.set("p99", h.percentile(99.0), "ns");
+            n.set("p99.9", h.percentile(99.9), "ns");
+            n.set("max", h.max(), "ns");
+            lat.push(n);
+        }
+        root.push(lat);
+        let mut c = Stats::new("controller");
+        self.ctrl.stats(&mut c);
+        root.push(c);
+        root
+    }
+}
