@@ -202,7 +202,12 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
         return;
     }
     (*t).busy = true;
-    let t0 = tsc();
+    // The value the program is about to load (the hook runs before the
+    // load): a later miss to the line it names depends on this one. Read it
+    // before the clock starts: a miss here is the program's own memory
+    // access (its load then hits), not emulator overhead.
+    let v = value.map(|p| std::ptr::read_unaligned(p));
+    let t0 = tsc_after(v.unwrap_or(0));
     if (*t).slow.is_null() {
         (*t).slow = new_slow();
         if (*t).slow.is_null() {
@@ -232,9 +237,6 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
         } else {
             MemKind::Dram
         };
-        // The value the program is about to load (the hook runs before the
-        // load): a later miss to the line it names depends on this one.
-        let v = value.map(|p| std::ptr::read_unaligned(p));
         s.est.miss(line as u64, kind, (*t).accesses, v, LINE_SHIFT);
         s.totals.serial = s.est.counts();
     }
@@ -270,6 +272,21 @@ fn tsc() -> u64 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: rdtsc has no preconditions on x86-64.
     unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+/// The TSC once every earlier instruction has completed, in particular
+/// the load of `_dep` (lfence waits for it), so that the time of that load
+/// is not counted after this point.
+#[inline(always)]
+fn tsc_after(_dep: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence and rdtsc have no preconditions on x86-64.
+    unsafe {
+        core::arch::x86_64::_mm_lfence();
         core::arch::x86_64::_rdtsc()
     }
     #[cfg(not(target_arch = "x86_64"))]
