@@ -48,6 +48,7 @@ pub mod controller;
 pub mod device;
 pub mod drive;
 mod error;
+pub mod persistency;
 pub mod presets;
 pub mod registry;
 pub mod stats;
