@@ -102,17 +102,39 @@ pub fn add_pm_range(start: usize, len: usize) -> bool {
     true
 }
 
+/// True when `addr` is emulated PM: everything in `All` mode; in `Auto`
+/// mode everything until a PM pool exists, then like `Pool`: addresses in
+/// the runtime's PM pool or in a range given to [`add_pm_range`].
 #[inline]
-fn is_pm(addr: usize) -> bool {
-    let n = RANGE_COUNT.load(Ordering::Acquire);
-    match PM_MODE.load(Ordering::Relaxed) {
-        1 => return true,
-        0 if n == 0 => return true,
-        _ => {}
+pub fn is_pm(addr: usize) -> bool {
+    let mode = PM_MODE.load(Ordering::Relaxed);
+    if mode == PmMode::All as u8 {
+        return true;
     }
-    RANGES[..n]
-        .iter()
-        .any(|(lo, hi)| addr >= lo.load(Ordering::Relaxed) && addr < hi.load(Ordering::Relaxed))
+    let n = RANGE_COUNT.load(Ordering::Acquire);
+    let (base, _) = crate::pool::range();
+    if mode == PmMode::Auto as u8 && n == 0 && base == 0 {
+        return true;
+    }
+    crate::pool::contains(addr, 1)
+        || RANGES[..n]
+            .iter()
+            .any(|(lo, hi)| addr >= lo.load(Ordering::Relaxed) && addr < hi.load(Ordering::Relaxed))
+}
+
+static UNABSORBED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Record hook overhead that an epoch's delay could not absorb (the
+/// instrumented source drops it rather than carry it into later phases).
+pub fn add_unabsorbed_ns(ns: f64) {
+    if ns > 0.0 {
+        UNABSORBED_NS.fetch_add(ns as u64, Ordering::Relaxed);
+    }
+}
+
+/// Total hook overhead, all threads, that no delay absorbed (ns).
+pub fn unabsorbed_ns() -> u64 {
+    UNABSORBED_NS.load(Ordering::Relaxed)
 }
 
 /// Cumulative counts of one thread (never reset: readers take differences).

@@ -8,7 +8,11 @@
 //! counters are cumulative totals kept by the hooks; an epoch's reading is
 //! the difference since the previous epoch end, and the hooks' own cost in
 //! that epoch is reported through [`ThreadCounters::overhead_ns`] so that the
-//! runtime absorbs it like any emulator overhead.
+//! runtime absorbs it like any emulator overhead -- but only up to the
+//! epoch's own delay: what is left is counted in
+//! [`hooks::unabsorbed_ns`] and dropped, not carried into later epochs, so
+//! that an expensive phase (e.g. building a data set with many misses and
+//! little PM delay) does not shorten the delays of the next phase.
 //!
 //! Settings (environment, read once):
 //!
@@ -23,6 +27,7 @@ use crate::error::{Error, ErrorKind};
 use crate::instrument_hooks::{self as hooks, HookConfig, HookCosts, PmMode, ThreadTotals};
 use pmlab_model::cache::CacheConfig;
 use pmlab_model::mlp::OverlapConfig;
+use pmlab_model::quartz;
 use pmlab_model::units::Bytes;
 
 /// Open the instrumented source: configure and activate the hooks.
@@ -30,7 +35,11 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
     let cfg = config_from_env(|k| std::env::var(k).ok())?;
     hooks::activate(cfg);
     let costs = hooks::calibrate();
-    Ok(Box::new(InstrumentedSource { cfg, costs }))
+    let lat = match crate::config::get() {
+        Ok(c) => Some((c.dram_latency_ns, c.pm_latency_ns)),
+        Err(_) => None,
+    };
+    Ok(Box::new(InstrumentedSource { cfg, costs, lat }))
 }
 
 /// Build the hooks' configuration from `PMLAB_INSTR_*` settings (looked up
@@ -166,6 +175,8 @@ fn parse_sysfs_size(s: &str) -> Option<u64> {
 pub struct InstrumentedSource {
     cfg: HookConfig,
     costs: HookCosts,
+    /// (DRAM, PM) latencies in ns, to bound the overhead an epoch absorbs.
+    lat: Option<(f64, f64)>,
 }
 
 impl InstrumentedSource {
@@ -192,6 +203,7 @@ impl Source for InstrumentedSource {
     fn thread_counters(&self) -> Result<Box<dyn ThreadCounters>, Error> {
         Ok(Box::new(InstrumentedCounters {
             costs: self.costs,
+            lat: self.lat,
             last: ThreadTotals::default(),
             last_overhead_ns: 0.0,
         }))
@@ -201,6 +213,7 @@ impl Source for InstrumentedSource {
 /// One thread's view of the hooks' totals.
 pub struct InstrumentedCounters {
     costs: HookCosts,
+    lat: Option<(f64, f64)>,
     last: ThreadTotals,
     last_overhead_ns: f64,
 }
@@ -229,7 +242,15 @@ impl ThreadCounters for InstrumentedCounters {
         // Reads the thread's own counters; no allocation, no locks.
         let now = hooks::totals();
         let r = reading_between(&self.last, &now);
-        self.last_overhead_ns = self.costs.overhead_ns(&self.last, &now);
+        let overhead = self.costs.overhead_ns(&self.last, &now);
+        self.last_overhead_ns = match (self.lat, r.reading) {
+            (Some((dram, pm)), Reading::Accesses { pm_serial, .. }) => {
+                let delay = quartz::delay_from_serial_accesses(pm_serial, dram, pm);
+                hooks::add_unabsorbed_ns(overhead - delay);
+                overhead.min(delay)
+            }
+            _ => overhead,
+        };
         self.last = now;
         r
     }
