@@ -5,14 +5,15 @@
 //! loads (AVX-512 `vmovntdqa` 64 B, else AVX2 32 B, else plain loads), so
 //! each load waits for the previous one. Stores are non-temporal (or, with
 //! [`StoreKind::Clwb`], ordinary stores followed by a cache-line write-back
-//! or flush), each followed by `sfence` in closed loop. Timing uses the TSC,
-//! calibrated against the monotonic clock. The thread is pinned to one CPU.
+//! or flush), fenced with `sfence` after each block or each pass as the
+//! pattern says. Timing uses the TSC, calibrated against the monotonic
+//! clock. The thread is pinned to one CPU.
 //!
 //! On ordinary DRAM, non-temporal loads are only a hint: they go through the
 //! caches, so the load curve shows the CPU cache levels. That is what the
 //! host curves show, and the report says so.
 
-use crate::pattern::{Issue, Op, Pattern, Timing, LINE};
+use crate::pattern::{Fence, Issue, Op, Pattern, Timing, LINE};
 use crate::{Error, ErrorKind, Target};
 use std::path::PathBuf;
 
@@ -435,7 +436,7 @@ macro_rules! kernels {
 
             /// Store every line in visit order; each line receives the
             /// address of the next one (so a load pass can chase them).
-            /// `fence_each` makes it closed loop; `clwb` selects ordinary
+            /// `fence_each` fences after every block (closed loop); `clwb` selects ordinary
             /// stores plus write-back instead of non-temporal stores.
             #[target_feature(enable = $feat)]
             pub unsafe fn stores(
@@ -468,9 +469,9 @@ macro_rules! kernels {
                                 writeback(line, insn);
                             }
                         }
-                        if fence_each {
-                            _mm_sfence();
-                        }
+                    }
+                    if fence_each {
+                        _mm_sfence();
                     }
                 }
                 _mm_sfence();
@@ -566,6 +567,7 @@ impl Host {
     /// lines already hold the chain of this visit order.
     unsafe fn pass(&self, base: *mut u8, pat: &Pattern, first: *const u8) {
         let serial = pat.issue == Issue::Serial;
+        let per_block = pat.fence == Fence::Block;
         match pat.op {
             Op::Load if serial => {
                 std::hint::black_box(self.chase(first, pat.lines_per_pass()));
@@ -573,9 +575,9 @@ impl Host {
             Op::Load => {
                 std::hint::black_box(self.loads(base, pat));
             }
-            Op::Store => self.stores(base, pat, serial),
+            Op::Store => self.stores(base, pat, per_block),
             Op::Raw => {
-                self.stores(base, pat, serial);
+                self.stores(base, pat, per_block);
                 if serial {
                     std::hint::black_box(self.chase(first, pat.lines_per_pass()));
                 } else {
@@ -666,6 +668,7 @@ mod tests {
             warmup: 1,
             passes: 2,
             issue,
+            fence: Fence::Block,
             timing: Timing::Total,
         }
     }

@@ -5,5 +5,7 @@ pub mod host;
 pub mod infer;
 pub mod pattern;
 pub mod probes;
+pub mod sim;
+pub mod suite;
 pub use error::{Error, ErrorKind};
 pub use pattern::{Op, Target};

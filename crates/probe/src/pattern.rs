@@ -42,6 +42,17 @@ pub enum Issue {
     Outstanding(usize),
 }
 
+/// Where stores are fenced (`sfence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// After every block: each block's stores complete before the next
+    /// block starts (no write combining across blocks).
+    Block,
+    /// Once at the end of each pass: stores stream into the write queues
+    /// and combine there, as a loop of non-temporal stores does.
+    Pass,
+}
+
 /// How the elapsed time is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timing {
@@ -73,6 +84,8 @@ pub struct Pattern {
     pub passes: u32,
     /// Closed loop or bounded outstanding requests.
     pub issue: Issue,
+    /// Where stores are fenced.
+    pub fence: Fence,
     /// One total or per-pass figures.
     pub timing: Timing,
 }
@@ -173,6 +186,7 @@ mod tests {
             warmup: 1,
             passes: 1,
             issue: Issue::Serial,
+            fence: Fence::Block,
             timing: Timing::Total,
         }
     }

@@ -1,7 +1,7 @@
 //! The LENS probes: each builds request streams ([`Pattern`]s), runs them on
 //! any [`Target`] and returns a [`Curve`].
 
-use crate::pattern::{Issue, Op, Pattern, Rng, Timing, LINE};
+use crate::pattern::{Fence, Issue, Op, Pattern, Rng, Timing, LINE};
 use crate::{Error, Target};
 use std::collections::BTreeMap;
 
@@ -83,6 +83,8 @@ pub struct Settings {
     pub seed: u64,
     /// Requests in flight for bandwidth probes.
     pub outstanding: usize,
+    /// Where latency probes fence their stores.
+    pub fence: Fence,
 }
 
 impl Default for Settings {
@@ -93,6 +95,7 @@ impl Default for Settings {
             warmup: 1,
             seed: 0x1E45,
             outstanding: 16,
+            fence: Fence::Block,
         }
     }
 }
@@ -159,6 +162,7 @@ fn chase_pattern(s: &Settings, rng: &mut Rng, op: Op, region: u64, block: u64) -
         warmup: s.warmup,
         passes: s.min_lines.div_ceil(lines).clamp(1, 1 << 20) as u32,
         issue: Issue::Serial,
+        fence: s.fence,
         timing: Timing::Total,
     }
 }
@@ -292,6 +296,7 @@ fn overwrite_times(
         warmup: s.warmup,
         passes: iterations,
         issue: Issue::Serial,
+        fence: Fence::Pass,
         timing: Timing::PerPass,
     };
     t.run(&p)
@@ -350,6 +355,7 @@ fn stride_pattern(s: &Settings, op: Op, size: u64, stride: u64, total: u64) -> P
         warmup: s.warmup,
         passes: 1,
         issue: Issue::Outstanding(s.outstanding),
+        fence: Fence::Pass,
         timing: Timing::Total,
     }
 }

@@ -1,0 +1,183 @@
+//! The simulator target: the probes' request streams submitted to a
+//! `pmlab-sim` [`System`], in closed loop (latency) or with a bounded
+//! number of outstanding requests (bandwidth).
+//!
+//! Each pattern runs on a freshly built system, so points do not inherit
+//! each other's buffer or wear-leveling state; warm-up passes fill the
+//! buffers exactly as on real memory. Loads are 64-byte reads; stores are
+//! non-temporal 64-byte writes, with an `sfence` after each block or after
+//! each pass as the pattern says (as on the host).
+
+use crate::pattern::{Fence, Issue, Op, Pattern, Timing, LINE};
+use crate::{Error, ErrorKind, Target};
+use pmlab_sim::{Op as SimOp, Request, System};
+
+/// The simulator target.
+pub struct Sim {
+    label: String,
+    toml: String,
+    origin: String,
+    description: String,
+}
+
+impl Sim {
+    /// A target for the bundled preset `name`.
+    pub fn preset(name: &str) -> Result<Sim, Error> {
+        let p = pmlab_sim::presets::find(name)
+            .map_err(|e| Error::new(ErrorKind::Sim, e.to_string()))?;
+        Sim::from_toml(p.toml, &format!("preset {name}"), name)
+    }
+
+    /// A target for the configuration `text` (`origin` names it in errors,
+    /// `label` in reports).
+    pub fn from_toml(text: &str, origin: &str, label: &str) -> Result<Sim, Error> {
+        let sys = System::from_toml(text, origin)
+            .map_err(|e| Error::new(ErrorKind::Sim, e.to_string()))?;
+        Ok(Sim {
+            label: label.to_string(),
+            toml: text.to_string(),
+            origin: origin.to_string(),
+            description: sys.description().to_string(),
+        })
+    }
+
+    /// A target for the configuration file at `path`.
+    pub fn from_file(path: &std::path::Path) -> Result<Sim, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot read simulator config '{}': {e}", path.display()),
+            )
+        })?;
+        Sim::from_toml(
+            &text,
+            &path.display().to_string(),
+            &path.display().to_string(),
+        )
+    }
+
+    /// The configuration text.
+    pub fn toml(&self) -> &str {
+        &self.toml
+    }
+
+    fn fresh(&self) -> Result<System, Error> {
+        System::from_toml(&self.toml, &self.origin)
+            .map_err(|e| Error::new(ErrorKind::Sim, e.to_string()))
+    }
+}
+
+/// Issues requests and keeps the clock: closed loop, or a window of
+/// outstanding completions.
+struct Issuer {
+    sys: System,
+    window: Vec<f64>,
+    pos: usize,
+    now: f64,
+    end: f64,
+}
+
+impl Issuer {
+    fn submit(&mut self, op: SimOp, addr: u64, size: u32) {
+        let t = if self.window.is_empty() {
+            self.now
+        } else {
+            // The slot's previous request must have completed.
+            self.now.max(self.window[self.pos])
+        };
+        let c = self.sys.submit(&Request::new(t, op, addr, size));
+        if self.window.is_empty() {
+            self.now = c.done_ns;
+        } else {
+            self.window[self.pos] = c.done_ns;
+            self.pos = (self.pos + 1) % self.window.len();
+            self.now = t;
+        }
+        self.end = self.end.max(c.done_ns);
+    }
+
+    /// Wait for everything in flight.
+    fn settle(&mut self) {
+        self.now = self.now.max(self.end);
+        for w in &mut self.window {
+            *w = self.now;
+        }
+    }
+}
+
+fn pass(is: &mut Issuer, p: &Pattern) {
+    let per_block = p.fence == Fence::Block;
+    let stores = |is: &mut Issuer| {
+        for &b in &p.order {
+            let base = b as u64 * p.block_stride;
+            for off in (0..p.block).step_by(LINE as usize) {
+                is.submit(SimOp::NtWrite, base + off, LINE as u32);
+            }
+            if per_block {
+                is.submit(SimOp::SFence, 0, 0);
+            }
+        }
+        if !per_block {
+            is.submit(SimOp::SFence, 0, 0);
+        }
+    };
+    let loads = |is: &mut Issuer| {
+        for &b in &p.order {
+            let base = b as u64 * p.block_stride;
+            for off in (0..p.block).step_by(LINE as usize) {
+                is.submit(SimOp::Read, base + off, LINE as u32);
+            }
+        }
+    };
+    match p.op {
+        Op::Load => loads(is),
+        Op::Store => stores(is),
+        Op::Raw => {
+            stores(is);
+            is.settle();
+            loads(is);
+        }
+    }
+    is.settle();
+}
+
+impl Target for Sim {
+    fn describe(&self) -> String {
+        format!("simulator: {} ({})", self.label, self.description)
+    }
+
+    fn noisy(&self) -> bool {
+        false
+    }
+
+    fn run(&mut self, p: &Pattern) -> Result<Vec<f64>, Error> {
+        p.validate()?;
+        let window = match p.issue {
+            Issue::Serial => Vec::new(),
+            Issue::Outstanding(n) => vec![0.0; n],
+        };
+        let mut is = Issuer {
+            sys: self.fresh()?,
+            window,
+            pos: 0,
+            now: 0.0,
+            end: 0.0,
+        };
+        for _ in 0..p.warmup {
+            pass(&mut is, p);
+        }
+        let mut out = Vec::new();
+        let start = is.now;
+        for _ in 0..p.passes {
+            let t0 = is.now;
+            pass(&mut is, p);
+            if p.timing == Timing::PerPass {
+                out.push(is.now - t0);
+            }
+        }
+        if p.timing == Timing::Total {
+            out.push(is.now - start);
+        }
+        Ok(out)
+    }
+}
