@@ -223,8 +223,12 @@ const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 
 fn perf_open(config: u64, group: i32) -> Result<i32, i32> {
+    perf_open_typed(PERF_TYPE_RAW, config, group)
+}
+
+fn perf_open_typed(type_: u32, config: u64, group: i32) -> Result<i32, i32> {
     let attr = PerfEventAttr {
-        type_: PERF_TYPE_RAW,
+        type_,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config,
         flags: FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV,
@@ -270,31 +274,42 @@ impl HwSource {
                 format!("hardware counters unavailable: {why}; {ALTERNATIVE}"),
             )
         };
+        // 1. Is there a PMU at all? (A generic cycles event: works on any
+        // CPU with a PMU the kernel drives.)
+        const PERF_TYPE_HARDWARE: u32 = 0;
+        match perf_open_typed(PERF_TYPE_HARDWARE, 0, -1) {
+            Ok(fd) => {
+                // SAFETY: fd was just opened by us.
+                unsafe { libc::close(fd) };
+            }
+            Err(e) if e == libc::EACCES || e == libc::EPERM => {
+                let p = paranoid().map_or("unknown".to_string(), |p| p.to_string());
+                return Err(unavailable(format!(
+                    "perf_event_open was refused (kernel.perf_event_paranoid is {p}); as root run 'sysctl kernel.perf_event_paranoid=2' or grant CAP_PERFMON"
+                )));
+            }
+            Err(e) => return Err(unavailable(format!(
+                "no hardware PMU is visible (perf_event_open: {}); in a VM, enable the virtual PMU",
+                std::io::Error::from_raw_os_error(e)
+            ))),
+        }
+        // 2. Do we know this CPU's events?
         let cpu = cpu_id();
         let events = event_set(cpu).ok_or_else(|| {
             unavailable(format!(
-                "no event set for this CPU ({:?} family {:#x} model {:#x})",
+                "no event set for this CPU ({:?} family {:#x} model {:#x}; supported: Intel Sandy Bridge and later, AMD Zen 2/3/4)",
                 cpu.vendor, cpu.family, cpu.model
             ))
         })?;
-        if let Some(p) = paranoid() {
-            if p > 2 {
-                return Err(unavailable(format!(
-                    "kernel.perf_event_paranoid is {p}; as root run 'sysctl kernel.perf_event_paranoid=2'"
-                )));
-            }
-        }
+        // 3. Does the raw stall event open?
         match perf_open(events.stall, -1) {
             Ok(fd) => {
                 // SAFETY: fd was just opened by us.
                 unsafe { libc::close(fd) };
                 Ok(HwSource { events })
             }
-            Err(e) if e == libc::EACCES || e == libc::EPERM => Err(unavailable(format!(
-                "perf_event_open was refused (errno {e}); lower kernel.perf_event_paranoid to 2 or run with CAP_PERFMON"
-            ))),
             Err(e) => Err(unavailable(format!(
-                "no hardware PMU is visible ({} CPU, perf_event_open errno {e}: {}); in a VM, enable the virtual PMU",
+                "the {} stall event does not open (perf_event_open: {})",
                 events.name,
                 std::io::Error::from_raw_os_error(e)
             ))),
