@@ -9,8 +9,10 @@
 //! * Tracing starts in a constructor when `PMLAB_TRACE_FILE` names a file
 //!   (`pmlab trace` sets it). The header's metadata names the program, the
 //!   pid, the clock and whether libpmem's entry points are interposed
-//!   (`pmdk=interposed`), plus two fixed-width fields, `records` and
-//!   `dropped`, filled in when the trace is finished.
+//!   (`pmdk=interposed`), plus fixed-width fields filled in when the trace
+//!   is finished: `records`, `dropped`, and `stores` (`instrumented` when
+//!   the program's own stores were recorded by `pmlab cc` instrumentation,
+//!   else `flushes-only`: the analyses then count flushed lines as stored).
 //! * Each thread, at its first record, maps (with a raw `mmap` system call)
 //!   its own ring of [`RING_ENTRIES`] records and takes the next thread
 //!   number (0, 1, … in order of first record; at most [`MAX_THREADS`]).
@@ -215,7 +217,9 @@ pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
     meta.extend_from_slice(meta_extra);
     meta.push(("records", PLACEHOLDER));
     meta.push(("dropped", PLACEHOLDER));
+    meta.push(("stores", STORES_FLUSHES));
     let offsets = placeholder_offsets(&meta);
+    INSTRUMENTED_AT_START.store(crate::instrument_hooks::active(), Ordering::Relaxed);
     let w = binary::Writer::with_meta(file, &meta).map_err(std::io::Error::other)?;
     let handle = std::thread::Builder::new()
         .name("pmlab-trace".into())
@@ -226,19 +230,29 @@ pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
 }
 
 const PLACEHOLDER: &str = "00000000000000000000";
+/// Values of the `stores` key (same width: the writer patches it in
+/// place): the program's plain stores were seen (built with `pmlab cc`),
+/// or only flushes and library copies were.
+const STORES_FLUSHES: &str = "flushes-only";
+const STORES_INSTRUMENTED: &str = "instrumented";
+static INSTRUMENTED_AT_START: AtomicBool = AtomicBool::new(false);
 
-/// Byte offsets in the file of the `records` and `dropped` values.
-fn placeholder_offsets(meta: &[(&str, &str)]) -> (u64, u64) {
+/// Byte offsets in the file of the `records`, `dropped` and `stores`
+/// values.
+fn placeholder_offsets(meta: &[(&str, &str)]) -> [u64; 3] {
     let mut off = 16u64;
-    let mut found = Vec::new();
+    let mut found = [0u64; 3];
     for (k, v) in meta {
         off += k.len() as u64 + 1;
-        if *v == PLACEHOLDER {
-            found.push(off);
+        match *k {
+            "records" => found[0] = off,
+            "dropped" => found[1] = off,
+            "stores" => found[2] = off,
+            _ => {}
         }
         off += v.len() as u64 + 1;
     }
-    (found[0], found[1])
+    found
 }
 
 fn program_name() -> String {
@@ -301,7 +315,7 @@ fn dropped_total() -> u64 {
     d
 }
 
-fn writer_loop(mut w: binary::Writer<File>, offsets: (u64, u64)) {
+fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 3]) {
     let result = (|| -> std::io::Result<()> {
         loop {
             let stopping = STOP.load(Ordering::Acquire);
@@ -315,9 +329,15 @@ fn writer_loop(mut w: binary::Writer<File>, offsets: (u64, u64)) {
         }
         let records = w.records();
         let mut file = w.finish().map_err(std::io::Error::other)?;
-        for (off, value) in [(offsets.0, records), (offsets.1, dropped_total())] {
+        for (off, value) in [(offsets[0], records), (offsets[1], dropped_total())] {
             file.seek(SeekFrom::Start(off))?;
             file.write_all(format!("{value:020}").as_bytes())?;
+        }
+        let instrumented =
+            INSTRUMENTED_AT_START.load(Ordering::Relaxed) || crate::instrument_hooks::active();
+        if instrumented {
+            file.seek(SeekFrom::Start(offsets[2]))?;
+            file.write_all(STORES_INSTRUMENTED.as_bytes())?;
         }
         file.flush()
     })();
@@ -448,6 +468,7 @@ mod tests {
         assert_eq!(r.meta_value("test"), Some("1"));
         assert_eq!(r.meta_value("records"), Some("00000000000000003005"));
         assert_eq!(r.meta_value("dropped"), Some("00000000000000000000"));
+        assert_eq!(r.meta_value("stores"), Some("flushes-only"));
         let recs: Vec<Record> = r.collect::<Result<_, _>>().unwrap();
         assert_eq!(recs.len(), 3005);
         assert_eq!(recs.iter().filter(|r| r.op == Op::Write).count(), 3000);

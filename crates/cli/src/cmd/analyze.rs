@@ -25,8 +25,9 @@ pub struct Args {
     /// Dependency window (WHISPER: 50us).
     #[arg(long, default_value = "50us")]
     pub window: String,
-    /// Count flushed lines as stored: on, off, or auto (on for traces
-    /// recorded through libpmem's entry points, whose stores are not seen).
+    /// Count flushed lines as stored: on, off, or auto (on for traces whose
+    /// header says the program's plain stores were not recorded: libpmlab
+    /// without `pmlab cc` instrumentation).
     #[arg(long, default_value = "auto")]
     pub infer_stores: String,
     /// Write the distributions as SVG charts into this directory.
@@ -53,11 +54,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         None => None,
     };
     let (stream, meta) = open(&args.trace, format)?;
-    let pmdk = meta.iter().any(|(k, v)| k == "pmdk" && v == "interposed");
     let flushes_as_stores = match args.infer_stores.as_str() {
         "on" => true,
         "off" => false,
-        "auto" => pmdk,
+        "auto" => stores_unseen(&meta),
         other => bail!("--infer-stores '{other}': expected on, off or auto"),
     };
     let cfg = Config {
@@ -101,10 +101,21 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-type Meta = Vec<(String, String)>;
+pub(crate) type Meta = Vec<(String, String)>;
+
+/// True when a trace's header says the program's plain stores were not
+/// recorded (libpmlab without `pmlab cc` instrumentation): only flushes and
+/// library copies were, so flushed lines stand for stores.
+pub(crate) fn stores_unseen(meta: &Meta) -> bool {
+    let get = |key: &str| meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    match get("stores") {
+        Some(v) => v == "flushes-only",
+        None => get("pmdk") == Some("interposed"),
+    }
+}
 
 /// Open a trace; for binary traces also return the header's metadata.
-fn open(path: &Path, format: Option<Format>) -> anyhow::Result<(RecordStream, Meta)> {
+pub(crate) fn open(path: &Path, format: Option<Format>) -> anyhow::Result<(RecordStream, Meta)> {
     let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
     let mut head = [0u8; 8];
     let is_binary = {
@@ -237,7 +248,7 @@ fn print_table(out: &mut impl Write, path: &Path, r: &Report, meta: &Meta) -> an
             out,
             "lines inferred from flushes",
             format!(
-                "{} (stores not seen one by one: PMDK interposition)",
+                "{} (plain stores not recorded; see --infer-stores)",
                 r.inferred_lines
             ),
         )?;

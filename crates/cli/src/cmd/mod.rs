@@ -4,6 +4,7 @@
 pub mod analyze;
 pub mod calibrate;
 pub mod cc;
+pub mod persistency;
 pub mod probe;
 pub mod run;
 pub mod sim;

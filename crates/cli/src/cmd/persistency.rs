@@ -1,0 +1,221 @@
+//! `pmlab sim --persistency MODEL[,MODEL…]|all TRACE`: replay a PM trace
+//! under persistency models (`pmlab_sim::persistency`) and compare their
+//! run times, normalised to x86-nvm, with where the time goes.
+//!
+//! A model may carry a persist-buffer drain threshold: `hops@1` drains from
+//! the first buffered entry instead of HOPS's 16.
+
+// Reached from `pmlab sim --persistency`; until sim.rs dispatches here
+// only the tests use it.
+#![allow(dead_code)]
+
+use anyhow::{bail, Context};
+use pmlab_sim::persistency::{media_write_ns, Config, Model, Replay, Report};
+use pmlab_sim::System;
+use serde_json::json;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+/// One model to run, with its optional drain threshold.
+#[derive(Debug)]
+struct Choice {
+    model: Model,
+    drain_at: Option<usize>,
+    label: String,
+}
+
+fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
+    let spec = if spec == "all" {
+        "x86-nvm,x86-adr,hops,ideal"
+    } else {
+        spec
+    };
+    let mut v = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, drain) = match part.split_once('@') {
+            Some((n, d)) => {
+                let d: usize = d.parse().ok().filter(|d| (1..=32).contains(d)).with_context(|| {
+                    format!("--persistency {part}: the drain threshold after '@' must be 1 to 32 entries")
+                })?;
+                (n, Some(d))
+            }
+            None => (part, None),
+        };
+        let model =
+            Model::from_name(name).map_err(|e| anyhow::anyhow!("--persistency: {e} (or 'all')"))?;
+        if drain.is_some() && model != Model::Hops {
+            bail!("--persistency {part}: only hops takes a drain threshold (hops@N)");
+        }
+        v.push(Choice {
+            model,
+            drain_at: drain,
+            label: part.to_string(),
+        });
+    }
+    if v.is_empty() {
+        bail!("--persistency needs a model: {} or all", Model::NAMES);
+    }
+    Ok(v)
+}
+
+fn build(preset: Option<&str>, config: Option<&Path>) -> anyhow::Result<System> {
+    Ok(match (preset, config) {
+        (Some(p), None) => System::preset(p)?,
+        (None, Some(c)) => System::from_file(c)?,
+        (None, None) => bail!(
+            "no memory system given: pass --preset NAME (see 'pmlab sim presets') or --config FILE"
+        ),
+        (Some(_), Some(_)) => bail!("--preset and --config are exclusive: pass one"),
+    })
+}
+
+/// Run the replays and print the comparison.
+pub fn run(
+    trace: &Path,
+    format: Option<&str>,
+    preset: Option<&str>,
+    config: Option<&Path>,
+    models: &str,
+    json_out: bool,
+    progress: bool,
+) -> anyhow::Result<u8> {
+    let choices = parse_models(models)?;
+    let format = match format {
+        Some(f) => Some(
+            pmlab_trace::Format::from_name(f)
+                .map_err(|e| anyhow::anyhow!("--trace-format: {e}"))?,
+        ),
+        None => None,
+    };
+    let show = progress || std::io::stderr().is_terminal();
+    let mut results: Vec<(String, Report)> = Vec::new();
+    let mut system_name = String::new();
+    for c in &choices {
+        let sys = build(preset, config)?;
+        system_name = sys.name().to_string();
+        let mut probe = build(preset, config)?;
+        let media = media_write_ns(&mut probe);
+        let (stream, meta) = super::analyze::open(trace, format)?;
+        let mut cfg = Config::new(c.model, media);
+        cfg.flushes_as_stores = super::analyze::stores_unseen(&meta);
+        if let Some(d) = c.drain_at {
+            cfg.pb_drain_at = d;
+        }
+        if show {
+            eprintln!("pmlab sim: replaying {} under {}", trace.display(), c.label);
+        }
+        let (report, _) = Replay::new(sys, cfg).run(stream)?;
+        results.push((c.label.clone(), report));
+    }
+    let base = results
+        .iter()
+        .find(|(_, r)| r.model == Model::X86Nvm)
+        .map(|(_, r)| r.run_ns);
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        let rows: Vec<_> = results
+            .iter()
+            .map(|(label, r)| {
+                let b = &r.breakdown;
+                json!({
+                    "model": label,
+                    "run_ns": r.run_ns,
+                    "normalised_to_x86_nvm": base.map(|x| r.run_ns / x),
+                    "compute_ns": b.compute_ns,
+                    "read_ns": b.read_ns,
+                    "durability_ns": b.durability_ns,
+                    "buffer_full_ns": b.buffer_full_ns,
+                    "issue_ns": b.issue_ns,
+                    "records": r.records,
+                    "threads": r.threads,
+                    "lines_written": r.lines_written,
+                    "durability_points": r.durability_points,
+                    "epochs_drained": r.epochs_drained,
+                    "cross_waits": r.cross_waits,
+                    "media_write_ns": r.media_write_ns,
+                })
+            })
+            .collect();
+        let v =
+            json!({"system": system_name, "trace": trace.display().to_string(), "models": rows});
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(0);
+    }
+    let first = &results[0].1;
+    writeln!(
+        out,
+        "persistency replay of {} on {} ({} records, {} threads; media write {:.0} ns after acceptance)",
+        trace.display(),
+        system_name,
+        first.records,
+        first.threads,
+        first.media_write_ns
+    )?;
+    writeln!(
+        out,
+        "{:<10} {:>12} {:>10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
+        "model",
+        "run time",
+        "vs nvm",
+        "compute",
+        "PM loads",
+        "durability",
+        "buffer full",
+        "issue",
+        "dur. points"
+    )?;
+    for (label, r) in &results {
+        let b = &r.breakdown;
+        let tot = b.total().max(1e-9);
+        let pct = |x: f64| format!("{:.1}%", 100.0 * x / tot);
+        writeln!(
+            out,
+            "{:<10} {:>12} {:>10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
+            label,
+            fmt_ns(r.run_ns),
+            base.map(|x| format!("{:.3}", r.run_ns / x))
+                .unwrap_or_else(|| "-".into()),
+            pct(b.compute_ns),
+            pct(b.read_ns),
+            pct(b.durability_ns),
+            pct(b.buffer_full_ns),
+            pct(b.issue_ns),
+            r.durability_points
+        )?;
+    }
+    writeln!(
+        out,
+        "(time shares are of all threads' simulated time; 'vs nvm' is run time over x86-nvm's)"
+    )?;
+    Ok(0)
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.3} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.3} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.3} us", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_lists_parse_and_reject_nonsense() {
+        let v = parse_models("all").unwrap();
+        assert_eq!(v.len(), 4);
+        let v = parse_models("hops@1,x86-adr").unwrap();
+        assert_eq!(v[0].drain_at, Some(1));
+        assert!(parse_models("hops@0").is_err());
+        assert!(parse_models("x86-adr@4").is_err());
+        let e = parse_models("tso").unwrap_err().to_string();
+        assert!(e.contains("x86-nvm, x86-adr, hops, ideal"), "{e}");
+        assert!(parse_models("").is_err());
+    }
+}
