@@ -53,6 +53,7 @@ pub mod presets;
 pub mod registry;
 pub mod stats;
 mod system;
+pub mod validate;
 
 pub use error::{Error, ErrorKind};
 pub use pmlab_trace::Op;

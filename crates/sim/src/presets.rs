@@ -56,6 +56,28 @@ pub fn find(name: &str) -> Result<&'static Preset, Error> {
     })
 }
 
+/// The source comment of parameter `name` of component `component`
+/// (dotted path, e.g. `controller.dimm`) in a configuration's text: the
+/// text after `#` on the line `name = ...` inside table `[component]`.
+pub fn source_of_in(toml: &str, component: &str, name: &str) -> Option<String> {
+    let mut table = String::new();
+    for line in toml.lines() {
+        let l = line.trim();
+        if let Some(h) = l.strip_prefix('[') {
+            table = h.split(']').next().unwrap_or("").trim().to_string();
+            continue;
+        }
+        if table == component {
+            if let Some(rest) = l.strip_prefix(name) {
+                if rest.trim_start().starts_with('=') {
+                    return line.split_once('#').map(|(_, c)| c.trim().to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
 /// The source comment of parameter `name` in a preset's text, if any
 /// (the text after `#` on the line `name = ...`).
 pub fn source_of(toml: &str, name: &str) -> Option<String> {

@@ -129,9 +129,11 @@ impl System {
         };
         let ctrl_table = match root.remove("controller") {
             Some(toml::Value::Table(t)) => t,
-            _ => return Err(Error::config(format!(
+            _ => {
+                return Err(Error::config(format!(
                 "{origin}: missing [controller] table (the memory controller, e.g. impl = \"imc\")"
-            ))),
+            )))
+            }
         };
         if let Some(k) = root.keys().next() {
             return Err(Error::config(format!("{origin}: unknown top-level key '{k}': valid keys are name, description, cpu, controller")));

@@ -1,15 +1,322 @@
-//! `pmlab sim`: not implemented yet (see the README's status table).
+//! `pmlab sim`: replay a trace on a simulated memory system, list and show
+//! presets, and regenerate the validation report.
+//!
+//! ```text
+//! pmlab sim --preset optane-1dimm trace.pmt [--mode closed|open:64|timed] [--json]
+//! pmlab sim --config my.toml --trace-format text trace.txt
+//! pmlab sim presets
+//! pmlab sim show optane-6dimm
+//! pmlab sim validate --write docs/validation.md
+//! ```
+
+use anyhow::{bail, Context};
+use pmlab_sim::drive::{Driver, Mode};
+use pmlab_sim::{presets, System};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab sim`.
 #[derive(clap::Args)]
-#[command(disable_help_flag = false)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
-    /// Everything after the command.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    #[command(subcommand)]
+    sub: Option<Sub>,
+    /// The trace to replay.
+    trace: Option<PathBuf>,
+    /// A bundled configuration (see `pmlab sim presets`).
+    #[arg(long, conflicts_with = "config")]
+    preset: Option<String>,
+    /// A TOML configuration file (see docs/simulator.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// closed (latency), open:N (N outstanding per thread: bandwidth) or
+    /// timed (issue at trace timestamps).
+    #[arg(long, default_value = "closed")]
+    mode: String,
+    /// Trace format: pmt, text, lackey (valgrind --tool=lackey
+    /// --trace-mem=yes), dramsim (address op cycle lines). Default: pmt or
+    /// text, recognised from the content.
+    #[arg(long)]
+    trace_format: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Show progress on stderr even when it is not a terminal.
+    #[arg(long)]
+    progress: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum Sub {
+    /// List the bundled presets.
+    Presets {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every parameter of a preset (or of --config FILE) with its
+    /// unit and source.
+    Show {
+        /// Preset name.
+        name: Option<String>,
+        /// A configuration file instead of a preset.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the validation experiments (LENS, Yang et al.) and print or
+    /// write the report.
+    Validate {
+        /// Write the Markdown report to this file (docs/validation.md).
+        #[arg(long)]
+        write: Option<PathBuf>,
+        /// Shorter wear-leveling runs (skips the tail-frequency sweep).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Run the command.
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!("'pmlab sim' is not implemented yet in this build; see the README's status table")
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    match args.sub {
+        Some(Sub::Presets { json }) => presets_cmd(json),
+        Some(Sub::Show {
+            ref name,
+            ref config,
+            json,
+        }) => show(name.as_deref(), config.as_deref(), json),
+        Some(Sub::Validate {
+            ref write,
+            quick,
+            json,
+        }) => validate(write.as_deref(), quick, json, args.progress),
+        None => replay(&args),
+    }
+}
+
+fn build(preset: Option<&str>, config: Option<&Path>) -> anyhow::Result<System> {
+    Ok(match (preset, config) {
+        (Some(p), None) => System::preset(p)?,
+        (None, Some(c)) => System::from_file(c)?,
+        (None, None) => bail!(
+            "no memory system given: pass --preset NAME (see 'pmlab sim presets') or --config FILE"
+        ),
+        (Some(_), Some(_)) => bail!("--preset and --config are exclusive: pass one"),
+    })
+}
+
+fn progress_on(flag: bool) -> bool {
+    flag || std::io::stderr().is_terminal()
+}
+
+fn replay(args: &Args) -> anyhow::Result<u8> {
+    let Some(trace) = &args.trace else {
+        bail!("no trace given: pmlab sim --preset NAME TRACE (or 'pmlab sim presets', 'pmlab sim show NAME', 'pmlab sim validate')");
+    };
+    let mode = Mode::parse(&args.mode)?;
+    let mut sys = build(args.preset.as_deref(), args.config.as_deref())?;
+    let records = open_trace(trace, args.trace_format.as_deref())?;
+    let show = progress_on(args.progress);
+    let start = std::time::Instant::now();
+    let mut driver = Driver::new(mode);
+    let summary = driver.run(&mut sys, records, |n| {
+        if show {
+            eprint!("\rpmlab sim: {} M records", n >> 20);
+        }
+    })?;
+    if show && summary.requests + summary.skipped >= 1 << 20 {
+        eprintln!();
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let stats = sys.stats();
+    let mode_name = args.mode.clone();
+    if args.json {
+        let v = serde_json::json!({
+            "system": sys.name(),
+            "trace": trace.display().to_string(),
+            "mode": mode_name,
+            "requests": summary.requests,
+            "skipped": summary.skipped,
+            "end_ns": summary.end_ns,
+            "wall_seconds": wall,
+            "stats": stats,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "system    {} ({})", sys.name(), sys.description())?;
+    writeln!(
+        out,
+        "trace     {} ({} requests, {} skipped: DRAM records and markers)",
+        trace.display(),
+        summary.requests,
+        summary.skipped
+    )?;
+    writeln!(out, "mode      {mode_name}")?;
+    writeln!(
+        out,
+        "simulated {:.3} us (wall {:.2} s, {:.2} M req/s)",
+        summary.end_ns / 1e3,
+        wall,
+        summary.requests as f64 / wall.max(1e-9) / 1e6
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "latency", "count", "mean", "p50", "p90", "p99", "p99.9", "max"
+    )?;
+    if let Some(lat) = stats.children.iter().find(|c| c.name == "latency") {
+        for c in &lat.children {
+            let g = |k: &str| c.get(k).unwrap_or(0.0);
+            writeln!(
+                out,
+                "{:<9} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
+                c.name,
+                g("count"),
+                g("mean"),
+                g("p50"),
+                g("p90"),
+                g("p99"),
+                g("p99.9"),
+                g("max")
+            )?;
+        }
+    }
+    writeln!(out, "(ns)")?;
+    writeln!(out)?;
+    for (name, value, unit) in stats.flatten() {
+        if name.starts_with("latency.") {
+            continue;
+        }
+        writeln!(out, "{name:<48} {:>16} {unit}", fmt_value(value))?;
+    }
+    Ok(0)
+}
+
+fn fmt_value(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Open a trace in any supported format.
+pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_trace::RecordStream> {
+    match format {
+        None => Ok(pmlab_trace::open(path, None)?),
+        Some(f) => {
+            let fmt = pmlab_trace::Format::from_name(f).map_err(|_| {
+                anyhow::anyhow!("unknown trace format '{f}': expected one of pmt, text")
+            })?;
+            Ok(pmlab_trace::open(path, Some(fmt))?)
+        }
+    }
+}
+
+fn presets_cmd(json: bool) -> anyhow::Result<u8> {
+    if json {
+        let v: Vec<_> = presets::ALL
+            .iter()
+            .map(|p| serde_json::json!({"name": p.name, "about": p.about}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for p in presets::ALL {
+            println!("{:<14} {}", p.name, p.about);
+        }
+    }
+    Ok(0)
+}
+
+fn show(name: Option<&str>, config: Option<&Path>, json: bool) -> anyhow::Result<u8> {
+    let (sys, text) = match (name, config) {
+        (Some(n), None) => (System::preset(n)?, presets::find(n)?.toml.to_string()),
+        (None, Some(c)) => {
+            let text = std::fs::read_to_string(c)
+                .with_context(|| format!("cannot read config {}", c.display()))?;
+            (System::from_toml(&text, &c.display().to_string())?, text)
+        }
+        _ => bail!("pass a preset name or --config FILE: pmlab sim show optane-1dimm"),
+    };
+    let rows: Vec<_> = sys
+        .params()
+        .iter()
+        .map(|p| {
+            let source = if p.given {
+                presets::source_of_in(&text, &p.component, &p.name).unwrap_or_default()
+            } else {
+                format!("default: {}", p.doc)
+            };
+            (p, source)
+        })
+        .collect();
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(p, src)| serde_json::json!({"component": p.component, "name": p.name, "value": p.value, "meaning": p.doc, "source": src}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"name": sys.name(), "description": sys.description(), "parameters": v})
+            )?
+        );
+        return Ok(0);
+    }
+    println!("{}: {}", sys.name(), sys.description());
+    for (p, src) in rows {
+        println!(
+            "{:<32} {:>12}  {}",
+            format!("{}.{}", p.component, p.name),
+            p.value,
+            p.doc
+        );
+        if p.given && !src.is_empty() {
+            println!("{:<32} {:>12}  source: {src}", "", "");
+        }
+    }
+    Ok(0)
+}
+
+fn validate(write: Option<&Path>, quick: bool, json: bool, progress: bool) -> anyhow::Result<u8> {
+    let show = progress_on(progress);
+    let report = pmlab_sim::validate::run(quick, |step| {
+        if show {
+            eprintln!("pmlab sim validate: {step}");
+        }
+    })?;
+    let command = if quick {
+        "pmlab sim validate --quick --write docs/validation.md"
+    } else {
+        "pmlab sim validate --write docs/validation.md"
+    };
+    let md = report.markdown(command);
+    if let Some(path) = write {
+        let tmp = path.with_extension("md.tmp");
+        std::fs::write(&tmp, &md).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if write.is_none() {
+        print!("{md}");
+    } else {
+        println!(
+            "average accuracy {:.1}% over {} figures; {} of {} shapes reproduced; written to {}",
+            report.average_accuracy_pct,
+            report.figures.len(),
+            report.shapes.iter().filter(|s| s.reproduced).count(),
+            report.shapes.len(),
+            write.unwrap().display()
+        );
+    }
+    Ok(0)
 }

@@ -28,8 +28,9 @@
 //!   defaults a 256 B overwrite loop migrates every 14,000 writes (LENS
 //!   III-D) while a loop over 64 KiB or more never reaches the threshold
 //!   within a window (the frequency drop of LENS Fig. 7c).
-//! * **prefetch**: a read miss on the XPLine after the previous miss
-//!   fetches the next `prefetch_xplines` XPLines (a sequential stream
+//! * **prefetch**: once reads have moved to the next XPLine
+//!   `prefetch_after` times in a row, each move fetches the following
+//!   `prefetch_xplines` XPLines that are not in the RMW buffer (a sequential stream
 //!   detector, after Yang et al.'s XPPrefetcher).
 
 use super::Device;
@@ -64,7 +65,9 @@ pub struct Nvram {
     write_occ: f64,
     media_free: f64,
     prefetch: u64,
-    last_miss: u64,
+    prefetch_after: u64,
+    run: u64,
+    last_blk: u64,
     wear: IntMap<(u64, u32)>,
     wear_threshold: u32,
     wear_window: u64,
@@ -149,7 +152,7 @@ impl Nvram {
         }
         let ait_ns = p.ns(
             "ait_ns",
-            39.0,
+            61.0,
             "AIT controller time per RMW miss, besides its DRAM accesses",
         )?;
         let media_read_ns = p.ns(
@@ -169,6 +172,13 @@ impl Nvram {
             0,
             64,
             "XPLines fetched ahead on a sequential read miss",
+        )?;
+        let prefetch_after = p.count(
+            "prefetch_after",
+            2,
+            1,
+            64,
+            "consecutive sequential misses that confirm a stream before prefetching",
         )?;
         let wear_threshold = p.count(
             "wear_threshold",
@@ -207,7 +217,9 @@ impl Nvram {
             write_occ: xp as f64 / wbw,
             media_free: 0.0,
             prefetch,
-            last_miss: u64::MAX - 1,
+            prefetch_after,
+            run: 0,
+            last_blk: u64::MAX - 1,
             wear: IntMap::default(),
             wear_threshold,
             wear_window,
@@ -338,18 +350,28 @@ impl Device for Nvram {
         self.advance(t);
         let blk = addr / self.xp;
         let bit = 1u32 << ((addr % self.xp) / 64);
-        if self.lsq.iter().any(|e| e.blk == blk && e.mask & bit != 0) {
+        let new_xpline = blk != self.last_blk;
+        if new_xpline {
+            self.run = if blk == self.last_blk.wrapping_add(1) {
+                self.run + 1
+            } else {
+                0
+            };
+            self.last_blk = blk;
+        }
+        let done = if self.lsq.iter().any(|e| e.blk == blk && e.mask & bit != 0) {
             self.s.lsq_forwards += 1;
-            return t + self.rmw_hit_ns;
-        }
-        if let Some(h) = self.rmw.touch(blk) {
+            t + self.rmw_hit_ns
+        } else if let Some(h) = self.rmw.touch(blk) {
             self.s.rmw_hits += 1;
-            return t.max(h.valid_at) + self.rmw_hit_ns;
-        }
-        self.s.rmw_misses += 1;
-        let d = self.fetch(blk, t);
-        self.rmw.insert(blk, d, 0);
-        if blk == self.last_miss.wrapping_add(1) {
+            t.max(h.valid_at) + self.rmw_hit_ns
+        } else {
+            self.s.rmw_misses += 1;
+            let d = self.fetch(blk, t);
+            self.rmw.insert(blk, d, 0);
+            d + self.rmw_hit_ns
+        };
+        if new_xpline && self.run >= self.prefetch_after {
             for k in 1..=self.prefetch {
                 let b = blk + k;
                 if self.rmw.peek(b).is_none() {
@@ -359,8 +381,7 @@ impl Device for Nvram {
                 }
             }
         }
-        self.last_miss = blk;
-        d + self.rmw_hit_ns
+        done
     }
 
     fn write(&mut self, addr: u64, t: f64) -> f64 {
