@@ -1,0 +1,62 @@
+#!/bin/sh
+# bench/instr.sh -- cost of pmlab's compiler instrumentation (issue 3).
+#
+# Builds bench/instr_kernel.c with clang and with `pmlab cc`, runs each
+# variant REPS times and prints medians and ranges:
+#   native      clang -O2, no pmlab;
+#   inactive    pmlab cc -O2, run directly (hooks compiled in, not counting);
+#   active      pmlab cc -O2 under `pmlab run --source instrumented --no-inject`
+#               (hooks counting, nothing injected).
+# The hit kernel makes exactly one instrumented load per iteration that hits
+# the hooks' filter, so (active - native) ns/iter is the hit-path cost per
+# access; the sort kernel gives the slowdown of compute-bound code.
+#
+# Usage: bench/instr.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
+set -eu
+REPS=${1:-5}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
+CLANG=${CLANG:-clang-14}
+[ -x "$PMLAB" ] || { echo "instr.sh: $PMLAB not found: cargo build --release -p pmlab-cli -p pmlab-runtime, or set PMLAB" >&2; exit 2; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+"$CLANG" -O2 -o "$TMP/native" "$ROOT/bench/instr_kernel.c"
+"$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/instr_kernel.c"
+
+run_variant() { # name command...
+	name=$1; shift
+	: > "$TMP/$name.hit"; : > "$TMP/$name.sort"
+	i=0
+	while [ $i -lt "$REPS" ]; do
+		"$@" > "$TMP/out" 2>/dev/null
+		sed -n 's/.*kernel=hit .*ns_per_iter=\([0-9.]*\).*/\1/p' "$TMP/out" >> "$TMP/$name.hit"
+		sed -n 's/.*kernel=sort .*ns_per_rep=\([0-9.]*\).*/\1/p' "$TMP/out" >> "$TMP/$name.sort"
+		i=$((i + 1))
+	done
+}
+
+stats() { # file -> "median min max"
+	sort -g "$1" | awk '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.3f %.3f %.3f", m, v[1], v[NR]}'
+}
+
+run_variant native "$TMP/native"
+run_variant inactive "$TMP/instr"
+run_variant active "$PMLAB" run --quiet --source instrumented --no-inject --pm-latency 400ns -- "$TMP/instr"
+
+echo "instrumentation cost, $REPS runs each (median [min..max]); machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
+for v in native inactive active; do
+	set -- $(stats "$TMP/$v.hit"); h=$1; hl=$2; hh=$3
+	set -- $(stats "$TMP/$v.sort"); s=$1; sl=$2; sh=$3
+	printf "%-9s hit %7.3f ns/iter [%.3f..%.3f]   sort %10.0f ns/rep [%.0f..%.0f]\n" "$v" "$h" "$hl" "$hh" "$s" "$sl" "$sh"
+done
+set -- $(stats "$TMP/native.hit"); nh=$1
+set -- $(stats "$TMP/inactive.hit"); ih=$1
+set -- $(stats "$TMP/active.hit"); ah=$1
+set -- $(stats "$TMP/native.sort"); ns=$1
+set -- $(stats "$TMP/inactive.sort"); is=$1
+set -- $(stats "$TMP/active.sort"); as=$1
+awk -v nh="$nh" -v ih="$ih" -v ah="$ah" -v ns="$ns" -v is="$is" -v as="$as" 'BEGIN {
+	printf "hit path (filter hit, counting): %.2f ns per instrumented access\n", ah - nh
+	printf "hooks compiled in but inactive:  %.2f ns per instrumented access\n", ih - nh
+	printf "compute-bound sort slowdown: %.1fx inactive, %.1fx counting\n", is / ns, as / ns
+}'
