@@ -45,6 +45,7 @@
 pub mod analyze;
 pub mod binary;
 mod error;
+pub mod import;
 mod record;
 pub mod text;
 pub mod whisper;

@@ -1,0 +1,50 @@
+//! Importers for traces written by other tools, so that the same workload
+//! can be replayed by pmlab's simulator and by other simulators.
+//!
+//! * [`lackey`]: valgrind `--tool=lackey --trace-mem=yes` output.
+//! * [`dramsim`]: the plain `address op cycle` lines that DRAM simulators
+//!   read (DRAMsim3's `0x1f40 READ 12`, Ramulator's `0x1f40 R`, Ramulator
+//!   2's `LD 0x1f40`), in both directions ([`dramsim::write_record`]).
+//!
+//! Readers stream (constant memory in trace length) and report malformed
+//! input as `file:line: what is wrong`.
+
+pub mod dramsim;
+pub mod lackey;
+
+use crate::{Error, ErrorKind};
+use std::io::BufRead;
+
+/// Read one line into `buf` (cleared first); false at end of input.
+pub(crate) fn next_line<R: BufRead>(
+    input: &mut R,
+    buf: &mut String,
+    name: &str,
+    line: u64,
+) -> Result<bool, Error> {
+    buf.clear();
+    match input.read_line(buf) {
+        Ok(0) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Error::new(
+            ErrorKind::Malformed,
+            format!(
+                "{name}:{}: not UTF-8 text (is this a binary trace? pass --trace-format pmt)",
+                line + 1
+            ),
+        )),
+        Err(e) => Err(Error::new(ErrorKind::Io, format!("{name}: {e}"))),
+    }
+}
+
+/// Parse a hexadecimal number with or without `0x`.
+pub(crate) fn parse_hex(s: &str) -> Option<u64> {
+    let h = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    if h.is_empty() || h.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(h, 16).ok()
+}
