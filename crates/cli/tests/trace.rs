@@ -1,0 +1,308 @@
+//! Integration tests of `pmlab trace` and `pmlab analyze` (issue 6): the
+//! built binary on hand-made traces, malformed traces, WHISPER traces, and
+//! a libpmemobj workload traced end to end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
+
+/// A fresh directory for one test.
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pmlab-trace-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn pmlab(dir: &Path, args: &[&str]) -> Output {
+    Command::new(PMLAB)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run pmlab")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Assert a clean usage/input failure: exit 2, one line, naming `what`.
+fn assert_one_line_error(o: &Output, what: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {e}");
+    assert!(e.starts_with("pmlab: error: "), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains(what), "expected '{what}' in: {e}");
+}
+
+const TEXT_TRACE: &str = "\
+# time thread op addr size
+0   0 TXBEGIN 1 0
+10  0 W 0x1000 8
+11  0 CLWB 0x1000 64
+12  0 SFENCE 0 0
+20  0 W 0x1040 8
+21  0 W 0x1080 8
+22  0 USERDATA 0x1080 8
+23  0 SFENCE 0 0
+30  0 TXEND 1 0
+40  1 W 0x1000 8
+41  1 SFENCE 0 0
+50  1 R 0x10 8 dram
+";
+
+#[test]
+fn analyze_prints_the_whisper_table_and_json() {
+    let d = tempdir("table");
+    std::fs::write(d.join("t.txt"), TEXT_TRACE).unwrap();
+    let o = pmlab(&d, &["analyze", "t.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for row in [
+        "epochs per transaction",
+        "singleton epochs",
+        "self-dependent epochs",
+        "cross-dependent epochs",
+        "write amplification",
+        "PM share of accesses",
+    ] {
+        assert!(out.contains(row), "missing '{row}' in\n{out}");
+    }
+    let o = pmlab(&d, &["analyze", "t.txt", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["epochs"], 3);
+    assert_eq!(v["transactions"], 1);
+    assert_eq!(v["epochs_per_tx"]["median"], 2);
+    // Epochs: {0x1000}, {0x1040, 0x1080}, {0x1000 by thread 1}.
+    assert!((v["singleton_share"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
+    assert_eq!(v["cross_dep_epochs"], 1);
+    // 24 PM bytes stored inside the transaction, 8 of them user data:
+    // 200 % extra.
+    assert!((v["amplification"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+    assert!((v["pm_share"].as_f64().unwrap() - 0.8).abs() < 1e-9);
+}
+
+#[test]
+fn analyze_window_changes_dependencies() {
+    let d = tempdir("window");
+    std::fs::write(d.join("t.txt"), TEXT_TRACE).unwrap();
+    let o = pmlab(&d, &["analyze", "t.txt", "--json", "--window", "5ns"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["cross_dep_epochs"], 0);
+    assert_eq!(v["window_ns"], 5);
+}
+
+#[test]
+fn analyze_reads_whisper_traces() {
+    let d = tempdir("whisper");
+    let w = "\
+7001:1:PM_XS:tx:1
+7001:2:PM_W:0x7f0000001000:8:put:10
+7001:3:PM_L:0x7f0000001000:0:64:put:11
+7001:4:PM_N:put:12
+7001:5:PM_W:0x7f0000001000:8:put:13
+7001:6:PM_N:put:14
+7001:7:PM_XE:tx:2
+";
+    std::fs::write(d.join("w.txt"), w).unwrap();
+    let o = pmlab(&d, &["analyze", "--format", "whisper", "w.txt", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["epochs"], 2);
+    assert_eq!(v["self_dep_epochs"], 1);
+    assert_eq!(v["epochs_per_tx"]["median"], 2);
+    let o = pmlab(
+        &d,
+        &["analyze", "--format", "whisper", "--json", "nope.txt"],
+    );
+    assert_one_line_error(&o, "nope.txt");
+}
+
+#[test]
+fn malformed_traces_get_one_line_errors() {
+    let d = tempdir("malformed");
+    // Text: unknown operation, with file and line.
+    std::fs::write(d.join("bad.txt"), "0 0 W 0x10 8\n1 0 JUMP 0x10 8\n").unwrap();
+    assert_one_line_error(
+        &pmlab(&d, &["analyze", "bad.txt"]),
+        "bad.txt:2: unknown operation 'JUMP'",
+    );
+    // Binary: a valid trace cut inside a record.
+    let mut w = pmlab_trace::binary::Writer::new(Vec::new()).unwrap();
+    for i in 0..100u64 {
+        w.write(&pmlab_trace::Record::new(
+            i,
+            0,
+            pmlab_trace::Op::Write,
+            0x1000 + i * 640,
+            8,
+        ))
+        .unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    std::fs::write(d.join("cut.pmt"), &bytes[..bytes.len() - 1]).unwrap();
+    assert_one_line_error(&pmlab(&d, &["analyze", "cut.pmt"]), "offset");
+    // Binary: an unknown operation code.
+    let mut b = bytes.clone();
+    let first_record = 16;
+    b[first_record] = 0x1f;
+    std::fs::write(d.join("op.pmt"), &b).unwrap();
+    assert_one_line_error(
+        &pmlab(&d, &["analyze", "op.pmt"]),
+        "unknown operation code 31",
+    );
+    // A header alone, cut short.
+    std::fs::write(d.join("head.pmt"), b"PMLABTRC\x01").unwrap();
+    assert_one_line_error(&pmlab(&d, &["analyze", "head.pmt"]), "header");
+    // Not a binary trace, asked as one.
+    assert_one_line_error(
+        &pmlab(&d, &["analyze", "--format", "pmt", "bad.txt"]),
+        "not a pmlab binary trace",
+    );
+    // Bad flags.
+    assert_one_line_error(
+        &pmlab(&d, &["analyze", "bad.txt", "--window", "fast"]),
+        "--window",
+    );
+    assert_one_line_error(
+        &pmlab(&d, &["analyze", "bad.txt", "--infer-stores", "maybe"]),
+        "--infer-stores",
+    );
+    assert_one_line_error(
+        &pmlab(&d, &["analyze", "bad.txt", "--format", "csv"]),
+        "--format",
+    );
+    // Empty files are empty traces, not errors.
+    std::fs::write(d.join("empty.txt"), "").unwrap();
+    let o = pmlab(&d, &["analyze", "empty.txt", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn analyze_plots_distributions_as_svg() {
+    let d = tempdir("plot");
+    std::fs::write(d.join("t.txt"), TEXT_TRACE).unwrap();
+    let o = pmlab(&d, &["analyze", "t.txt", "--plot", "charts"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in ["epoch_size.svg", "epochs_per_tx.svg", "singleton_bytes.svg"] {
+        let svg = std::fs::read_to_string(d.join("charts").join(f)).unwrap();
+        assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "{f}");
+    }
+}
+
+/// libpmlab.so of this build, if it was built (cargo build -p
+/// pmlab-runtime, or a workspace build).
+fn runtime_lib() -> Option<PathBuf> {
+    let exe = Path::new(PMLAB);
+    let dir = exe.parent()?;
+    [dir.join("libpmlab.so"), dir.join("deps/libpmlab.so")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+fn build_workload(d: &Path, name: &str) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads");
+    let out = d.join(name);
+    let st = Command::new("cc")
+        .args(["-O2", "-std=gnu11", "-o"])
+        .arg(&out)
+        .arg(root.join(format!("{name}.c")))
+        .args(["-lpmemobj", "-lpthread"])
+        .status()
+        .ok()?;
+    st.success().then_some(out)
+}
+
+fn checksum(out: &str) -> String {
+    out.split_whitespace()
+        .find(|f| f.starts_with("checksum="))
+        .unwrap_or("none")
+        .to_string()
+}
+
+#[test]
+fn trace_records_a_pmemobj_workload_without_changing_its_result() {
+    let Some(rt) = runtime_lib() else {
+        eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
+        return;
+    };
+    let d = tempdir("pmemobj");
+    let Some(prog) = build_workload(&d, "pmobj_hashmap") else {
+        eprintln!("skipped: cannot build workloads/pmobj_hashmap.c (cc, libpmemobj-dev)");
+        return;
+    };
+    let pool = d.join("pool");
+    let plain = Command::new(&prog)
+        .arg(&pool)
+        .args(["2", "500", "20"])
+        .env("PMEM_IS_PMEM_FORCE", "1")
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "app.pmt", "--json", "--"])
+        .arg(&prog)
+        .arg(&pool)
+        .args(["2", "500", "20"])
+        .env("PMLAB_RUNTIME", &rt)
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    let program_line = lines.next().unwrap();
+    assert_eq!(checksum(program_line), checksum(&stdout(&plain)));
+    assert_ne!(checksum(program_line), "none");
+    let v: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(v["finished"], true);
+    assert_eq!(v["dropped"], 0);
+    assert!(v["records"].as_u64().unwrap() > 1000);
+    assert_eq!(v["threads"], 3, "main thread and two workers");
+
+    let o = pmlab(&d, &["analyze", "app.pmt", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(a["meta"]["pmdk"], "interposed");
+    assert_eq!(a["meta"]["stores"], "flushes-only");
+    assert_eq!(a["flushes_as_stores"], true);
+    // One transaction per operation plus the setup one.
+    assert_eq!(a["transactions"], 1001);
+    let median = a["epochs_per_tx"]["median"].as_u64().unwrap();
+    assert!((2..=20).contains(&median), "median epochs per tx {median}");
+    assert!(a["amplification"].as_f64().unwrap() > 0.0);
+    assert!(a["singleton_share"].as_f64().unwrap() > 0.2);
+
+    // An unwritable output and a missing program fail cleanly.
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "/nonexistent/dir/x.pmt", "--", "true"])
+        .env("PMLAB_RUNTIME", &rt)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, "cannot create trace file");
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "x.pmt", "--", "./no-such-program"])
+        .env("PMLAB_RUNTIME", &rt)
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, "no-such-program");
+}
+
+#[test]
+fn trace_without_runtime_says_how_to_get_it() {
+    let d = tempdir("noruntime");
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "x.pmt", "--", "true"])
+        .env("PMLAB_RUNTIME", d.join("missing.so"))
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, "PMLAB_RUNTIME");
+}
