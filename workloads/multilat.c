@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * multilat.c -- one pointer chain across DRAM and PM (pmlab workload,
+ * Quartz section 4.6)
+ *
+ * Two arrays of cache lines: one from malloc (DRAM) and one from pmalloc
+ * (PM; found at run time, so the program needs libpmlab only when run under
+ * `pmlab run` or linked with -lpmlab; otherwise the "PM" array is plain
+ * memory and the line says pm=malloc). A single chain visits them in the
+ * pattern given with -p (e.g. "DP": alternate, "DDDP": one PM access in
+ * four), each array in its own random order. Prints one line:
+ *
+ *   multilat: pattern=DP pm=pmalloc region=... dram_accesses=...
+ *             pm_accesses=... elapsed_ns=... ns_per_access=...
+ *
+ * Usage: multilat [-p PATTERN] [-r REGION_MIB per array] [-n ACCESSES]
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINE 64
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void shuffle(uint32_t *o, size_t n, uint64_t s)
+{
+	for (size_t i = 0; i < n; i++)
+		o[i] = (uint32_t)i;
+	s |= 1;
+	for (size_t i = n - 1; i > 0; i--) {
+		s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+		size_t j = s % i;
+		uint32_t t = o[i]; o[i] = o[j]; o[j] = t;
+	}
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: multilat [-p PATTERN of D and P] [-r REGION_MIB] "
+			"[-n ACCESSES]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *pattern = "DP";
+	long region_mib = 128, accesses = 10000000;
+	int opt;
+	char *end;
+	while ((opt = getopt(argc, argv, "p:r:n:")) != -1) {
+		switch (opt) {
+		case 'p': pattern = optarg; break;
+		case 'r': region_mib = strtol(optarg, &end, 10);
+			if (*end || region_mib < 1) usage();
+			break;
+		case 'n': accesses = strtol(optarg, &end, 10);
+			if (*end || accesses < 1) usage();
+			break;
+		default: usage();
+		}
+	}
+	size_t plen = strlen(pattern), nd = 0, np = 0;
+	for (size_t i = 0; i < plen; i++) {
+		if (pattern[i] == 'D') nd++;
+		else if (pattern[i] == 'P') np++;
+		else usage();
+	}
+	if (nd == 0 || np == 0) {
+		fprintf(stderr, "multilat: the pattern needs at least one D and one P\n");
+		return 2;
+	}
+	size_t bytes = (size_t)region_mib << 20, lines = bytes / LINE;
+	void *(*pm_alloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "pmalloc");
+	char *dram = NULL, *pm;
+	if (posix_memalign((void **)&dram, 2 << 20, bytes) != 0) {
+		fprintf(stderr, "multilat: cannot allocate %ld MiB of DRAM\n", region_mib);
+		return 1;
+	}
+	madvise(dram, bytes, MADV_HUGEPAGE);
+	pm = pm_alloc ? pm_alloc(bytes) : NULL;
+	if (pm_alloc && !pm) {
+		fprintf(stderr, "multilat: pmalloc(%zu) failed: raise --pm-pool-size\n", bytes);
+		return 1;
+	}
+	if (!pm && posix_memalign((void **)&pm, 2 << 20, bytes) != 0) {
+		fprintf(stderr, "multilat: cannot allocate %ld MiB\n", region_mib);
+		return 1;
+	}
+	madvise(pm, bytes, MADV_HUGEPAGE);
+
+	/* Visit order: step k of the pattern takes the next line of its
+	 * array's own random permutation. The chain has one cycle of
+	 * `steps` nodes. */
+	uint32_t *od = malloc(lines * sizeof *od), *op = malloc(lines * sizeof *op);
+	if (!od || !op) {
+		fprintf(stderr, "multilat: out of memory\n");
+		return 1;
+	}
+	shuffle(od, lines, 11);
+	shuffle(op, lines, 29);
+	size_t reps = lines / (nd > np ? nd : np);
+	size_t steps = reps * plen;
+	void **first = NULL, **prev = NULL;
+	size_t id = 0, ip = 0;
+	for (size_t k = 0; k < steps; k++) {
+		char c = pattern[k % plen];
+		void **node = c == 'D' ? (void **)(dram + (size_t)od[id++] * LINE)
+				: (void **)(pm + (size_t)op[ip++] * LINE);
+		if (prev)
+			*prev = node;
+		else
+			first = node;
+		prev = node;
+	}
+	*prev = first;
+	free(od);
+	free(op);
+
+	void **p = first;
+	for (size_t k = 0; k < steps && k < 100000; k++)
+		p = (void **)*p;
+	uint64_t t0 = now_ns();
+	for (long k = 0; k < accesses; k++)
+		p = (void **)*p;
+	uint64_t t1 = now_ns();
+	printf("multilat: pattern=%s pm=%s region=%zu dram_accesses=%ld pm_accesses=%ld "
+			"elapsed_ns=%llu ns_per_access=%.2f sink=%lu\n",
+			pattern, pm_alloc ? "pmalloc" : "malloc", bytes,
+			(long)((double)accesses * (double)nd / (double)plen),
+			(long)((double)accesses * (double)np / (double)plen),
+			(unsigned long long)(t1 - t0), (double)(t1 - t0) / (double)accesses,
+			(unsigned long)((uintptr_t)p & 1));
+	return 0;
+}
