@@ -1,0 +1,349 @@
+/*
+ * pm_btree.c -- a persistent B-tree on pmlab.h with redo logging
+ *
+ * The same B-tree as pmobj_btree.c (order 8, splits on the way down,
+ * deletes without rebalancing; same keys, values and checksum for the same
+ * arguments), in memory from pmalloc(), made crash-consistent with the
+ * redo log of pm_redo.h at node granularity: a transaction reads nodes
+ * through R(), and W() gives it a DRAM copy of a node to modify; at commit
+ * every modified node's new image is logged (one durability point), then
+ * written in place. Nodes allocated by the transaction are written
+ * directly and flushed before the commit. One DRAM lock serialises the
+ * threads. Key and value bytes are annotated as user data.
+ *
+ * Usage and output: see wl_common.h (the pool file argument is ignored).
+ */
+#include <pthread.h>
+
+#include "pm_redo.h"
+#include "wl_common.h"
+
+#define ORDER 8
+#define MAXK (ORDER - 1)
+#define WSET 64
+
+struct node {
+	uint32_t n;
+	uint32_t leaf;
+	uint64_t keys[MAXK];
+	uint64_t vals[MAXK];
+	struct node *child[ORDER];
+};
+
+struct bt_root {
+	struct node *top;
+};
+
+/* the write set of the running transaction (DRAM) */
+static struct {
+	int n, nfresh;
+	struct node *pm[WSET];
+	struct node copy[WSET];
+	struct node *fresh[WSET];
+	struct node *top; /* new root, or NULL */
+} ws;
+
+static struct bt_root *root; /* in PM */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wl_args args;
+static struct redo_tx tx;
+
+static int
+is_fresh(struct node *p)
+{
+	for (int i = 0; i < ws.nfresh; i++)
+		if (ws.fresh[i] == p)
+			return 1;
+	return 0;
+}
+
+/* R -- the transaction's view of node p */
+static struct node *
+R(struct node *p)
+{
+	for (int i = 0; i < ws.n; i++)
+		if (ws.pm[i] == p)
+			return &ws.copy[i];
+	return p;
+}
+
+/* W -- a writable view of node p (a DRAM copy unless p is new) */
+static struct node *
+W(struct node *p)
+{
+	if (is_fresh(p))
+		return p;
+	for (int i = 0; i < ws.n; i++)
+		if (ws.pm[i] == p)
+			return &ws.copy[i];
+	if (ws.n == WSET)
+		abort(); /* a transaction touches at most a few nodes per level */
+	ws.pm[ws.n] = p;
+	ws.copy[ws.n] = *p;
+	return &ws.copy[ws.n++];
+}
+
+static struct node *
+fresh_node(int leaf)
+{
+	struct node *p = wl_pm_alloc(sizeof(*p));
+	if (!p || ws.nfresh == WSET) {
+		fprintf(stderr, "pm_btree: error: the PM pool is full (raise PMLAB_PM_POOL_SIZE)\n");
+		exit(1);
+	}
+	p->leaf = (uint32_t)leaf;
+	ws.fresh[ws.nfresh++] = p;
+	return p;
+}
+
+static struct node *
+top(void)
+{
+	return ws.top ? ws.top : root->top;
+}
+
+static void
+tx_begin(void)
+{
+	ws.n = ws.nfresh = 0;
+	ws.top = NULL;
+	redo_begin(&tx);
+}
+
+static void
+tx_commit(void)
+{
+	for (int i = 0; i < ws.nfresh; i++)
+		wl_flush(ws.fresh[i], sizeof(struct node));
+	for (int i = 0; i < ws.n; i++)
+		redo_write(&tx, ws.pm[i], &ws.copy[i], sizeof(struct node));
+	if (ws.top)
+		redo_write(&tx, &root->top, &ws.top, sizeof(ws.top));
+	redo_commit(&tx);
+}
+
+/* split_child -- split x's full child i around its median (x not full) */
+static void
+split_child(struct node *xp, uint32_t i)
+{
+	struct node *yp = R(xp)->child[i];
+	struct node *y = W(yp);
+	struct node *z = fresh_node((int)y->leaf);
+	struct node *x = W(xp);
+	uint32_t mid = MAXK / 2;
+	z->n = MAXK - mid - 1;
+	for (uint32_t j = 0; j < z->n; j++) {
+		z->keys[j] = y->keys[mid + 1 + j];
+		z->vals[j] = y->vals[mid + 1 + j];
+	}
+	if (!y->leaf)
+		for (uint32_t j = 0; j <= z->n; j++)
+			z->child[j] = y->child[mid + 1 + j];
+	for (uint32_t j = x->n; j > i; j--) {
+		x->child[j + 1] = x->child[j];
+		x->keys[j] = x->keys[j - 1];
+		x->vals[j] = x->vals[j - 1];
+	}
+	x->child[i + 1] = z;
+	x->keys[i] = y->keys[mid];
+	x->vals[i] = y->vals[mid];
+	x->n++;
+	y->n = mid;
+}
+
+static void
+bt_put(uint64_t key, uint64_t val)
+{
+	tx_begin();
+	struct node *xp = top();
+	if (R(xp)->n == MAXK) {
+		struct node *s = fresh_node(0);
+		s->child[0] = xp;
+		ws.top = s;
+		split_child(s, 0);
+		xp = s;
+	}
+	for (;;) {
+		struct node *x = R(xp);
+		uint32_t i = 0;
+		while (i < x->n && key > x->keys[i])
+			i++;
+		if (i < x->n && key == x->keys[i]) {
+			W(xp)->vals[i] = val;
+			wl_user(&xp->vals[i], sizeof(val));
+			break;
+		}
+		if (x->leaf) {
+			struct node *w = W(xp);
+			for (uint32_t j = w->n; j > i; j--) {
+				w->keys[j] = w->keys[j - 1];
+				w->vals[j] = w->vals[j - 1];
+			}
+			w->keys[i] = key;
+			w->vals[i] = val;
+			w->n++;
+			wl_user(&xp->keys[i], sizeof(key));
+			wl_user(&xp->vals[i], sizeof(val));
+			break;
+		}
+		if (R(x->child[i])->n == MAXK) {
+			split_child(xp, i);
+			x = R(xp);
+			if (key == x->keys[i]) {
+				W(xp)->vals[i] = val;
+				wl_user(&xp->vals[i], sizeof(val));
+				break;
+			}
+			if (key > x->keys[i])
+				i++;
+		}
+		xp = R(xp)->child[i];
+	}
+	tx_commit();
+}
+
+/* pred_leaf -- the node holding the largest key under child i of x */
+static struct node *
+pred_leaf(struct node *xp, uint32_t i)
+{
+	struct node *yp = R(xp)->child[i];
+	struct node *y = R(yp);
+	if (y->leaf)
+		return y->n > 0 ? yp : NULL;
+	for (int k = (int)y->n; k >= 0; k--) {
+		struct node *c = pred_leaf(yp, (uint32_t)k);
+		if (c)
+			return c;
+	}
+	return NULL;
+}
+
+static void
+remove_at(struct node *xp, uint32_t i)
+{
+	struct node *x = W(xp);
+	for (uint32_t j = i; j + 1 < x->n; j++) {
+		x->keys[j] = x->keys[j + 1];
+		x->vals[j] = x->vals[j + 1];
+	}
+	x->n--;
+}
+
+static int
+bt_del(uint64_t key)
+{
+	int found = 0;
+	tx_begin();
+	struct node *xp = top();
+	while (xp) {
+		struct node *x = R(xp);
+		uint32_t i = 0;
+		while (i < x->n && key > x->keys[i])
+			i++;
+		if (i < x->n && key == x->keys[i]) {
+			found = 1;
+			struct node *pp = x->leaf ? NULL : pred_leaf(xp, i);
+			if (pp) {
+				struct node *p = R(pp);
+				uint64_t k = p->keys[p->n - 1], v = p->vals[p->n - 1];
+				struct node *w = W(xp);
+				w->keys[i] = k;
+				w->vals[i] = v;
+				remove_at(pp, R(pp)->n - 1);
+			} else if (x->leaf) {
+				remove_at(xp, i);
+			} else {
+				W(xp)->vals[i] = 0; /* as pmobj_btree.c */
+			}
+			break;
+		}
+		xp = x->leaf ? NULL : x->child[i];
+	}
+	tx_commit();
+	return found;
+}
+
+static void
+walk(struct node *x, uint64_t *sum, uint64_t *count, uint64_t *last, int *sorted)
+{
+	for (uint32_t i = 0; i <= x->n; i++) {
+		if (!x->leaf)
+			walk(x->child[i], sum, count, last, sorted);
+		if (i < x->n) {
+			if (x->keys[i] <= *last)
+				*sorted = 0;
+			*last = x->keys[i];
+			if (x->vals[i]) {
+				*sum += wl_mix(x->keys[i], x->vals[i]);
+				(*count)++;
+			}
+		}
+	}
+}
+
+struct worker {
+	int id;
+	long inserts, deletes;
+};
+
+static void *
+work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t s = wl_seed(w->id);
+	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
+	for (long i = 0; i < args.ops; i++) {
+		uint64_t r = wl_next(&s);
+		uint64_t key = wl_key(w->id, r >> 8, keys);
+		pthread_mutex_lock(&lock);
+		if ((long)(r % 100) < args.delete_pct) {
+			w->deletes += bt_del(key);
+		} else {
+			bt_put(key, r | 1);
+			w->inserts++;
+		}
+		pthread_mutex_unlock(&lock);
+	}
+	return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+	args = wl_parse(argc, argv);
+	root = wl_pm_alloc(sizeof(*root));
+	if (!root || redo_init(&tx, 0)) {
+		fprintf(stderr, "pm_btree: error: cannot allocate the root or the redo log in PM\n");
+		return 1;
+	}
+	tx_begin();
+	ws.top = fresh_node(1);
+	tx_commit();
+
+	pthread_t tid[64];
+	struct worker wk[64];
+	double t0 = wl_now();
+	for (int t = 0; t < args.threads; t++) {
+		wk[t] = (struct worker){ t, 0, 0 };
+		pthread_create(&tid[t], NULL, work, &wk[t]);
+	}
+	long inserts = 0, deletes = 0;
+	for (int t = 0; t < args.threads; t++) {
+		pthread_join(tid[t], NULL);
+		inserts += wk[t].inserts;
+		deletes += wk[t].deletes;
+	}
+	double secs = wl_now() - t0;
+	uint64_t sum = 0, present = 0, last = 0;
+	int sorted = 1;
+	walk(root->top, &sum, &present, &last, &sorted);
+	if (!sorted) {
+		fprintf(stderr, "pm_btree: error: keys out of order after the run\n");
+		return 1;
+	}
+	long ops = args.ops * args.threads;
+	printf("workload=pm_btree threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
+		args.threads, ops, inserts, deletes, (unsigned long)present,
+		(unsigned long)sum, secs, ops / secs);
+	return 0;
+}
