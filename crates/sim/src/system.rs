@@ -357,3 +357,74 @@ impl System {
         root
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINI: &str = "[controller]\nimpl = \"imc\"\n[controller.dimm]\nimpl = \"ddr4\"\n";
+
+    #[test]
+    fn fence_waits_for_earlier_writes_of_its_thread() {
+        let mut s = System::from_toml(MINI, "t").unwrap();
+        let w = s.submit(&Request::new(0.0, Op::NtWrite, 0, 64));
+        let p = w.persist_ns.unwrap();
+        assert_eq!(p, 88.0, "default nt_store_ns to an idle WPQ");
+        let f = s.submit(&Request::new(1.0, Op::SFence, 0, 0));
+        assert_eq!(f.done_ns, p);
+        let other = s.submit(&Request::new(1.0, Op::SFence, 0, 0).on_thread(1));
+        assert_eq!(other.done_ns, 1.0, "another thread has nothing to wait for");
+    }
+
+    #[test]
+    fn multi_line_requests_complete_with_their_last_line() {
+        let mut s = System::from_toml(MINI, "t").unwrap();
+        let one = s
+            .submit(&Request::new(0.0, Op::Read, 1 << 20, 64))
+            .latency_ns();
+        let four = s
+            .submit(&Request::new(10_000.0, Op::Read, 2 << 20, 256))
+            .latency_ns();
+        assert!(four > one);
+        assert_eq!(s.stats().get("bytes_read"), Some(5.0 * 64.0));
+    }
+
+    fn err(text: &str) -> String {
+        System::from_toml(text, "my.toml")
+            .err()
+            .expect("must fail")
+            .to_string()
+    }
+
+    #[test]
+    fn config_errors_name_the_parameter_and_component() {
+        let e = err(&format!("{MINI}tcl = 3\n"));
+        assert!(
+            e.contains("unknown parameter 'controller.dimm.tcl'") && e.contains("valid keys are"),
+            "{e}"
+        );
+        let e = err("[controller]\nimpl = \"imc\"\n[controller.dimm]\nimpl = \"dd4\"\n");
+        assert!(
+            e.contains("unknown device implementation 'dd4'") && e.contains("ddr4, nvram"),
+            "{e}"
+        );
+        let e = err(&format!("{MINI}cl = \"fast\"\n"));
+        assert!(
+            e.contains("'controller.dimm.cl'") && e.contains("ddr4"),
+            "{e}"
+        );
+        let e = err("[controller]\nimpl = \"imc\"\n");
+        assert!(e.contains("needs a child table [controller.dimm]"), "{e}");
+        let e = err("name = \"x\"\n");
+        assert!(e.contains("missing [controller]"), "{e}");
+        let e = err("[controller\n");
+        assert!(e.starts_with("my.toml: line 1:"), "{e}");
+        let e = err(&format!("{MINI}trfc = 9000\n"));
+        assert!(e.contains("trfc"), "{e}");
+        let e = err(&format!("colour = 1\n{MINI}"));
+        assert!(e.contains("unknown top-level key 'colour'"), "{e}");
+        for e in [err(&format!("{MINI}cl = 0\n")), err("[controller]\nimpl = \"imc\"\ninterleave = \"3KiB\"\n[controller.dimm]\nimpl = \"ddr4\"\n")] {
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+}

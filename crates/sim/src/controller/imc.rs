@@ -282,3 +282,59 @@ impl Controller for Imc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn imc(extra: &str) -> Imc {
+        let text = format!("impl = \"imc\"\nwpq_bytes = 128\nwrite_xfer_ns = 10.0\n{extra}\n[dimm]\nimpl = \"ddr4\"\n");
+        let mut p = Params::new("controller", text.parse().unwrap()).unwrap();
+        let c = Imc::build(&mut p).unwrap();
+        p.finish().unwrap();
+        c
+    }
+
+    #[test]
+    fn wpq_full_blocks_until_the_front_departs() {
+        let mut c = imc("");
+        assert_eq!(c.write(0, 0.0), 0.0);
+        assert_eq!(c.write(64 * 1000, 0.0), 0.0);
+        // Two lines fill the 128 B WPQ: the third waits for the front to
+        // leave: the DIMM accepts its write command after tRCD (the row is
+        // closed), then the line takes one transfer time.
+        let trcd = 19.0 * 0.75;
+        assert_eq!(c.write(64 * 2000, 0.0), trcd + 10.0);
+        // Not blocked when offered after the WPQ drained.
+        assert_eq!(c.write(64 * 3000, 500.0), 500.0);
+    }
+
+    #[test]
+    fn wpq_merges_and_forwards_until_a_fence() {
+        let mut c = imc("");
+        c.write(0, 0.0); // goes to the DIMM first
+        c.write(64, 0.0); // waits behind it
+        c.write(64, 0.0);
+        assert_eq!(c.merges, 1);
+        assert_eq!(c.read(64, 0.0), c.fwd_ns, "forwarded from the WPQ");
+        c.fence(0.0);
+        c.write(64, 0.0);
+        assert_eq!(c.merges, 1, "sealed by the fence");
+    }
+
+    #[test]
+    fn interleaving_routes_by_granularity() {
+        let c = imc("channels = 2\ninterleave = 4096");
+        assert_eq!(c.route(0), (0, 0));
+        assert_eq!(c.route(4096), (1, 0));
+        assert_eq!(c.route(8192 + 64), (0, 4096 + 64));
+    }
+
+    #[test]
+    fn rpq_bounds_outstanding_reads() {
+        let mut c = imc("rpq_entries = 1");
+        let a = c.read(0, 0.0);
+        let b = c.read(64 * 4096, 0.0);
+        assert!(b >= a, "the second read starts when the first completes");
+    }
+}

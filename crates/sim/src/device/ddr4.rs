@@ -251,9 +251,11 @@ impl Device for Ddr4 {
         self.access(addr, t, false) + self.extra
     }
 
+    /// Accepted when the write command issues (its data burst follows
+    /// tCWL later on the bus).
     fn write(&mut self, addr: u64, t: f64) -> f64 {
         self.writes += 1;
-        self.access(addr, t, true)
+        self.access(addr, t, true) - self.t.burst - self.t.cwl
     }
 
     fn drain(&mut self, t: f64) -> f64 {

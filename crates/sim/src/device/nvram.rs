@@ -487,3 +487,142 @@ impl Device for Nvram {
         self.dram.reset_stats();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NVRAM DIMM with small, round parameters; `extra` overrides.
+    fn dimm(extra: &str) -> Nvram {
+        let mut t: toml::Table = "impl = \"nvram\"\nrmw_hit_ns = 100.0\nait_ns = 0.0\nmedia_read_ns = 50.0\nmedia_read_gbs = 2.56\nmedia_write_gbs = 1.28\ncombine_window_ns = 100.0\nprefetch_xplines = 0\n[dram]\nimpl = \"ddr4\"\n"
+            .parse()
+            .unwrap();
+        let over: toml::Table = extra.parse().unwrap();
+        t.extend(over);
+        let mut p = Params::new("dimm", t).unwrap();
+        let d = Nvram::build(&mut p).unwrap();
+        p.finish().unwrap();
+        d
+    }
+
+    #[test]
+    fn rmw_hit_costs_rmw_hit_ns() {
+        let mut d = dimm("");
+        let first = d.read(0, 0.0);
+        let t = first + 1000.0;
+        assert_eq!(
+            d.read(64, t),
+            t + 100.0,
+            "same XPLine: served by the RMW buffer"
+        );
+        assert_eq!(d.s.rmw_hits, 1);
+        assert_eq!(d.s.media_reads, 1);
+    }
+
+    #[test]
+    fn read_amplification_is_xpline_over_request() {
+        let mut d = dimm("");
+        let mut t = 0.0;
+        for i in 0..100u64 {
+            t = d.read(i * 4096, t) + 1.0;
+        }
+        assert_eq!(d.s.rmw_fill_bytes, 100 * 256);
+        assert_eq!(d.s.reads, 100);
+    }
+
+    #[test]
+    fn lsq_combines_four_lines_into_one_media_write() {
+        let mut d = dimm("");
+        for i in 0..4 {
+            d.write(i * 64, 0.0);
+        }
+        d.drain(0.0);
+        assert_eq!(d.s.media_writes, 1);
+        assert_eq!(d.s.lsq_merges, 3);
+        assert_eq!(d.s.rmw_modify_reads, 0, "a full XPLine needs no read");
+    }
+
+    #[test]
+    fn partial_xpline_write_reads_first() {
+        let mut d = dimm("");
+        d.write(0, 0.0);
+        d.drain(0.0);
+        assert_eq!(
+            (d.s.rmw_modify_reads, d.s.media_reads, d.s.media_writes),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn fence_seals_lsq_entries() {
+        let mut d = dimm("combine_window_ns = 1000.0");
+        d.write(0, 0.0);
+        d.fence(1.0);
+        d.write(64, 2.0);
+        d.drain(2.0);
+        assert_eq!(d.s.media_writes, 2, "no combining across a fence");
+    }
+
+    #[test]
+    fn lsq_full_blocks_until_front_drains() {
+        // 2 entries; a 256 B media write occupies the media for 200 ns.
+        let mut d = dimm("lsq_bytes = 512");
+        for b in 0..2u64 {
+            for i in 0..4 {
+                assert_eq!(d.write(b * 256 + i * 64, 0.0), 0.0);
+            }
+        }
+        // Full: the third XPLine waits for the front entry's combining
+        // window (100 ns) to end and its media write to start.
+        assert_eq!(d.write(512, 0.0), 100.0);
+        // The fourth waits for the media to finish that write (100 + 200).
+        assert_eq!(d.write(768, 0.0), 300.0);
+        assert!(d.write(1024, 0.0) > 300.0, "and not earlier");
+    }
+
+    #[test]
+    fn wear_leveling_migrates_after_threshold_within_window() {
+        let mut d = dimm("wear_threshold = 10\nwear_window = 1000\nmigration_bytes = 1024");
+        let mut t = 0.0;
+        for _ in 0..25 {
+            for i in 0..4 {
+                t = d.write(i * 64, t);
+            }
+            d.fence(t);
+        }
+        d.drain(t);
+        assert_eq!(d.s.media_writes, 25);
+        assert_eq!(d.s.migrations, 2);
+        // 4 XPLines copied, read 100 ns + write 200 ns each.
+        assert_eq!(d.s.migration_ns, 2.0 * 4.0 * 300.0);
+    }
+
+    #[test]
+    fn wear_counters_reset_each_window() {
+        // 4 blocks written in turn: each reaches 5 writes per 20-write
+        // window, below the threshold of 6: no migration.
+        let mut d = dimm("wear_threshold = 6\nwear_window = 20\nmigration_bytes = 1024");
+        let mut t = 0.0;
+        for k in 0..200u64 {
+            let b = k % 4;
+            for i in 0..4 {
+                t = d.write(b * 256 + i * 64, t);
+            }
+            d.fence(t);
+        }
+        d.drain(t);
+        assert_eq!(d.s.migrations, 0);
+    }
+
+    #[test]
+    fn ait_eviction_keeps_rmw_inclusive() {
+        // AIT buffer of one 4 KiB entry: reading another page evicts the
+        // first page's XPLines from the RMW buffer too.
+        let mut d = dimm("ait_buffer_bytes = 4096");
+        let t = d.read(0, 0.0) + 1.0;
+        let t = d.read(4096, t) + 1.0;
+        assert!(d.rmw.peek(0).is_none(), "XPLine 0 left with its AIT entry");
+        d.read(0, t);
+        assert_eq!(d.s.media_reads, 3);
+    }
+}
