@@ -5,10 +5,6 @@
 //! A model may carry a persist-buffer drain threshold: `hops@1` drains from
 //! the first buffered entry instead of HOPS's 16.
 
-// Reached from `pmlab sim --persistency`; until sim.rs dispatches here
-// only the tests use it.
-#![allow(dead_code)]
-
 use anyhow::{bail, Context};
 use pmlab_sim::persistency::{media_write_ns, Config, Model, Replay, Report};
 use pmlab_sim::System;
