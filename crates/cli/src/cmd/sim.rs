@@ -49,6 +49,9 @@ pub struct Args {
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
+    /// Only read the trace, simulate nothing (measures parsing rate).
+    #[arg(long)]
+    parse_only: bool,
 }
 
 #[derive(clap::Subcommand)]
@@ -84,7 +87,30 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Write a synthetic trace (64 B requests, 1 ns apart) for benchmarks
+    /// and experiments.
+    Gen {
+        /// seq-read, seq-write, seq-ntwrite, random-read or random-write.
+        pattern: String,
+        /// Output file.
+        out: PathBuf,
+        /// Number of requests.
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+        /// Address span of random patterns (e.g. 1GiB).
+        #[arg(long, default_value = "1GiB")]
+        span: String,
+        /// Output format: pmt, text or dramsim.
+        #[arg(long, default_value = "pmt")]
+        format: String,
+        /// Seed of random patterns.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
+
+/// Synthetic access patterns of `pmlab sim gen`.
+const PATTERNS: &str = "seq-read, seq-write, seq-ntwrite, random-read, random-write";
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
@@ -100,6 +126,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             quick,
             json,
         }) => validate(write.as_deref(), quick, json, args.progress),
+        Some(Sub::Gen {
+            ref pattern,
+            ref out,
+            count,
+            ref span,
+            ref format,
+            seed,
+        }) => gen(pattern, out, count, span, format, seed),
         None => replay(&args),
     }
 }
@@ -135,10 +169,30 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
         );
     }
     let mode = Mode::parse(&args.mode)?;
-    let mut sys = build(args.preset.as_deref(), args.config.as_deref())?;
     let records = open_trace(trace, args.trace_format.as_deref())?;
     let show = progress_on(args.progress);
     let start = std::time::Instant::now();
+    if args.parse_only {
+        let mut n: u64 = 0;
+        for r in records {
+            r?;
+            n += 1;
+        }
+        let wall = start.elapsed().as_secs_f64();
+        let rate = n as f64 / wall.max(1e-9);
+        if args.json {
+            let v = serde_json::json!({"trace": trace.display().to_string(), "records": n, "wall_seconds": wall, "records_per_second": rate, "peak_rss_kib": peak_rss_kib()});
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!(
+                "{n} records in {wall:.3} s: {:.2} M records/s, peak RSS {} KiB",
+                rate / 1e6,
+                peak_rss_kib()
+            );
+        }
+        return Ok(0);
+    }
+    let mut sys = build(args.preset.as_deref(), args.config.as_deref())?;
     let mut driver = Driver::new(mode);
     let summary = driver.run(&mut sys, records, |n| {
         if show {
@@ -160,6 +214,8 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
             "skipped": summary.skipped,
             "end_ns": summary.end_ns,
             "wall_seconds": wall,
+            "requests_per_second": summary.requests as f64 / wall.max(1e-9),
+            "peak_rss_kib": peak_rss_kib(),
             "stats": stats,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -177,10 +233,11 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     writeln!(out, "mode      {mode_name}")?;
     writeln!(
         out,
-        "simulated {:.3} us (wall {:.2} s, {:.2} M req/s)",
+        "simulated {:.3} us (wall {:.2} s, {:.2} M req/s, peak RSS {} KiB)",
         summary.end_ns / 1e3,
         wall,
-        summary.requests as f64 / wall.max(1e-9) / 1e6
+        summary.requests as f64 / wall.max(1e-9) / 1e6,
+        peak_rss_kib()
     )?;
     writeln!(out)?;
     writeln!(
@@ -224,17 +281,45 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
+/// Trace formats `pmlab sim` reads.
+pub const FORMATS: &str = "pmt, text, lackey, dramsim";
+
 /// Open a trace in any supported format.
 pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_trace::RecordStream> {
+    use pmlab_trace::import::{dramsim, lackey};
+    let text_reader = || -> anyhow::Result<std::io::BufReader<std::fs::File>> {
+        let f = std::fs::File::open(path)
+            .with_context(|| format!("cannot open trace {}", path.display()))?;
+        Ok(std::io::BufReader::with_capacity(1 << 16, f))
+    };
+    let name = path.display().to_string();
     match format {
         None => Ok(pmlab_trace::open(path, None)?),
+        Some("lackey") => Ok(Box::new(
+            lackey::Reader::new(text_reader()?).with_name(name),
+        )),
+        Some("dramsim") | Some("ramulator") => Ok(Box::new(
+            dramsim::Reader::new(text_reader()?).with_name(name),
+        )),
         Some(f) => {
             let fmt = pmlab_trace::Format::from_name(f).map_err(|_| {
-                anyhow::anyhow!("unknown trace format '{f}': expected one of pmt, text")
+                anyhow::anyhow!("unknown trace format '{f}': expected one of {FORMATS}")
             })?;
             Ok(pmlab_trace::open(path, Some(fmt))?)
         }
     }
+}
+
+/// Peak resident memory of this process in KiB (Linux; 0 elsewhere).
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
 }
 
 fn presets_cmd(json: bool) -> anyhow::Result<u8> {
@@ -334,5 +419,73 @@ fn validate(write: Option<&Path>, quick: bool, json: bool, progress: bool) -> an
             write.unwrap().display()
         );
     }
+    Ok(0)
+}
+
+fn gen(
+    pattern: &str,
+    out: &Path,
+    count: u64,
+    span: &str,
+    format: &str,
+    seed: u64,
+) -> anyhow::Result<u8> {
+    use pmlab_trace::{binary, import::dramsim, text, Op, Record};
+    let span = pmlab_model::Bytes::parse(span)
+        .map_err(|e| anyhow::anyhow!("--span: {e}"))?
+        .get();
+    if span < 64 {
+        bail!("--span must be at least 64 bytes, got {span}");
+    }
+    let (op, random) = match pattern {
+        "seq-read" => (Op::Read, false),
+        "seq-write" => (Op::Write, false),
+        "seq-ntwrite" => (Op::NtWrite, false),
+        "random-read" => (Op::Read, true),
+        "random-write" => (Op::Write, true),
+        _ => bail!("unknown pattern '{pattern}': expected one of {PATTERNS}"),
+    };
+    if !["pmt", "text", "dramsim"].contains(&format) {
+        bail!("unknown output format '{format}': expected pmt, text or dramsim");
+    }
+    let lines = span / 64;
+    let mut state = seed;
+    let mut next_addr = |i: u64| -> u64 {
+        if random {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) % lines) * 64
+        } else {
+            (i % lines) * 64
+        }
+    };
+    let tmp = out.with_extension("tmp");
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, file);
+    if format == "pmt" {
+        let mut bw = binary::Writer::with_meta(
+            &mut w,
+            &[("generator", "pmlab sim gen"), ("pattern", pattern)],
+        )?;
+        for i in 0..count {
+            bw.write(&Record::new(i, 0, op, next_addr(i), 64))?;
+        }
+        bw.finish()?;
+    } else {
+        for i in 0..count {
+            let r = Record::new(i, 0, op, next_addr(i), 64);
+            if format == "text" {
+                text::write_record(&mut w, &r)?;
+            } else {
+                dramsim::write_record(&mut w, &r)?;
+            }
+        }
+    }
+    w.flush()?;
+    drop(w);
+    std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
     Ok(0)
 }
