@@ -1,0 +1,412 @@
+//! Integration tests of `pmlab sim` (issue 4): each test works in a fresh
+//! temporary directory and runs the built `pmlab` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("pmlab-sim-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn file(&self, name: &str, content: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pmlab(dir: &Path, args: &[&str]) -> Output {
+    Command::new(PMLAB)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run pmlab")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "pmlab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// Exit code 2 and exactly one line `pmlab: error: ...` containing `needle`.
+fn fails_with(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.starts_with("pmlab: error: "), "{err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_str(&ok(out)).expect("valid JSON")
+}
+
+const TEXT_TRACE: &str = "# time thread op addr size\n\
+0 0 R 0x1000 64\n\
+10 0 NT 0x2000 64\n\
+11 0 SFENCE 0 0\n\
+20 0 W 0x3000 128\n\
+21 0 CLWB 0x3000 64\n\
+22 0 SFENCE 0 0\n\
+30 1 R 0x1000 64\n\
+31 0 TXBEGIN 1 0\n";
+
+#[test]
+fn presets_lists_the_five_presets() {
+    let d = TempDir::new("presets");
+    let out = ok(&pmlab(&d.0, &["sim", "presets"]));
+    for p in [
+        "ddr4-2666",
+        "optane-1dimm",
+        "optane-6dimm",
+        "cxl-type3",
+        "slow-dram",
+    ] {
+        assert!(out.contains(p), "{p} missing from: {out}");
+    }
+    let v = json(&pmlab(&d.0, &["sim", "presets", "--json"]));
+    assert_eq!(v.as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn show_prints_every_parameter_with_its_source() {
+    let d = TempDir::new("show");
+    let out = ok(&pmlab(&d.0, &["sim", "show", "optane-1dimm"]));
+    assert!(
+        out.contains("controller.dimm.rmw_bytes") && out.contains("16KiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("source: LENS III-C: 16 KiB SRAM RMW buffer"),
+        "{out}"
+    );
+    let v = json(&pmlab(&d.0, &["sim", "show", "ddr4-2666", "--json"]));
+    let params = v["parameters"].as_array().unwrap();
+    let cl = params.iter().find(|p| p["name"] == "cl").unwrap();
+    assert_eq!(cl["value"], "19");
+    assert!(cl["source"].as_str().unwrap().contains("19-19-19"));
+    fails_with(
+        &pmlab(&d.0, &["sim", "show", "optane"]),
+        "unknown preset 'optane'",
+    );
+}
+
+#[test]
+fn replays_a_text_trace_on_every_preset_and_mode() {
+    let d = TempDir::new("replay");
+    let t = d.file("t.txt", TEXT_TRACE.as_bytes());
+    for preset in [
+        "ddr4-2666",
+        "optane-1dimm",
+        "optane-6dimm",
+        "cxl-type3",
+        "slow-dram",
+    ] {
+        for mode in ["closed", "open:4", "timed"] {
+            let v = json(&pmlab(
+                &d.0,
+                &[
+                    "sim",
+                    "--preset",
+                    preset,
+                    "--mode",
+                    mode,
+                    "--json",
+                    t.to_str().unwrap(),
+                ],
+            ));
+            assert_eq!(v["requests"], 7, "{preset} {mode}");
+            assert_eq!(v["skipped"], 1);
+            let stats = &v["stats"];
+            assert_eq!(stats["name"], "system");
+            let text = stats.to_string();
+            assert!(
+                text.contains("\"read\"") && text.contains("\"fence\""),
+                "{text}"
+            );
+        }
+    }
+    let table = ok(&pmlab(
+        &d.0,
+        &["sim", "--preset", "optane-1dimm", t.to_str().unwrap()],
+    ));
+    assert!(
+        table.contains("latency") && table.contains("controller.dimm0.rmw_buffer.hit_rate"),
+        "{table}"
+    );
+}
+
+#[test]
+fn binary_traces_from_gen_replay_and_parse() {
+    let d = TempDir::new("gen");
+    ok(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "gen",
+            "random-read",
+            "r.pmt",
+            "--count",
+            "5000",
+            "--span",
+            "64MiB",
+        ],
+    ));
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            "r.pmt",
+            "--json",
+            "--mode",
+            "open:16",
+        ],
+    ));
+    assert_eq!(v["requests"], 5000);
+    assert!(v["stats"].to_string().contains("media"));
+    let p = json(&pmlab(&d.0, &["sim", "r.pmt", "--parse-only", "--json"]));
+    assert_eq!(p["records"], 5000);
+    fails_with(
+        &pmlab(&d.0, &["sim", "gen", "zigzag", "z.pmt"]),
+        "unknown pattern 'zigzag'",
+    );
+    assert!(!d.0.join("z.pmt").exists(), "no output file on error");
+}
+
+#[test]
+fn imports_lackey_and_dram_simulator_traces() {
+    let d = TempDir::new("import");
+    let l = d.file(
+        "t.lackey",
+        b"==1== Lackey\nI  04016e9a,3\n S 1ffefffd68,8\n L 04228e58,8\n M 0422a010,4\n",
+    );
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "ddr4-2666",
+            "--trace-format",
+            "lackey",
+            "--json",
+            l.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(v["requests"], 4);
+    let t = d.file("t.trc", b"0x1f40 READ 12\n0x1f80 WRITE 15\nLD 0x2040\n");
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            "--trace-format",
+            "dramsim",
+            "--json",
+            t.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(v["requests"], 3);
+    ok(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "gen",
+            "seq-write",
+            "w.trc",
+            "--count",
+            "100",
+            "--format",
+            "dramsim",
+        ],
+    ));
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            "--trace-format",
+            "dramsim",
+            "--json",
+            "w.trc",
+        ],
+    ));
+    assert_eq!(v["requests"], 100);
+}
+
+#[test]
+fn malformed_traces_get_file_and_line_or_offset() {
+    let d = TempDir::new("badtrace");
+    let t = d.file("bad.txt", b"0 0 R 0x1000 64\n1 0 JUMP 0x1000 64\n");
+    fails_with(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "bad.txt"]),
+        "bad.txt:2",
+    );
+    let l = d.file("bad.lackey", b"I  0401,3\n Q 0401,3\n");
+    fails_with(
+        &pmlab(
+            &d.0,
+            &[
+                "sim",
+                "--preset",
+                "ddr4-2666",
+                "--trace-format",
+                "lackey",
+                l.to_str().unwrap(),
+            ],
+        ),
+        "bad.lackey:2: unknown access kind 'Q'",
+    );
+    let r = d.file("bad.trc", b"0x10 READ 1\nnonsense here\n");
+    fails_with(
+        &pmlab(
+            &d.0,
+            &[
+                "sim",
+                "--preset",
+                "ddr4-2666",
+                "--trace-format",
+                "dramsim",
+                r.to_str().unwrap(),
+            ],
+        ),
+        "bad.trc:2",
+    );
+    // A binary trace cut inside a record.
+    ok(&pmlab(
+        &d.0,
+        &["sim", "gen", "random-read", "r.pmt", "--count", "100"],
+    ));
+    let bytes = std::fs::read(d.0.join("r.pmt")).unwrap();
+    d.file("cut.pmt", &bytes[..bytes.len() - 1]);
+    fails_with(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "cut.pmt"]),
+        "offset",
+    );
+    let mut corrupt = bytes.clone();
+    corrupt[8] = 99; // version
+    d.file("v.pmt", &corrupt);
+    fails_with(
+        &pmlab(
+            &d.0,
+            &[
+                "sim",
+                "--preset",
+                "ddr4-2666",
+                "v.pmt",
+                "--trace-format",
+                "pmt",
+            ],
+        ),
+        "version 99",
+    );
+    fails_with(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "missing.pmt"]),
+        "missing.pmt",
+    );
+    fails_with(
+        &pmlab(
+            &d.0,
+            &[
+                "sim",
+                "--preset",
+                "ddr4-2666",
+                "r.pmt",
+                "--trace-format",
+                "csv",
+            ],
+        ),
+        "unknown trace format 'csv'",
+    );
+}
+
+#[test]
+fn bad_configs_and_flags_get_one_line_errors() {
+    let d = TempDir::new("badcfg");
+    let t = d.file("t.txt", TEXT_TRACE.as_bytes());
+    let t = t.to_str().unwrap();
+    let base = "[controller]\nimpl = \"imc\"\n[controller.dimm]\nimpl = \"ddr4\"\n";
+    d.file("good.toml", base.as_bytes());
+    ok(&pmlab(&d.0, &["sim", "--config", "good.toml", t]));
+    d.file("key.toml", format!("{base}tcl = 3\n").as_bytes());
+    fails_with(
+        &pmlab(&d.0, &["sim", "--config", "key.toml", t]),
+        "unknown parameter 'controller.dimm.tcl'",
+    );
+    d.file("impl.toml", base.replace("ddr4", "ddr5").as_bytes());
+    fails_with(
+        &pmlab(&d.0, &["sim", "--config", "impl.toml", t]),
+        "valid ones are ddr4, nvram, cxl, fixed-latency",
+    );
+    d.file("type.toml", format!("{base}row_bytes = true\n").as_bytes());
+    fails_with(
+        &pmlab(&d.0, &["sim", "--config", "type.toml", t]),
+        "'controller.dimm.row_bytes'",
+    );
+    d.file("syntax.toml", b"[controller\nimpl = 1\n");
+    fails_with(
+        &pmlab(&d.0, &["sim", "--config", "syntax.toml", t]),
+        "syntax.toml: line 1",
+    );
+    fails_with(
+        &pmlab(&d.0, &["sim", "--config", "nope.toml", t]),
+        "cannot read config nope.toml",
+    );
+    fails_with(
+        &pmlab(&d.0, &["sim", "--preset", "optane-9dimm", t]),
+        "valid presets are",
+    );
+    fails_with(&pmlab(&d.0, &["sim", t]), "pass --preset NAME");
+    fails_with(
+        &pmlab(
+            &d.0,
+            &["sim", "--preset", "ddr4-2666", "--mode", "open:0", t],
+        ),
+        "open:N",
+    );
+    fails_with(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666"]),
+        "no trace given",
+    );
+}
+
+#[test]
+fn validation_meets_the_goal() {
+    let d = TempDir::new("validate");
+    let v = json(&pmlab(&d.0, &["sim", "validate", "--quick", "--json"]));
+    let acc = v["average_accuracy_pct"].as_f64().unwrap();
+    assert!(acc >= 90.0, "average accuracy {acc}");
+    for s in v["shapes"].as_array().unwrap() {
+        assert_eq!(s["reproduced"], true, "{s}");
+    }
+    ok(&pmlab(
+        &d.0,
+        &["sim", "validate", "--quick", "--write", "v.md"],
+    ));
+    let md = std::fs::read_to_string(d.0.join("v.md")).unwrap();
+    assert!(md.contains("| pointer chase, 16 KiB region"), "{md}");
+}
