@@ -261,7 +261,7 @@ fn imports_lackey_and_dram_simulator_traces() {
 #[test]
 fn malformed_traces_get_file_and_line_or_offset() {
     let d = TempDir::new("badtrace");
-    let t = d.file("bad.txt", b"0 0 R 0x1000 64\n1 0 JUMP 0x1000 64\n");
+    d.file("bad.txt", b"0 0 R 0x1000 64\n1 0 JUMP 0x1000 64\n");
     fails_with(
         &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "bad.txt"]),
         "bad.txt:2",
