@@ -87,6 +87,58 @@ struct LastWrite {
     time: u64,
 }
 
+/// The unique lines of one epoch: a short vector searched linearly while
+/// small (most epochs have one or two lines), a hash set beyond.
+#[derive(Default)]
+struct LineSet {
+    small: Vec<u64>,
+    big: std::collections::HashSet<u64, BuildHasherDefault<LineHasher>>,
+}
+
+const SMALL_SET: usize = 16;
+
+impl LineSet {
+    #[inline]
+    fn contains(&self, line: &u64) -> bool {
+        if self.big.is_empty() {
+            self.small.contains(line)
+        } else {
+            self.big.contains(line)
+        }
+    }
+
+    /// Insert; false if already present.
+    #[inline]
+    fn insert(&mut self, line: u64) -> bool {
+        if self.big.is_empty() {
+            if self.small.contains(&line) {
+                return false;
+            }
+            if self.small.len() < SMALL_SET {
+                self.small.push(line);
+                return true;
+            }
+            self.big.extend(self.small.drain(..));
+        }
+        self.big.insert(line)
+    }
+
+    fn len(&self) -> usize {
+        self.small.len() + self.big.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.small.is_empty() && self.big.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.small.clear();
+        if !self.big.is_empty() {
+            self.big.clear();
+        }
+    }
+}
+
 /// One thread's state.
 #[derive(Default)]
 struct ThreadState {
@@ -94,7 +146,7 @@ struct ThreadState {
     /// Sequence number of the current epoch on this thread.
     epoch: u64,
     /// Unique lines stored in the current epoch.
-    lines: Vec<u64>,
+    lines: LineSet,
     /// Bytes stored in the current epoch (inferred lines count 0).
     bytes: u64,
     nt: bool,
@@ -417,10 +469,9 @@ impl Analyzer {
     #[inline]
     fn store_line(&mut self, ti: usize, line: u64, time: u64) {
         let t = &mut self.threads[ti];
-        if t.lines.contains(&line) {
+        if !t.lines.insert(line) {
             return;
         }
-        t.lines.push(line);
         let me = LastWrite {
             thread: t.id,
             epoch: t.epoch,
