@@ -23,18 +23,23 @@ pub struct Thresholds {
     pub tail_factor: f64,
     /// RaW / (R + W) at or above this means no fast-forward: inclusive.
     pub inclusive_ratio: f64,
-    /// The tail frequency "drops" below this fraction of the small-region one.
+    /// The tail frequency "drops" below this fraction of the small-region
+    /// one (LENS: the long tails all but vanish).
     pub drop: f64,
+    /// A block doubling that cuts the extra cost by less than this fraction
+    /// marks the entry size.
+    pub knee: f64,
 }
 
 impl Default for Thresholds {
     fn default() -> Thresholds {
         Thresholds {
-            rise: 0.10,
+            rise: 0.08,
             unity: 0.05,
             tail_factor: 5.0,
             inclusive_ratio: 0.9,
-            drop: 0.5,
+            drop: 0.01,
+            knee: 0.2,
         }
     }
 }
@@ -50,18 +55,29 @@ pub struct Inflection {
     pub after: f64,
 }
 
-/// Inflection points: each maximal run of consecutive steps that together
-/// rise by more than `rise` (each step rising by more than `rise / 2`)
-/// gives one inflection at the start of the run.
+/// Inflection points. Each step's relative rise is compared with a step
+/// threshold: `rise / 4`, or four times the lower quartile of the absolute
+/// steps when the curve is noisier than that. Each maximal run of consecutive steps above
+/// it that rises by more than `rise` in total is one inflection, placed at
+/// the start of the run (the last size that still fits).
 pub fn inflections(points: &[Point], rise: f64) -> Vec<Inflection> {
+    if points.len() < 2 {
+        return Vec::new();
+    }
+    let step = |k: usize| points[k + 1].y / points[k].y.max(1e-12) - 1.0;
+    let mut abs: Vec<f64> = (0..points.len() - 1).map(|k| step(k).abs()).collect();
+    abs.sort_by(|a, b| a.total_cmp(b));
+    // The lower quartile: most steps of a probe curve are flat, so this
+    // measures the noise without counting the rises themselves.
+    let noise = abs[abs.len() / 4];
+    let thr = (rise / 4.0).max(4.0 * noise);
     let mut out = Vec::new();
     let mut i = 0;
     while i + 1 < points.len() {
-        let step = |k: usize| points[k + 1].y / points[k].y.max(1e-12) - 1.0;
-        if step(i) > rise / 2.0 {
+        if step(i) > thr {
             let start = i;
             let mut end = i + 1;
-            while end + 1 < points.len() && step(end) > rise / 2.0 {
+            while end + 1 < points.len() && step(end) > thr {
                 end += 1;
             }
             let total = points[end].y / points[start].y.max(1e-12) - 1.0;
@@ -107,6 +123,28 @@ pub fn entry_size(points: &[Point], unity: f64) -> Option<f64> {
     } else {
         Some(s[first].0)
     }
+}
+
+/// The entry size as the knee of a block sweep: `extra(b)` is the latency
+/// per line above `base` (the same sweep one level down, or the flat
+/// latency before the buffer). Below the entry size each doubling of the
+/// block halves the misses per line; from the entry size on, a doubling no
+/// longer cuts the extra cost by more than `knee` (a fraction). Returns the
+/// first block where that happens.
+pub fn entry_knee(points: &[Point], base: &[f64], knee: f64) -> Option<f64> {
+    let extra: Vec<f64> = points
+        .iter()
+        .zip(base)
+        .map(|(p, b)| (p.y - b).max(0.0))
+        .collect();
+    let top = extra.iter().copied().fold(0.0, f64::max);
+    for k in 0..points.len().saturating_sub(1) {
+        // Once the extra cost is negligible, this is the plateau too.
+        if extra[k] <= 0.02 * top || extra[k + 1] >= (1.0 - knee) * extra[k] {
+            return Some(points[k].x);
+        }
+    }
+    None
 }
 
 /// Long-tail iterations of an overwrite run.
@@ -170,15 +208,51 @@ pub fn migration_block(sweep: &[Point], drop: f64) -> Option<f64> {
 }
 
 /// The interleave granularity from a bandwidth-over-stride curve: the
-/// smallest stride reaching 90% of the peak, when the curve varies by more
-/// than 30% (otherwise there is no interleaving to see).
+/// largest stride still at the peak (within 10%) before the bandwidth drops
+/// below 75% of the peak. Strides below the granularity still spread over
+/// every device; the next power of two sends a share of the accesses to
+/// the same device. None when nothing drops (no interleaving seen).
 pub fn interleave(points: &[Point]) -> Option<f64> {
-    let max = points.iter().map(|p| p.y).fold(0.0, f64::max);
-    let min = points.iter().map(|p| p.y).fold(f64::INFINITY, f64::min);
-    if points.len() < 3 || max < 1.3 * min {
+    if points.len() < 3 {
         return None;
     }
-    points.iter().find(|p| p.y >= 0.9 * max).map(|p| p.x)
+    let (imax, max) =
+        points.iter().enumerate().fold(
+            (0, 0.0),
+            |(bi, b), (i, p)| if p.y > b { (i, p.y) } else { (bi, b) },
+        );
+    let mut end = imax;
+    while end + 1 < points.len() && points[end + 1].y >= 0.9 * max {
+        end += 1;
+    }
+    // Interleaving makes bandwidth rise with the stride first: a peak at
+    // the smallest stride is a single device's sequential advantage.
+    if imax == 0 {
+        return None;
+    }
+    points[end + 1..]
+        .iter()
+        .any(|p| p.y < 0.75 * max)
+        .then_some(points[end].x)
+}
+
+/// The number of interleaved devices from a sweep of strides that are
+/// multiples 1, 2, 3... of the granularity: the first multiple (from 2)
+/// whose bandwidth is within 15% of the sweep's minimum, when that minimum
+/// is under 60% of the bandwidth at multiple 1 (all accesses then go to
+/// one device). None when no multiple stands out.
+pub fn channels(points: &[Point]) -> Option<u32> {
+    let first = points.first()?.y;
+    let min = points.iter().map(|p| p.y).fold(f64::INFINITY, f64::min);
+    if min >= 0.6 * first {
+        return None;
+    }
+    points
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, p)| p.y <= 1.15 * min)
+        .map(|(i, _)| i as u32 + 1)
 }
 
 /// Everything inferred from a result set.
@@ -208,14 +282,20 @@ pub struct Inferred {
     pub migration_block: Option<f64>,
     /// Interleave granularity.
     pub interleave: Option<f64>,
+    /// Number of interleaved devices.
+    pub channels: Option<u32>,
     /// Peak bandwidths measured by the stride probes, GB/s (load, store).
     pub peak_gbs: (Option<f64>, Option<f64>),
     /// Remarks on what could not be inferred and why.
     pub notes: Vec<String>,
 }
 
+/// The closed-loop curve of `kind` and `op` (streaming variants, which
+/// carry an `outstanding` parameter, are skipped).
 fn find(curves: &[Curve], kind: Kind, op: Op) -> Option<&Curve> {
-    curves.iter().find(|c| c.kind == kind && c.op == op)
+    curves
+        .iter()
+        .find(|c| c.kind == kind && c.op == op && !c.params.contains_key("outstanding"))
 }
 
 fn interp(points: &[Point], x: f64) -> Option<f64> {
@@ -236,40 +316,70 @@ pub fn infer(curves: &[Curve], th: &Thresholds) -> Inferred {
             .notes
             .push("no load region sweep: read buffers unknown".into()),
     }
-    match store {
-        Some(c) if c.points.len() >= 2 => {
-            r.write_buffers = inflections(&c.points, th.rise);
+    // Write buffers: steps of the store curves that are not read-buffer
+    // steps (a store that needs a read-modify-write shows the read buffers
+    // too). The streaming-store curve shows the write queues.
+    let stream = curves.iter().find(|c| {
+        c.kind == Kind::PtrchaseRegion && c.op == Op::Store && c.params.contains_key("outstanding")
+    });
+    if let Some(c) = store {
+        if c.points.len() >= 2 {
             r.store_latency = Some((c.points[0].y, c.points.last().unwrap().y));
         }
-        _ => r
-            .notes
-            .push("no store region sweep: write buffers unknown".into()),
+    }
+    let mut writes: Vec<Inflection> = Vec::new();
+    for c in [store, stream].into_iter().flatten() {
+        for f in inflections(&c.points, th.rise) {
+            let is_read = r.read_buffers.iter().any(|b| b.capacity == f.capacity);
+            let seen = writes.iter().any(|w| w.capacity == f.capacity);
+            if !is_read && !seen {
+                writes.push(f);
+            }
+        }
+    }
+    writes.sort_by(|a, b| a.capacity.total_cmp(&b.capacity));
+    r.write_buffers = writes;
+    if store.is_none() && stream.is_none() {
+        r.notes
+            .push("no store region sweep: write buffers unknown".into());
     }
     // Entry sizes: the block sweep whose region lies past each buffer and
-    // before the next one.
+    // before the next one, against the sweep of the level below (or the
+    // flat latency before the first buffer).
     let blocks: Vec<&Curve> = curves
         .iter()
         .filter(|c| c.kind == Kind::PtrchaseBlock && c.op == Op::Load)
         .collect();
+    let region_of = |c: &Curve| c.params.get("region").copied().unwrap_or(0.0);
+    let mut below: Option<&Curve> = None;
     for (k, b) in r.read_buffers.iter().enumerate() {
         let next = r
             .read_buffers
             .get(k + 1)
             .map(|n| n.capacity)
             .unwrap_or(f64::INFINITY);
-        let sweep = blocks.iter().find(|c| {
-            let reg = c.params.get("region").copied().unwrap_or(0.0);
-            reg > b.capacity && reg <= next
-        });
-        r.read_entries.push(match sweep {
+        let sweep = blocks
+            .iter()
+            .find(|c| region_of(c) > b.capacity && region_of(c) <= next)
+            .copied();
+        let entry = match sweep {
             Some(c) => {
-                let e = entry_size(&c.points, th.unity);
+                let base: Vec<f64> = c
+                    .points
+                    .iter()
+                    .map(|p| match below {
+                        Some(bc) => interp(&bc.points, p.x).unwrap_or(b.before),
+                        None => b.before,
+                    })
+                    .collect();
+                let e = entry_knee(&c.points, &base, th.knee);
                 if e.is_none() {
                     r.notes.push(format!(
-                        "block sweep at region {}: the amplification score never reaches 1; sweep larger blocks",
-                        c.params["region"]
+                        "block sweep at region {}: the extra cost per line never stops halving; sweep larger blocks",
+                        region_of(c)
                     ));
                 }
+                below = Some(c);
                 e
             }
             None => {
@@ -281,7 +391,8 @@ pub fn infer(curves: &[Curve], th: &Thresholds) -> Inferred {
                 ));
                 None
             }
-        });
+        };
+        r.read_entries.push(entry);
     }
     // RaW versus R + W.
     if let (Some(raw), Some(l), Some(s)) =
@@ -295,8 +406,10 @@ pub fn infer(curves: &[Curve], th: &Thresholds) -> Inferred {
             .filter_map(|p| Some(p.y / (interp(&l.points, p.x)? + interp(&s.points, p.x)?)))
             .collect();
         if ratios.is_empty() {
-            r.notes
-                .push("RaW sweep shares no region with the load and store sweeps".into());
+            r.notes.push(
+                "RaW sweep shares no region past the first buffer with the load and store sweeps"
+                    .into(),
+            );
         } else {
             ratios.sort_by(|a, b| a.total_cmp(b));
             let m = ratios[ratios.len() / 2];
@@ -330,15 +443,22 @@ pub fn infer(curves: &[Curve], th: &Thresholds) -> Inferred {
         r.interleave = interleave(&c.points);
         if r.interleave.is_none() {
             r.notes.push(
-                "stride sweep: bandwidth does not depend on the stride: no interleaving seen"
-                    .into(),
+                "stride sweep: no bandwidth drop across strides: no interleaving seen".into(),
             );
         }
+    }
+    if let Some(c) = curves.iter().find(|c| c.kind == Kind::StrideChannels) {
+        r.channels = channels(&c.points);
     }
     let peak = |op| {
         curves
             .iter()
-            .filter(|c| matches!(c.kind, Kind::StrideSize | Kind::StrideInterleave) && c.op == op)
+            .filter(|c| {
+                matches!(
+                    c.kind,
+                    Kind::StrideSize | Kind::StrideInterleave | Kind::StrideChannels
+                ) && c.op == op
+            })
             .flat_map(|c| c.points.iter().map(|p| p.y))
             .fold(None, |m: Option<f64>, y| Some(m.map_or(y, |m| m.max(y))))
     };
@@ -421,6 +541,22 @@ mod tests {
     }
 
     #[test]
+    fn entry_knee_where_halving_stops() {
+        // 256 B entries over a flat 170 ns base: the extra cost halves up
+        // to 256 B, then stays (and falls slowly from a prefetcher).
+        let p = pts(&[
+            (64.0, 370.0),
+            (128.0, 270.0),
+            (256.0, 220.0),
+            (512.0, 218.0),
+            (1024.0, 200.0),
+        ]);
+        assert_eq!(entry_knee(&p, &[170.0; 5], 0.2), Some(256.0));
+        let halving = pts(&[(64.0, 330.0), (128.0, 250.0), (256.0, 210.0)]);
+        assert_eq!(entry_knee(&halving, &[170.0; 3], 0.2), None);
+    }
+
+    #[test]
     fn tails_interval_and_latency() {
         let mut times = vec![100.0; 1000];
         for i in (50..1000).step_by(140) {
@@ -442,6 +578,7 @@ mod tests {
             (131072.0, 0.0),
         ]);
         assert_eq!(migration_block(&p, 0.5), Some(65536.0));
+        assert_eq!(migration_block(&p, 0.01), Some(131072.0));
         assert_eq!(migration_block(&pts(&[(1.0, 0.0)]), 0.5), None);
     }
 

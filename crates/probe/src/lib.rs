@@ -5,6 +5,8 @@ pub mod host;
 pub mod infer;
 pub mod pattern;
 pub mod probes;
+pub mod profile;
+pub mod report;
 pub mod sim;
 pub mod suite;
 pub use error::{Error, ErrorKind};

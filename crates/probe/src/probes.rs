@@ -34,6 +34,9 @@ pub enum Kind {
     StrideSize,
     /// Stride: bandwidth across strides at a fixed total size (interleaving).
     StrideInterleave,
+    /// Stride: bandwidth across multiples of the interleave granularity
+    /// (the number of interleaved devices).
+    StrideChannels,
 }
 
 impl Kind {
@@ -46,6 +49,7 @@ impl Kind {
             Kind::OverwriteSweep => "overwrite-sweep",
             Kind::StrideSize => "stride-size",
             Kind::StrideInterleave => "stride-interleave",
+            Kind::StrideChannels => "stride-channels",
         }
     }
 }
@@ -295,7 +299,8 @@ fn overwrite_times(
         op: Op::Store,
         warmup: s.warmup,
         passes: iterations,
-        issue: Issue::Serial,
+        // The stores of one iteration go out back to back, then a fence.
+        issue: Issue::Outstanding(s.outstanding),
         fence: Fence::Pass,
         timing: Timing::PerPass,
     };

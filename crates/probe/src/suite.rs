@@ -32,8 +32,11 @@ pub struct Plan {
     pub stride: u64,
     /// Stride: bytes per point.
     pub stride_total: u64,
-    /// Interleave: strides swept with 64 B accesses.
+    /// Interleave: strides swept.
     pub strides: Vec<u64>,
+    /// Interleave: bytes per access (at least the write-combining unit, so
+    /// each access is one whole media write on every device).
+    pub interleave_size: u64,
 }
 
 impl Plan {
@@ -54,7 +57,8 @@ impl Plan {
             overwrite_total: 512 << 20,
             stride: 4096,
             stride_total: 4 << 20,
-            strides: probes::pow2_sweep(64, 64 << 10),
+            strides: probes::pow2_sweep(256, 64 << 10),
+            interleave_size: 256,
         }
     }
 
@@ -76,7 +80,8 @@ impl Plan {
             overwrite_total: 64 << 20,
             stride: 4096,
             stride_total: 16 << 20,
-            strides: probes::pow2_sweep(64, 64 << 10),
+            strides: probes::pow2_sweep(256, 64 << 10),
+            interleave_size: 256,
         }
     }
 }
@@ -301,13 +306,35 @@ pub fn run_all(
             t,
             s,
             Op::Store,
-            64,
+            plan.interleave_size,
             &plan.strides,
             plan.stride_total,
             progress,
         )
     })?;
-    res.curves.push(c);
+    // Devices: strides of 1, 2, ... 8 times the granularity.
+    if let Some(g) = infer::interleave(&c.points) {
+        let g = g as u64;
+        let strides: Vec<u64> = (1..=8).map(|m| m * g).collect();
+        let mut ch = timed(&mut secs, "stride", || {
+            probes::stride_interleave(
+                t,
+                s,
+                Op::Store,
+                plan.interleave_size,
+                &strides,
+                plan.stride_total,
+                progress,
+            )
+        })?;
+        ch.id = "stride-channels-store".into();
+        ch.kind = Kind::StrideChannels;
+        ch.params.insert("granularity".into(), g as f64);
+        res.curves.push(c);
+        res.curves.push(ch);
+    } else {
+        res.curves.push(c);
+    }
     res.seconds = secs;
     res.description = t.describe();
     Ok(res)
