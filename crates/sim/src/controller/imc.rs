@@ -3,7 +3,8 @@
 //! pending queue (bounded outstanding reads) and a write pending queue (the
 //! ADR persistence domain) that drains to its device in FIFO order over a
 //! bus with a per-line transfer time, combining writes to a line that is
-//! still waiting (until a fence). Reads of a line still in the WPQ are
+//! still waiting, unless a fence came between them (the epoch travels
+//! with each line to the device). Reads of a line still in the WPQ are
 //! forwarded from it.
 //!
 //! The WPQ is evaluated lazily: an entry's departure is computed only when
@@ -21,7 +22,7 @@ struct WEntry {
     line: u64,
     ready: f64,
     depart: Option<f64>,
-    sealed: bool,
+    epoch: u64,
 }
 
 struct Channel {
@@ -40,6 +41,8 @@ pub struct Imc {
     rpq_cap: usize,
     xfer: f64,
     fwd_ns: f64,
+    /// Fences seen so far: writes of different epochs never combine.
+    epoch: u64,
     // stats
     reads: u64,
     writes: u64,
@@ -97,6 +100,7 @@ impl Imc {
             rpq_cap: rpq as usize,
             xfer,
             fwd_ns: fwd,
+            epoch: 0,
             reads: 0,
             writes: 0,
             merges: 0,
@@ -131,7 +135,7 @@ impl Channel {
             return d;
         }
         let offer = front.ready.max(self.bus_free);
-        let accepted = self.dev.write(front.line, offer);
+        let accepted = self.dev.write(front.line, offer, front.epoch);
         let depart = accepted + xfer;
         front.depart = Some(depart);
         self.bus_free = depart;
@@ -192,7 +196,7 @@ impl Controller for Imc {
     fn write(&mut self, addr: u64, t: f64) -> f64 {
         self.writes += 1;
         let (c, dev_addr) = self.route(addr);
-        let (xfer, cap) = (self.xfer, self.wpq_cap);
+        let (xfer, cap, epoch) = (self.xfer, self.wpq_cap, self.epoch);
         let ch = &mut self.channels[c];
         ch.advance(t, xfer);
         self.occ_sum += ch.wpq.len() as u64;
@@ -200,7 +204,7 @@ impl Controller for Imc {
         if ch
             .wpq
             .iter()
-            .any(|e| e.line == line && !e.sealed && e.depart.is_none())
+            .any(|e| e.line == line && e.epoch == epoch && e.depart.is_none())
         {
             self.merges += 1;
             return t;
@@ -219,7 +223,7 @@ impl Controller for Imc {
             line,
             ready: at,
             depart: None,
-            sealed: false,
+            epoch,
         });
         at
     }
@@ -228,11 +232,8 @@ impl Controller for Imc {
         let xfer = self.xfer;
         for ch in &mut self.channels {
             ch.advance(t, xfer);
-            for e in ch.wpq.iter_mut() {
-                e.sealed = true;
-            }
-            ch.dev.fence(t);
         }
+        self.epoch += 1;
     }
 
     fn drain(&mut self, t: f64) -> f64 {

@@ -51,16 +51,14 @@ impl Device for Cxl {
         self.rx_free = start + self.xfer;
         start + self.xfer + self.link_ns
     }
-    fn write(&mut self, addr: u64, t: f64) -> f64 {
+    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
         self.writes += 1;
         let start = t.max(self.tx_free);
         self.link_wait += start - t;
         self.tx_free = start + self.xfer;
-        self.inner.write(addr, start + self.xfer + self.link_ns);
+        self.inner
+            .write(addr, start + self.xfer + self.link_ns, epoch);
         start + self.xfer
-    }
-    fn fence(&mut self, t: f64) {
-        self.inner.fence(t + self.link_ns)
     }
     fn drain(&mut self, t: f64) -> f64 {
         self.inner.drain(t.max(self.tx_free) + self.link_ns)

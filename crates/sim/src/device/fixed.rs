@@ -36,11 +36,8 @@ impl Device for Fixed {
     fn read(&mut self, addr: u64, t: f64) -> f64 {
         self.inner.read(addr, t) + self.read_extra
     }
-    fn write(&mut self, addr: u64, t: f64) -> f64 {
-        self.inner.write(addr, t + self.write_extra)
-    }
-    fn fence(&mut self, t: f64) {
-        self.inner.fence(t)
+    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
+        self.inner.write(addr, t + self.write_extra, epoch)
     }
     fn drain(&mut self, t: f64) -> f64 {
         self.inner.drain(t)

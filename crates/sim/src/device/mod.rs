@@ -26,10 +26,10 @@ pub trait Device {
     fn read(&mut self, addr: u64, t: f64) -> f64;
     /// A 64-byte write offered by the controller at `t`; returns the time
     /// the device accepted it (the controller's queue slot is free then).
-    fn write(&mut self, addr: u64, t: f64) -> f64;
-    /// A fence reached the controller at `t`: pending writes stop accepting
-    /// combining (LENS III-C: an mfence flushes the WPQ and the LSQ).
-    fn fence(&mut self, _t: f64) {}
+    /// `epoch` counts the fences the controller has seen before the write
+    /// was accepted: writes of different epochs never combine (LENS III-C:
+    /// an mfence flushes the WPQ and the LSQ).
+    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64;
     /// Push every buffered write to the media, starting no earlier than
     /// `t`; returns when the last one got there.
     fn drain(&mut self, t: f64) -> f64;

@@ -5,7 +5,8 @@
 //!
 //! * **LSQ** (load-store queue, 4 KiB): writes from the controller are
 //!   combined into XPLine-sized (256 B) entries; a 64 B write joins a
-//!   waiting entry of the same XPLine unless a fence has sealed it. Entries
+//!   waiting entry of the same XPLine unless a fence came between them
+//!   (the controller's epoch). Entries
 //!   drain in FIFO order after a combining window, one at a time to the
 //!   media. A partial entry needs a read-modify-write: if its XPLine is not
 //!   in the RMW buffer it is first read (through the AIT).
@@ -44,7 +45,7 @@ struct LEntry {
     blk: u64,
     mask: u32,
     ready: f64,
-    sealed: bool,
+    epoch: u64,
 }
 
 /// The NVRAM DIMM.
@@ -384,12 +385,16 @@ impl Device for Nvram {
         done
     }
 
-    fn write(&mut self, addr: u64, t: f64) -> f64 {
+    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
         self.s.writes += 1;
         self.advance(t);
         let blk = addr / self.xp;
         let bit = 1u32 << ((addr % self.xp) / 64);
-        if let Some(e) = self.lsq.iter_mut().find(|e| e.blk == blk && !e.sealed) {
+        if let Some(e) = self
+            .lsq
+            .iter_mut()
+            .find(|e| e.blk == blk && e.epoch == epoch)
+        {
             e.mask |= bit;
             self.s.lsq_merges += 1;
             return t;
@@ -408,16 +413,9 @@ impl Device for Nvram {
             blk,
             mask: bit,
             ready: at + self.combine_ns,
-            sealed: false,
+            epoch,
         });
         at
-    }
-
-    fn fence(&mut self, t: f64) {
-        self.advance(t);
-        for e in self.lsq.iter_mut() {
-            e.sealed = true;
-        }
     }
 
     fn drain(&mut self, t: f64) -> f64 {
@@ -534,7 +532,7 @@ mod tests {
     fn lsq_combines_four_lines_into_one_media_write() {
         let mut d = dimm("");
         for i in 0..4 {
-            d.write(i * 64, 0.0);
+            d.write(i * 64, 0.0, 0);
         }
         d.drain(0.0);
         assert_eq!(d.s.media_writes, 1);
@@ -545,7 +543,7 @@ mod tests {
     #[test]
     fn partial_xpline_write_reads_first() {
         let mut d = dimm("");
-        d.write(0, 0.0);
+        d.write(0, 0.0, 0);
         d.drain(0.0);
         assert_eq!(
             (d.s.rmw_modify_reads, d.s.media_reads, d.s.media_writes),
@@ -554,11 +552,10 @@ mod tests {
     }
 
     #[test]
-    fn fence_seals_lsq_entries() {
+    fn writes_across_a_fence_do_not_combine() {
         let mut d = dimm("combine_window_ns = 1000.0");
-        d.write(0, 0.0);
-        d.fence(1.0);
-        d.write(64, 2.0);
+        d.write(0, 0.0, 0);
+        d.write(64, 2.0, 1);
         d.drain(2.0);
         assert_eq!(d.s.media_writes, 2, "no combining across a fence");
     }
@@ -569,26 +566,25 @@ mod tests {
         let mut d = dimm("lsq_bytes = 512");
         for b in 0..2u64 {
             for i in 0..4 {
-                assert_eq!(d.write(b * 256 + i * 64, 0.0), 0.0);
+                assert_eq!(d.write(b * 256 + i * 64, 0.0, 0), 0.0);
             }
         }
         // Full: the third XPLine waits for the front entry's combining
         // window (100 ns) to end and its media write to start.
-        assert_eq!(d.write(512, 0.0), 100.0);
+        assert_eq!(d.write(512, 0.0, 0), 100.0);
         // The fourth waits for the media to finish that write (100 + 200).
-        assert_eq!(d.write(768, 0.0), 300.0);
-        assert!(d.write(1024, 0.0) > 300.0, "and not earlier");
+        assert_eq!(d.write(768, 0.0, 0), 300.0);
+        assert!(d.write(1024, 0.0, 0) > 300.0, "and not earlier");
     }
 
     #[test]
     fn wear_leveling_migrates_after_threshold_within_window() {
         let mut d = dimm("wear_threshold = 10\nwear_window = 1000\nmigration_bytes = 1024");
         let mut t = 0.0;
-        for _ in 0..25 {
+        for k in 0..25 {
             for i in 0..4 {
-                t = d.write(i * 64, t);
+                t = d.write(i * 64, t, k);
             }
-            d.fence(t);
         }
         d.drain(t);
         assert_eq!(d.s.media_writes, 25);
@@ -606,9 +602,8 @@ mod tests {
         for k in 0..200u64 {
             let b = k % 4;
             for i in 0..4 {
-                t = d.write(b * 256 + i * 64, t);
+                t = d.write(b * 256 + i * 64, t, k);
             }
-            d.fence(t);
         }
         d.drain(t);
         assert_eq!(d.s.migrations, 0);
