@@ -66,10 +66,9 @@ pub fn classify(args: &[String]) -> Mode {
             continue;
         }
         match a.as_str() {
+            "-v" if args.len() > 1 => {}
             "--version" | "-v" | "-dumpversion" | "-dumpmachine" | "--help" | "-###" => {
-                if args.len() == 1 || a != "-v" {
-                    return Mode::Query;
-                }
+                return Mode::Query
             }
             "-E" | "-M" | "-MM" => mode = Mode::Preprocess,
             "-c" | "-S" | "-fsyntax-only" if mode != Mode::Preprocess => mode = Mode::Compile,

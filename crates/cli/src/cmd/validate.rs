@@ -1,17 +1,804 @@
-//! `pmlab validate`: not implemented yet (see the README's status table).
+//! `pmlab validate [--quick] [--json FILE] [--plot DIR]`: the accuracy study
+//! of the instrumented source (issue 3; method in docs/accuracy.md).
+//!
+//! It builds the workloads (`workloads/memlat.c`, `multilat.c`, `mtlat.c`)
+//! twice, with `pmlab cc` and with plain clang, then runs each point of the
+//! study several times under `pmlab run --source instrumented` and without
+//! pmlab, and compares the medians with what the target latency predicts:
+//!
+//! * memlat, 1 chain: ns per access against the target PM latency;
+//! * memlat, 2/4/8 chains: against native ns per access x target / DRAM
+//!   latency (the overlap the hardware achieves on DRAM carries over);
+//! * multilat: run time against `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`;
+//! * mtlat: run time against the native run time x target / DRAM latency
+//!   (every access of the same schedule at the target latency);
+//! * overhead: `--no-inject` runs against native runs.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
 
 /// Arguments of `pmlab validate`.
 #[derive(clap::Args)]
-#[command(disable_help_flag = false)]
 pub struct Args {
-    /// Everything after the command.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    /// Small sizes and fewer points (a minute or two, for CI).
+    #[arg(long)]
+    quick: bool,
+    /// Write the results as JSON to this file (`-` for stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write SVG charts of the results into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Runs per point (median and spread are reported) [default: 5].
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Only these studies (comma-separated: memlat, chains, multilat, mtlat,
+    /// overhead) [default: all].
+    #[arg(long)]
+    only: Option<String>,
+    /// The workloads' source directory [default: ./workloads, or the one
+    /// of the source tree pmlab was built from].
+    #[arg(long)]
+    workloads: Option<PathBuf>,
+    /// Build the workloads here [default: a temporary directory].
+    #[arg(long)]
+    build_dir: Option<PathBuf>,
+    /// Show progress on stderr even when it is not a terminal.
+    #[arg(long)]
+    progress: bool,
+}
+
+const STUDIES: &[&str] = &["memlat", "chains", "multilat", "mtlat", "overhead"];
+
+/// Median, minimum and maximum of a set of runs.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Summary {
+    /// Median.
+    pub median: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+/// Median, min and max of `v` (empty input gives NaNs).
+pub fn summarize(v: &[f64]) -> Summary {
+    if v.is_empty() {
+        return Summary {
+            median: f64::NAN,
+            min: f64::NAN,
+            max: f64::NAN,
+        };
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    Summary {
+        median,
+        min: s[0],
+        max: s[n - 1],
+    }
+}
+
+/// Signed error of `measured` against `expected`, in percent.
+pub fn error_pct(measured: f64, expected: f64) -> f64 {
+    (measured - expected) / expected * 100.0
+}
+
+/// One point of the study.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Study name (memlat, chains, multilat, mtlat, overhead).
+    pub study: String,
+    /// The configuration, human-readable (e.g. "chains=4").
+    pub config: String,
+    /// Target PM latency, ns (0 for overhead points).
+    pub target_ns: f64,
+    /// Unit of `expected` and `measured`.
+    pub unit: String,
+    /// What the model predicts.
+    pub expected: f64,
+    /// The runs, summarised.
+    pub measured: Summary,
+    /// Error of the median, percent.
+    pub error_pct: f64,
+    /// The study's target bound on |error|, percent.
+    pub bound_pct: f64,
+    /// Every run's value.
+    pub runs: Vec<f64>,
+}
+
+impl Point {
+    /// True when the median error is within the bound.
+    pub fn ok(&self) -> bool {
+        self.error_pct.abs() <= self.bound_pct
+    }
+}
+
+/// Parse `key=value` pairs from a workload's output (the last line that
+/// has `key`).
+pub fn value_of(output: &str, key: &str) -> Option<f64> {
+    output.lines().rev().find_map(|line| {
+        line.split_whitespace().find_map(|tok| {
+            let (k, v) = tok.split_once('=')?;
+            (k == key).then(|| v.parse::<f64>().ok()).flatten()
+        })
+    })
+}
+
+struct Ctx {
+    pmlab: PathBuf,
+    native: PathBuf,
+    instr: PathBuf,
+    reps: usize,
+    quick: bool,
+    progress: bool,
+    dram_ns: f64,
+    started: Instant,
+}
+
+impl Ctx {
+    fn say(&self, msg: &str) {
+        if self.progress {
+            eprintln!("[{:>4.0}s] {msg}", self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn exe(&self, instrumented: bool, name: &str) -> PathBuf {
+        if instrumented {
+            self.instr.join(name)
+        } else {
+            self.native.join(name)
+        }
+    }
+
+    /// Run the native build of `prog` (no pmlab) once; return its output.
+    fn native(&self, prog: &str, args: &[String]) -> Result<String> {
+        let out = Command::new(self.exe(false, prog))
+            .args(args)
+            .output()
+            .with_context(|| format!("cannot run {prog}"))?;
+        check_output(prog, &out)
+    }
+
+    /// Run the instrumented build under `pmlab run --source instrumented`.
+    fn emulated(&self, prog: &str, args: &[String], pm_ns: f64, no_inject: bool) -> Result<String> {
+        let mut cmd = Command::new(&self.pmlab);
+        cmd.args(["run", "--quiet", "--source", "instrumented"])
+            .arg("--pm-latency")
+            .arg(format!("{pm_ns}ns"))
+            .arg("--dram-latency")
+            .arg(format!("{}ns", self.dram_ns));
+        if no_inject {
+            cmd.arg("--no-inject");
+        }
+        cmd.arg("--").arg(self.exe(true, prog)).args(args);
+        let out = cmd
+            .output()
+            .with_context(|| format!("cannot run pmlab run on {prog}"))?;
+        check_output(prog, &out)
+    }
+
+    fn reps<F: FnMut() -> Result<f64>>(&self, mut f: F) -> Result<Vec<f64>> {
+        (0..self.reps).map(|_| f()).collect()
+    }
+}
+
+fn check_output(prog: &str, out: &std::process::Output) -> Result<String> {
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!(
+            "{prog} failed ({}): {}",
+            out.status,
+            err.lines().last().unwrap_or("no message")
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The value of `key` in a workload's output, or an error naming it.
+fn need(prog: &str, output: &str, key: &str) -> Result<f64> {
+    value_of(output, key).ok_or_else(|| {
+        let line = output
+            .lines()
+            .last()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        anyhow!("{prog} printed no '{key}=' value: {line}")
+    })
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+/// Sizes of the study, full or quick.
+struct Plan {
+    memlat_lat: Vec<f64>,
+    chains: Vec<u32>,
+    chains_lat: f64,
+    /// memlat arguments: (array MiB, accesses per chain).
+    memlat_mib: u64,
+    memlat_steps: u64,
+    /// multilat: (region MiB per array, accesses).
+    multilat_cfg: Vec<(u64, u64)>,
+    multilat_pat: Vec<(u64, u64)>,
+    multilat_lat: Vec<f64>,
+    mtlat_threads: Vec<u32>,
+    mtlat_cs: u64,
+    mtlat_k: u64,
+    mtlat_mib: u64,
+    mtlat_lat: f64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                memlat_lat: vec![300.0, 600.0, 1000.0],
+                chains: vec![2, 4],
+                chains_lat: 400.0,
+                memlat_mib: 256,
+                memlat_steps: 1_000_000,
+                multilat_cfg: vec![(128, 1_000_000)],
+                multilat_pat: vec![(200, 100), (20_000, 10_000)],
+                multilat_lat: vec![400.0],
+                mtlat_threads: vec![1, 2, 4],
+                mtlat_cs: 100,
+                mtlat_k: 500,
+                mtlat_mib: 128,
+                mtlat_lat: 400.0,
+            }
+        } else {
+            Plan {
+                memlat_lat: vec![200.0, 300.0, 400.0, 600.0, 800.0, 1000.0, 2000.0],
+                chains: vec![2, 4, 8],
+                chains_lat: 400.0,
+                memlat_mib: 512,
+                memlat_steps: 2_000_000,
+                multilat_cfg: vec![(128, 2_000_000), (256, 4_000_000)],
+                // 200000:100000 would need a 300 KB argument (over Linux's
+                // 128 KiB limit per argument): the largest pattern is 20000:10000.
+                multilat_pat: vec![(200, 100), (2_000, 1_000), (20_000, 10_000)],
+                multilat_lat: vec![200.0, 400.0, 700.0],
+                mtlat_threads: vec![1, 2, 4, 8],
+                mtlat_cs: 100,
+                mtlat_k: 2_000,
+                mtlat_mib: 256,
+                mtlat_lat: 400.0,
+            }
+        }
+    }
 }
 
 /// Run the command.
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!(
-        "'pmlab validate' is not implemented yet in this build; see the README's status table"
-    )
+pub fn run(args: Args) -> Result<u8> {
+    if args.reps == 0 || args.reps > 100 {
+        bail!(
+            "--reps {} is out of range: use 1 to 100 (5 or more for the study)",
+            args.reps
+        );
+    }
+    let only: Vec<String> = match &args.only {
+        None => STUDIES.iter().map(|s| s.to_string()).collect(),
+        Some(list) => {
+            let v: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
+            for x in &v {
+                if !STUDIES.contains(&x.as_str()) {
+                    bail!(
+                        "--only: unknown study '{x}': expected {}",
+                        STUDIES.join(", ")
+                    );
+                }
+            }
+            v
+        }
+    };
+    let wl = find_workloads(args.workloads.as_deref())?;
+    let pmlab = std::env::current_exe().context("cannot locate the pmlab executable")?;
+    let tmp;
+    let build = match &args.build_dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = TempDir::new()?;
+            tmp.0.clone()
+        }
+    };
+    let progress = args.progress || std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let (native, instr) = build_workloads(&pmlab, &wl, &build)?;
+    let cal = crate::cmd::calibrate::cached_or_measure()?;
+    let ctx = Ctx {
+        pmlab,
+        native,
+        instr,
+        reps: args.reps,
+        quick: args.quick,
+        progress,
+        dram_ns: cal.dram_latency_ns,
+        started,
+    };
+    ctx.say(&format!(
+        "calibrated DRAM latency {:.1} ns; {} runs per point",
+        ctx.dram_ns, ctx.reps
+    ));
+    let plan = Plan::new(args.quick);
+    let mut points = Vec::new();
+    let want = |s: &str| only.iter().any(|x| x == s);
+    if want("memlat") {
+        memlat_study(&ctx, &plan, &mut points)?;
+    }
+    if want("chains") {
+        chains_study(&ctx, &plan, &mut points)?;
+    }
+    if want("multilat") {
+        multilat_study(&ctx, &plan, &mut points)?;
+    }
+    if want("mtlat") {
+        mtlat_study(&ctx, &plan, &mut points)?;
+    }
+    if want("overhead") {
+        overhead_study(&ctx, &plan, &mut points)?;
+    }
+    print_table(&points, ctx.dram_ns);
+    let report = Report {
+        machine: machine_line(),
+        dram_latency_ns: ctx.dram_ns,
+        quick: ctx.quick,
+        reps: ctx.reps,
+        seconds: started.elapsed().as_secs_f64(),
+        points: &points,
+    };
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        if path.as_os_str() == "-" {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    if let Some(dir) = &args.plot {
+        write_plots(dir, &points)?;
+    }
+    Ok(0)
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    machine: String,
+    dram_latency_ns: f64,
+    quick: bool,
+    reps: usize,
+    seconds: f64,
+    points: &'a [Point],
+}
+
+fn machine_line() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!("{cpu}, {n} CPUs")
+}
+
+fn memlat_args(p: &Plan, chains: u32) -> Vec<String> {
+    vec![
+        s("-c"),
+        s(chains),
+        s("-r"),
+        s(p.memlat_mib),
+        s("-n"),
+        s(p.memlat_steps),
+    ]
+}
+
+const MEMLAT_KEY: &str = "ns_per_access";
+
+fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
+    let args = memlat_args(p, 1);
+    for &lat in &p.memlat_lat {
+        ctx.say(&format!("memlat, 1 chain, {lat} ns"));
+        let runs = ctx.reps(|| {
+            need(
+                "memlat",
+                &ctx.emulated("memlat", &args, lat, false)?,
+                MEMLAT_KEY,
+            )
+        })?;
+        let m = summarize(&runs);
+        out.push(Point {
+            study: s("memlat"),
+            config: s("chains=1"),
+            target_ns: lat,
+            unit: s("ns/access"),
+            expected: lat,
+            measured: m,
+            error_pct: error_pct(m.median, lat),
+            bound_pct: 2.0,
+            runs,
+        });
+    }
+    Ok(())
+}
+
+fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
+    let lat = p.chains_lat;
+    for &k in &p.chains {
+        let args = memlat_args(p, k);
+        ctx.say(&format!("memlat, {k} chains, native"));
+        let native =
+            summarize(&ctx.reps(|| need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY))?);
+        ctx.say(&format!("memlat, {k} chains, {lat} ns"));
+        let runs = ctx.reps(|| {
+            need(
+                "memlat",
+                &ctx.emulated("memlat", &args, lat, false)?,
+                MEMLAT_KEY,
+            )
+        })?;
+        let m = summarize(&runs);
+        let expected = native.median * lat / ctx.dram_ns;
+        out.push(Point {
+            study: s("chains"),
+            config: format!("chains={k} native={:.1}ns", native.median),
+            target_ns: lat,
+            unit: s("ns/access"),
+            expected,
+            measured: m,
+            error_pct: error_pct(m.median, expected),
+            bound_pct: 5.0,
+            runs,
+        });
+    }
+    Ok(())
+}
+
+/// A multilat pattern of `d` DRAM accesses followed by `p` PM accesses.
+fn pattern(d: u64, p: u64) -> String {
+    let mut s = "D".repeat(d as usize);
+    s.push_str(&"P".repeat(p as usize));
+    s
+}
+
+fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
+    for &(mib, accesses) in &p.multilat_cfg {
+        for &(pd, pn) in &p.multilat_pat {
+            let args = vec![
+                s("-p"),
+                pattern(pd, pn),
+                s("-r"),
+                s(mib),
+                s("-n"),
+                s(accesses),
+            ];
+            for &lat in &p.multilat_lat {
+                ctx.say(&format!(
+                    "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}, {lat} ns"
+                ));
+                let mut expected = f64::NAN;
+                let runs = ctx.reps(|| {
+                    let o = ctx.emulated("multilat", &args, lat, false)?;
+                    if !o.contains("pm=pmalloc") {
+                        bail!("multilat did not get its PM array from pmalloc under pmlab run");
+                    }
+                    let nd = need("multilat", &o, "dram_accesses")?;
+                    let nn = need("multilat", &o, "pm_accesses")?;
+                    expected = nd * ctx.dram_ns + nn * lat;
+                    need("multilat", &o, "elapsed_ns")
+                })?;
+                let m = summarize(&runs);
+                out.push(Point {
+                    study: s("multilat"),
+                    config: format!("{} acc, pattern={pd}:{pn}", mega(accesses)),
+                    target_ns: lat,
+                    unit: s("ns"),
+                    expected,
+                    measured: m,
+                    error_pct: error_pct(m.median, expected),
+                    bound_pct: 2.0,
+                    runs,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mega(n: u64) -> String {
+    if n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n % 1000 == 0 {
+        format!("{}K", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+const MTLAT_KEY: &str = "elapsed_ns";
+
+fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
+    let lat = p.mtlat_lat;
+    for &outside in &[false, true] {
+        for &n in &p.mtlat_threads {
+            let args = vec![
+                s("-t"),
+                s(n),
+                s("-k"),
+                s(p.mtlat_k),
+                s("-i"),
+                s(p.mtlat_cs),
+                s("-o"),
+                s(if outside { p.mtlat_cs } else { 0 }),
+                s("-r"),
+                s(p.mtlat_mib),
+            ];
+            let what = if outside {
+                "with work outside"
+            } else {
+                "cs only"
+            };
+            ctx.say(&format!("mtlat {n} threads, {what}, native"));
+            let native =
+                summarize(&ctx.reps(|| need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY))?);
+            ctx.say(&format!("mtlat {n} threads, {what}, {lat} ns"));
+            let runs = ctx.reps(|| {
+                need(
+                    "mtlat",
+                    &ctx.emulated("mtlat", &args, lat, false)?,
+                    MTLAT_KEY,
+                )
+            })?;
+            let m = summarize(&runs);
+            let expected = native.median * lat / ctx.dram_ns;
+            out.push(Point {
+                study: s("mtlat"),
+                config: format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
+                target_ns: lat,
+                unit: s("ns"),
+                expected,
+                measured: m,
+                error_pct: error_pct(m.median, expected),
+                bound_pct: 5.0,
+                runs,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
+    let args = memlat_args(p, 1);
+    ctx.say("overhead: memlat native and --no-inject");
+    let native =
+        summarize(&ctx.reps(|| need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY))?);
+    let runs = ctx.reps(|| {
+        need(
+            "memlat",
+            &ctx.emulated("memlat", &args, 400.0, true)?,
+            MEMLAT_KEY,
+        )
+    })?;
+    let m = summarize(&runs);
+    out.push(Point {
+        study: s("overhead"),
+        config: s("memlat chains=1 --no-inject vs native"),
+        target_ns: 0.0,
+        unit: s("ns/access"),
+        expected: native.median,
+        measured: m,
+        error_pct: error_pct(m.median, native.median),
+        bound_pct: f64::INFINITY,
+        runs,
+    });
+    Ok(())
+}
+
+fn print_table(points: &[Point], dram: f64) {
+    println!("pmlab validate: instrumented source, calibrated DRAM latency {dram:.1} ns");
+    println!(
+        "{:<9} {:<34} {:>7} {:>13} {:>13} {:>22} {:>8} {:>6}",
+        "study", "config", "target", "expected", "measured", "spread (min..max)", "error%", "ok"
+    );
+    for p in points {
+        let ok = if p.bound_pct.is_finite() {
+            if p.ok() {
+                "yes"
+            } else {
+                "NO"
+            }
+        } else {
+            "-"
+        };
+        println!(
+            "{:<9} {:<34} {:>7} {:>13} {:>13} {:>22} {:>+8.2} {:>6}",
+            p.study,
+            p.config,
+            if p.target_ns > 0.0 {
+                format!("{}ns", p.target_ns)
+            } else {
+                "-".into()
+            },
+            fmt_val(p.expected, &p.unit),
+            fmt_val(p.measured.median, &p.unit),
+            format!(
+                "{}..{}",
+                fmt_val(p.measured.min, &p.unit),
+                fmt_val(p.measured.max, &p.unit)
+            ),
+            p.error_pct,
+            ok
+        );
+    }
+    for study in STUDIES {
+        let v: Vec<&Point> = points.iter().filter(|p| p.study == *study).collect();
+        if v.is_empty() || !v[0].bound_pct.is_finite() {
+            continue;
+        }
+        let worst = v.iter().map(|p| p.error_pct.abs()).fold(0.0, f64::max);
+        let passed = v.iter().filter(|p| p.ok()).count();
+        println!(
+            "{study}: worst |error| {worst:.2}% (target < {}%), {passed}/{} points within",
+            v[0].bound_pct,
+            v.len()
+        );
+    }
+}
+
+fn fmt_val(v: f64, unit: &str) -> String {
+    if unit == "ns" {
+        format!("{:.2}ms", v / 1e6)
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn write_plots(dir: &Path, points: &[Point]) -> Result<()> {
+    let _ = (dir, points);
+    bail!("--plot is not implemented yet; use --json and plot the points")
+}
+
+/// Find the workloads' source directory.
+fn find_workloads(given: Option<&Path>) -> Result<PathBuf> {
+    let has = |d: &Path| d.join("memlat.c").is_file();
+    if let Some(d) = given {
+        if has(d) {
+            return Ok(d.to_path_buf());
+        }
+        bail!(
+            "--workloads {}: no memlat.c there; point it at pmlab's workloads/ directory",
+            d.display()
+        );
+    }
+    let mut cands = vec![PathBuf::from("workloads")];
+    if let Ok(exe) = std::env::current_exe() {
+        // target/<profile>/pmlab -> the source tree
+        for up in exe.ancestors().skip(1).take(4) {
+            cands.push(up.join("workloads"));
+        }
+    }
+    cands.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../workloads"));
+    cands
+        .into_iter()
+        .find(|d| has(d))
+        .ok_or_else(|| {
+            anyhow!("cannot find the workloads (workloads/memlat.c): run from the pmlab source tree or pass --workloads DIR")
+        })
+}
+
+/// Build memlat, multilat and mtlat natively (clang) and with `pmlab cc`.
+fn build_workloads(pmlab: &Path, wl: &Path, build: &Path) -> Result<(PathBuf, PathBuf)> {
+    let native = build.join("native");
+    let instr = build.join("instrumented");
+    std::fs::create_dir_all(&native)
+        .and_then(|_| std::fs::create_dir_all(&instr))
+        .with_context(|| format!("cannot create {}", build.display()))?;
+    let include = wl.join("../include");
+    let cc = crate::cmd::cc::find_compiler(crate::cmd::cc::Lang::C)?;
+    for prog in ["memlat", "multilat", "mtlat"] {
+        let src = wl.join(format!("{prog}.c"));
+        for (dir, instrumented) in [(&native, false), (&instr, true)] {
+            let mut cmd = if instrumented {
+                let mut c = Command::new(pmlab);
+                c.arg("cc");
+                c
+            } else {
+                Command::new(&cc)
+            };
+            cmd.args(["-O2", "-g", "-std=gnu11"])
+                .arg("-I")
+                .arg(&include)
+                .arg("-o")
+                .arg(dir.join(prog))
+                .arg(&src)
+                .args(["-lpthread", "-lm"]);
+            if !instrumented {
+                // The native build uses the PM API too (multilat): link it.
+                let lib = crate::cmd::cc::runtime_dir()?;
+                cmd.arg(format!("-L{}", lib.display()))
+                    .arg(format!("-Wl,-rpath,{}", lib.display()))
+                    .arg("-lpmlab");
+            }
+            let out = cmd
+                .output()
+                .with_context(|| format!("cannot run the compiler for {prog}"))?;
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                bail!(
+                    "building {} failed: {}",
+                    src.display(),
+                    err.lines()
+                        .find(|l| l.contains("error"))
+                        .unwrap_or("see the compiler")
+                );
+            }
+        }
+        if !crate::cmd::cc::is_instrumented(&instr.join(prog))? {
+            bail!("{prog} built by pmlab cc is not instrumented: check clang's -fsanitize-coverage support");
+        }
+    }
+    Ok((native, instr))
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir> {
+        let p = std::env::temp_dir().join(format!("pmlab-validate-{}", std::process::id()));
+        std::fs::create_dir_all(&p).with_context(|| format!("cannot create {}", p.display()))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_is_median_and_range() {
+        let m = summarize(&[5.0, 1.0, 3.0]);
+        assert_eq!((m.median, m.min, m.max), (3.0, 1.0, 5.0));
+        assert_eq!(summarize(&[1.0, 2.0, 4.0, 10.0]).median, 3.0);
+        assert!(summarize(&[]).median.is_nan());
+    }
+
+    #[test]
+    fn values_are_parsed_from_key_value_lines() {
+        let out = "warming up\nworkload=memlat chains=1 ns_per_access=101.5 seconds=0.2\n";
+        assert_eq!(value_of(out, "ns_per_access"), Some(101.5));
+        assert_eq!(value_of(out, "seconds"), Some(0.2));
+        assert_eq!(value_of(out, "missing"), None);
+        assert_eq!(value_of("x=abc\n", "x"), None);
+    }
+
+    #[test]
+    fn error_is_signed_percent() {
+        assert!((error_pct(102.0, 100.0) - 2.0).abs() < 1e-12);
+        assert!((error_pct(95.0, 100.0) + 5.0).abs() < 1e-12);
+    }
 }
