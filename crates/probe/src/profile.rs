@@ -188,16 +188,18 @@ pub fn toml(inf: &Inferred, lat: &Latencies, source: &str) -> Result<String, Err
     Ok(s)
 }
 
-/// Simulated latency per line of a load pointer chase at `region` on the
-/// configuration `text`.
-fn simulate(text: &str, region: u64, block: u64, s: &Settings) -> Result<f64, Error> {
+/// Simulated latency per line of a load pointer chase at each of
+/// `regions` on the configuration `text`.
+fn simulate(text: &str, regions: &[u64], block: u64, s: &Settings) -> Result<Vec<f64>, Error> {
     let mut sim = Sim::from_toml(text, "inferred profile", "inferred")?;
-    let c = probes::ptrchase_region(&mut sim, s, Op::Load, block, &[region], &mut |_, _, _| {})?;
-    Ok(c.points[0].y)
+    let c = probes::ptrchase_region(&mut sim, s, Op::Load, block, regions, &mut |_, _, _| {})?;
+    Ok(c.points.iter().map(|p| p.y).collect())
 }
 
 /// Fit the three read latencies to the plateaus of `load` (a load region
-/// sweep); returns them with the profile text.
+/// sweep): each is solved, lowest level first, so that the mean relative
+/// error over its segment of the curve (up to the first buffer, between
+/// the buffers, past the second) is zero. Returns them with the profile.
 pub fn fit(
     inf: &Inferred,
     load: &Curve,
@@ -211,24 +213,43 @@ pub fn fit(
         ));
     }
     let block = load.params.get("block").copied().unwrap_or(64.0) as u64;
-    let at = |x: f64| load.points.iter().find(|p| p.x == x).map(|p| p.y);
     let c1 = inf.read_buffers[0].capacity;
     let c2 = inf.read_buffers[1].capacity;
-    let last = load.points.last().unwrap();
-    // One sample region per plateau: the last size before each rise, and
-    // the largest region.
-    let targets = [
-        (c1 as u64, at(c1).unwrap_or(inf.read_buffers[0].before)),
-        (c2 as u64, at(c2).unwrap_or(inf.read_buffers[1].before)),
-        (last.x as u64, last.y),
+    let segment = |lo: f64, hi: f64| -> (Vec<u64>, Vec<f64>) {
+        load.points
+            .iter()
+            .filter(|p| p.x > lo && p.x <= hi)
+            .map(|p| (p.x as u64, p.y))
+            .unzip()
+    };
+    let segs = [
+        segment(0.0, c1),
+        segment(c1, c2),
+        segment(c2, f64::INFINITY),
     ];
+    if segs.iter().any(|(r, _)| r.is_empty()) {
+        return Err(Error::new(
+            ErrorKind::Results,
+            "cannot fit an NVRAM profile: the load sweep needs points before, between and past both buffers",
+        ));
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (m0, m1, m2) = (mean(&segs[0].1), mean(&segs[1].1), mean(&segs[2].1));
     let mut lat = Latencies {
-        rmw_hit: (targets[0].1 - 60.0).max(1.0),
-        ait: ((targets[1].1 - targets[0].1) / 2.0).max(1.0),
-        media_read: (targets[2].1 - targets[1].1).max(1.0),
+        rmw_hit: (m0 - 60.0).max(1.0),
+        ait: ((m1 - m0) / 2.0).max(1.0),
+        media_read: (m2 - m1).max(1.0),
+    };
+    // Mean relative error of the profile over segment k, and its scale
+    // in ns (for the secant step).
+    let err = |lat: &Latencies, k: usize| -> Result<f64, Error> {
+        let (regions, want) = &segs[k];
+        let got = simulate(&toml(inf, lat, source)?, regions, block, s)?;
+        let rel: Vec<f64> = got.iter().zip(want).map(|(g, w)| (g - w) / w).collect();
+        Ok(mean(&rel) * mean(want))
     };
     for _round in 0..2 {
-        for (k, &(region, want)) in targets.iter().enumerate() {
+        for k in 0..3 {
             let get = |l: &Latencies| match k {
                 0 => l.rmw_hit,
                 1 => l.ait,
@@ -239,15 +260,16 @@ pub fn fit(
                 1 => l.ait = v,
                 _ => l.media_read = v,
             };
+            let scale = mean(&segs[k].1);
             let mut x0 = get(&lat);
-            let mut y0 = simulate(&toml(inf, &lat, source)?, region, block, s)? - want;
+            let mut y0 = err(&lat, k)?;
             let mut x1 = (x0 - y0).max(0.0);
             for _ in 0..6 {
-                if y0.abs() < 0.002 * want {
+                if y0.abs() < 0.001 * scale {
                     break;
                 }
                 set(&mut lat, x1);
-                let y1 = simulate(&toml(inf, &lat, source)?, region, block, s)? - want;
+                let y1 = err(&lat, k)?;
                 let slope = if (x1 - x0).abs() > 1e-9 {
                     (y1 - y0) / (x1 - x0)
                 } else {
@@ -255,8 +277,10 @@ pub fn fit(
                 };
                 let slope = if slope.abs() < 0.05 { 1.0 } else { slope };
                 let next = (x1 - y1 / slope).max(0.0);
-                x0 = x1;
-                y0 = y1;
+                if y1.abs() < y0.abs() {
+                    x0 = x1;
+                    y0 = y1;
+                }
                 x1 = next;
             }
             set(&mut lat, x0);
