@@ -22,11 +22,16 @@
 //!   pmlab interposes, so it is async-signal-safe. A record made while the
 //!   same thread is already inside `record` (a signal handler interrupting
 //!   it) is dropped and counted.
-//! * A full ring **drops** the record (never blocks: blocking could
-//!   deadlock a program that records from a signal handler, and would
-//!   change its timing more than a gap does). Drops are counted per thread
-//!   and written into the header's `dropped` field; `pmlab trace` reports
-//!   them.
+//! * A full ring **blocks** the recording thread by default: it yields the
+//!   CPU until the writer has made room, so the trace stays complete (a
+//!   dropped record would corrupt epochs and dependencies), at the price of
+//!   the program's timing while the writer catches up. The waits are
+//!   counted (`waits` in the header). It gives up after one second (the
+//!   writer died?) and drops. With `PMLAB_TRACE_FULL=drop` a full ring
+//!   drops at once, never changing timing. Drops are counted per thread and
+//!   written into the header's `dropped` field; `pmlab trace` reports both.
+//!   A record made by a signal handler that interrupted `record` on the
+//!   same thread is always dropped (never blocks).
 //! * One writer thread drains the rings every millisecond, encodes with
 //!   `pmlab_trace::binary::Writer` and writes the file. Records of one
 //!   thread are in order; threads interleave by drain batch (the format
@@ -53,7 +58,7 @@ use std::sync::Mutex;
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Records each thread's ring holds before it drops.
-pub const RING_ENTRIES: usize = 1 << 16;
+pub const RING_ENTRIES: usize = 1 << 17;
 /// Threads that can record; later threads' records are dropped and counted.
 pub const MAX_THREADS: usize = 1024;
 
@@ -93,6 +98,10 @@ struct Ring {
 static SLOTS: [AtomicPtr<Ring>; MAX_THREADS] =
     [const { AtomicPtr::new(ptr::null_mut()) }; MAX_THREADS];
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+/// Block (true, default) or drop (PMLAB_TRACE_FULL=drop) on a full ring.
+static BLOCK_WHEN_FULL: AtomicBool = AtomicBool::new(true);
+/// Times a thread waited for room in its ring.
+static WAITS: AtomicU64 = AtomicU64::new(0);
 /// Records dropped without a ring (too many threads, no memory, re-entry).
 static DROPPED_GLOBAL: AtomicU64 = AtomicU64::new(0);
 static START_NS: AtomicU64 = AtomicU64::new(0);
@@ -151,7 +160,17 @@ fn record_slow(op: Op, space: Space, addr: u64, size: u32) {
     // side) and never unmapped.
     let r = unsafe { &*ring };
     let tail = r.tail.load(Ordering::Relaxed);
-    let head = r.head.load(Ordering::Acquire);
+    let mut head = r.head.load(Ordering::Acquire);
+    if tail.wrapping_sub(head) >= RING_ENTRIES && BLOCK_WHEN_FULL.load(Ordering::Relaxed) {
+        WAITS.fetch_add(1, Ordering::Relaxed);
+        let give_up = monotonic_ns() + 1_000_000_000;
+        while tail.wrapping_sub(head) >= RING_ENTRIES && monotonic_ns() < give_up {
+            // SAFETY: sched_yield has no preconditions and is
+            // async-signal-safe.
+            unsafe { libc::sched_yield() };
+            head = r.head.load(Ordering::Acquire);
+        }
+    }
     if tail.wrapping_sub(head) >= RING_ENTRIES {
         r.dropped.fetch_add(1, Ordering::Relaxed);
     } else {
@@ -217,6 +236,7 @@ pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
     meta.extend_from_slice(meta_extra);
     meta.push(("records", PLACEHOLDER));
     meta.push(("dropped", PLACEHOLDER));
+    meta.push(("waits", PLACEHOLDER));
     meta.push(("stores", STORES_FLUSHES));
     let offsets = placeholder_offsets(&meta);
     INSTRUMENTED_AT_START.store(crate::instrument_hooks::active(), Ordering::Relaxed);
@@ -237,17 +257,18 @@ const STORES_FLUSHES: &str = "flushes-only";
 const STORES_INSTRUMENTED: &str = "instrumented";
 static INSTRUMENTED_AT_START: AtomicBool = AtomicBool::new(false);
 
-/// Byte offsets in the file of the `records`, `dropped` and `stores`
-/// values.
-fn placeholder_offsets(meta: &[(&str, &str)]) -> [u64; 3] {
+/// Byte offsets in the file of the `records`, `dropped`, `stores` and
+/// `waits` values.
+fn placeholder_offsets(meta: &[(&str, &str)]) -> [u64; 4] {
     let mut off = 16u64;
-    let mut found = [0u64; 3];
+    let mut found = [0u64; 4];
     for (k, v) in meta {
         off += k.len() as u64 + 1;
         match *k {
             "records" => found[0] = off,
             "dropped" => found[1] = off,
             "stores" => found[2] = off,
+            "waits" => found[3] = off,
             _ => {}
         }
         off += v.len() as u64 + 1;
@@ -315,7 +336,7 @@ fn dropped_total() -> u64 {
     d
 }
 
-fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 3]) {
+fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 4]) {
     let result = (|| -> std::io::Result<()> {
         loop {
             let stopping = STOP.load(Ordering::Acquire);
@@ -329,7 +350,11 @@ fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 3]) {
         }
         let records = w.records();
         let mut file = w.finish().map_err(std::io::Error::other)?;
-        for (off, value) in [(offsets[0], records), (offsets[1], dropped_total())] {
+        for (off, value) in [
+            (offsets[0], records),
+            (offsets[1], dropped_total()),
+            (offsets[3], WAITS.load(Ordering::Relaxed)),
+        ] {
             file.seek(SeekFrom::Start(off))?;
             file.write_all(format!("{value:020}").as_bytes())?;
         }
@@ -389,6 +414,17 @@ fn init_from_env() {
     if !nested {
         // SAFETY: constructors run before the program starts threads.
         unsafe { libc::setenv(c"PMLAB_TRACE_NESTED".as_ptr(), c"1".as_ptr(), 1) };
+    }
+    match env("PMLAB_TRACE_FULL").as_deref() {
+        None | Some("") | Some("block") => {}
+        Some("drop") => BLOCK_WHEN_FULL.store(false, Ordering::Relaxed),
+        Some(other) => {
+            let msg = format!(
+                "pmlab: trace: PMLAB_TRACE_FULL={other} is not 'block' or 'drop'; blocking\n"
+            );
+            // SAFETY: plain write(2) to stderr.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
     }
     let pmdk = if crate::pmdk::libpmem_present() {
         "interposed"
@@ -468,6 +504,7 @@ mod tests {
         assert_eq!(r.meta_value("test"), Some("1"));
         assert_eq!(r.meta_value("records"), Some("00000000000000003005"));
         assert_eq!(r.meta_value("dropped"), Some("00000000000000000000"));
+        assert!(r.meta_value("waits").is_some());
         assert_eq!(r.meta_value("stores"), Some("flushes-only"));
         let recs: Vec<Record> = r.collect::<Result<_, _>>().unwrap();
         assert_eq!(recs.len(), 3005);

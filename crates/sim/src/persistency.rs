@@ -27,7 +27,9 @@
 //!   traces of x86 programs, an `sfence` inside a transaction is read as
 //!   `ofence` and the transaction's end as `dfence` (WHISPER: durability is
 //!   needed only at commit); an `sfence` outside transactions is a
-//!   `dfence`.
+//!   `dfence`. Traces that use `ofence`/`dfence` themselves (programs on
+//!   `pmlab.h`) are replayed as written: their `sfence`s are `dfence`s and
+//!   transaction ends add nothing.
 //! * `ideal`: no ordering and no durability: flushes and fences cost
 //!   nothing; written lines still go to memory (bandwidth), without
 //!   waiting.
@@ -226,6 +228,9 @@ pub struct Replay {
     /// hops: the last buffered writer of each line, (thread index, epoch).
     owners: HashMap<u64, (usize, u64)>,
     first_ns: Option<u64>,
+    /// The trace uses ofence/dfence itself (a program written for HOPS):
+    /// no translation of sfences and transaction ends.
+    native_fences: bool,
     records: u64,
     lines_written: u64,
     durability_points: u64,
@@ -243,6 +248,7 @@ impl Replay {
             index: HashMap::new(),
             owners: HashMap::new(),
             first_ns: None,
+            native_fences: false,
             records: 0,
             lines_written: 0,
             durability_points: 0,
@@ -415,9 +421,14 @@ impl Replay {
                 }
             }
             Op::SFence | Op::OFence | Op::DFence => {
+                if r.op != Op::SFence {
+                    self.native_fences = true;
+                }
                 let durable = match (model, r.op) {
                     (Model::Hops, Op::OFence) => false,
-                    (Model::Hops, Op::SFence) => self.threads[ti].tx_depth == 0,
+                    (Model::Hops, Op::SFence) => {
+                        self.native_fences || self.threads[ti].tx_depth == 0
+                    }
                     _ => true,
                 };
                 self.fence(ti, durable);
@@ -426,7 +437,7 @@ impl Replay {
             Op::TxEnd => {
                 let t = &mut self.threads[ti];
                 t.tx_depth = t.tx_depth.saturating_sub(1);
-                if model == Model::Hops && t.tx_depth == 0 {
+                if model == Model::Hops && t.tx_depth == 0 && !self.native_fences {
                     self.fence(ti, true);
                 }
             }

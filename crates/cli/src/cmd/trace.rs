@@ -152,6 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             "records": summary.records,
             "threads": summary.threads,
             "dropped": summary.dropped,
+            "buffer_waits": summary.waits,
             "finished": summary.finished,
             "program_status": how,
             "seconds": secs,
@@ -171,6 +172,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             msg.push_str(&format!("; untraced {b:.3} s, overhead {o:.2}x"));
         }
         eprintln!("{msg}");
+        if summary.waits > 0 {
+            eprintln!(
+                "pmlab: trace: note: threads waited {} times for the trace writer (full buffers); the program's timing was disturbed there, its results were not",
+                summary.waits
+            );
+        }
         if summary.dropped > 0 {
             eprintln!(
                 "pmlab: trace: warning: {} records were dropped (a thread's ring was full); the analysis undercounts",
@@ -195,6 +202,8 @@ pub struct Summary {
     pub threads: u64,
     /// Records the tracer dropped.
     pub dropped: u64,
+    /// Times a thread waited for room in its buffer.
+    pub waits: u64,
     /// The tracer finished the file (its header counters are filled in).
     pub finished: bool,
 }
@@ -208,6 +217,7 @@ pub fn inspect(path: &Path) -> anyhow::Result<Summary> {
     let num = |k: &str| r.meta_value(k).and_then(|v| v.parse::<u64>().ok());
     let header_records = num("records").unwrap_or(0);
     let dropped = num("dropped").unwrap_or(0);
+    let waits = num("waits").unwrap_or(0);
     let mut records = 0u64;
     let mut seen = std::collections::HashSet::new();
     for rec in r {
@@ -216,6 +226,7 @@ pub fn inspect(path: &Path) -> anyhow::Result<Summary> {
         seen.insert(rec.thread);
     }
     Ok(Summary {
+        waits,
         records,
         threads: seen.len() as u64,
         dropped,
