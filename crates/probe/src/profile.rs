@@ -249,7 +249,7 @@ pub fn fit(
         Ok(mean(&rel) * mean(want))
     };
     for _round in 0..2 {
-        for k in 0..3 {
+        for (k, seg) in segs.iter().enumerate() {
             let get = |l: &Latencies| match k {
                 0 => l.rmw_hit,
                 1 => l.ait,
@@ -260,7 +260,7 @@ pub fn fit(
                 1 => l.ait = v,
                 _ => l.media_read = v,
             };
-            let scale = mean(&segs[k].1);
+            let scale = mean(&seg.1);
             let mut x0 = get(&lat);
             let mut y0 = err(&lat, k)?;
             let mut x1 = (x0 - y0).max(0.0);
