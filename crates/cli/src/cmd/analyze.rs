@@ -328,7 +328,15 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
     use pmlab_plot::{Axis, BarChart};
     std::fs::create_dir_all(dir)
         .with_context(|| format!("--plot: cannot create directory {}", dir.display()))?;
-    let charts: [(&str, &str, &str, &Histogram, Vec<(u64, u64, &str)>); 3] = [
+    /// File, title, x label, data, bar groups (inclusive ranges).
+    type Chart<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a Histogram,
+        Vec<(u64, u64, &'a str)>,
+    );
+    let charts: [Chart; 3] = [
         (
             "epoch_size.svg",
             "Epoch size (WHISPER fig. 4)",
