@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# bench/trace-whisper.sh -- WHISPER's metrics and HOPS's persistency
+# comparison on pmlab's four transactional workloads (hash map and B-tree,
+# on libpmemobj and on pmlab.h with redo logging), plus the tracing
+# overhead. Figures go to docs/whisper.md and docs/benchmarks.md.
+#
+# usage: bench/trace-whisper.sh [THREADS] [OPS_PER_THREAD] [PRESET]
+#        (default 2 threads, 20000 operations each, 20 % deletes, optane-1dimm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PMLAB=${PMLAB:-target/release/pmlab}
+THREADS=${1:-2}
+OPS=${2:-20000}
+PRESET=${3:-optane-1dimm}
+[ -x "$PMLAB" ] || { echo "trace-whisper: $PMLAB not built: run 'cargo build --release -p pmlab-cli -p pmlab-runtime'" >&2; exit 2; }
+[ -f "$(dirname "$PMLAB")/libpmlab.so" ] || [ -n "${PMLAB_RUNTIME:-}" ] || { echo "trace-whisper: libpmlab.so not built: run 'cargo build --release -p pmlab-runtime'" >&2; exit 2; }
+make -s -C workloads all
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+field() { grep "\"$1\"" | head -1 | sed 's/.*: *//; s/,$//'; }
+
+echo "machine: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "workloads: $THREADS threads x $OPS operations, 20 % deletes; replay on $PRESET"
+printf '\n%-14s %8s %6s %6s %7s %8s %6s %6s %8s %8s %8s\n' workload records tx "ep/tx" single "self-dep" cross "NT B" "amplif." "ep/s" tracing
+for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
+    t=$("$PMLAB" trace -o "$dir/$w.pmt" --overhead --json -- workloads/build/$w "$dir/$w.pool" "$THREADS" "$OPS" 20 | tail -1)
+    "$PMLAB" analyze "$dir/$w.pmt" --json > "$dir/$w.json"
+    T="$t" python3 - "$w" "$dir/$w.json" <<'PY'
+import json, os, sys
+a = json.load(open(sys.argv[2])); t = json.loads(os.environ["T"])
+pct = lambda v: "n/a" if v is None else "%.1f%%" % (100 * v)
+print("%-14s %8d %6d %6s %7s %8s %6s %6s %8s %8s %7.2fx" % (sys.argv[1], a["records"], a["transactions"],
+      a["epochs_per_tx"]["median"], pct(a["singleton_share"]), pct(a["self_dep_share"]),
+      pct(a["cross_dep_share"]), pct(a["nt_byte_share"]), pct(a["amplification"]),
+      "%.2fM" % (a["epochs_per_sec"] / 1e6), t["overhead"]))
+if t["dropped"]:
+    print("  (%d records dropped)" % t["dropped"])
+PY
+done
+echo "(tracing: traced over untraced wall time of the whole program, one run each: noisy on short runs)"
+echo
+echo "persistency replay on $PRESET: run time normalised to x86-nvm (HOPS: 32-entry buffers draining from 16; hops@1 drains from 1)"
+printf '%-14s %9s %9s %9s %9s %9s\n' workload x86-nvm x86-adr hops hops@1 ideal
+for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
+    "$PMLAB" sim --preset "$PRESET" --persistency x86-nvm,x86-adr,hops,hops@1,ideal --json "$dir/$w.pmt" |
+        python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print("%-14s" % sys.argv[1] + "".join(" %9.3f" % m["normalised_to_x86_nvm"] for m in j["models"]))' "$w"
+done
