@@ -89,24 +89,31 @@ enum Sub {
     },
     /// Write a synthetic trace (64 B requests, 1 ns apart) for benchmarks
     /// and experiments.
-    Gen {
-        /// seq-read, seq-write, seq-ntwrite, random-read or random-write.
-        pattern: String,
-        /// Output file.
-        out: PathBuf,
-        /// Number of requests.
-        #[arg(long, default_value_t = 1_000_000)]
-        count: u64,
-        /// Address span of random patterns (e.g. 1GiB).
-        #[arg(long, default_value = "1GiB")]
-        span: String,
-        /// Output format: pmt, text or dramsim.
-        #[arg(long, default_value = "pmt")]
-        format: String,
-        /// Seed of random patterns.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
+    Gen(GenArgs),
+}
+
+/// Arguments of `pmlab sim gen`.
+#[derive(clap::Args)]
+struct GenArgs {
+    /// seq-read, seq-write, seq-ntwrite, random-read or random-write.
+    pattern: String,
+    /// Output file.
+    out: PathBuf,
+    /// Number of requests.
+    #[arg(long, default_value_t = 1_000_000)]
+    count: u64,
+    /// Address span of random patterns (e.g. 1GiB).
+    #[arg(long, default_value = "1GiB")]
+    span: String,
+    /// Output format: pmt, text or dramsim.
+    #[arg(long, default_value = "pmt")]
+    format: String,
+    /// Seed of random patterns.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print what was written as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Synthetic access patterns of `pmlab sim gen`.
@@ -126,14 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             quick,
             json,
         }) => validate(write.as_deref(), quick, json, args.progress),
-        Some(Sub::Gen {
-            ref pattern,
-            ref out,
-            count,
-            ref span,
-            ref format,
-            seed,
-        }) => gen(pattern, out, count, span, format, seed),
+        Some(Sub::Gen(ref g)) => gen(g),
         None => replay(&args),
     }
 }
@@ -422,15 +422,17 @@ fn validate(write: Option<&Path>, quick: bool, json: bool, progress: bool) -> an
     Ok(0)
 }
 
-fn gen(
-    pattern: &str,
-    out: &Path,
-    count: u64,
-    span: &str,
-    format: &str,
-    seed: u64,
-) -> anyhow::Result<u8> {
+fn gen(g: &GenArgs) -> anyhow::Result<u8> {
     use pmlab_trace::{binary, import::dramsim, text, Op, Record};
+    let (pattern, out, count, format, seed, json) = (
+        g.pattern.as_str(),
+        g.out.as_path(),
+        g.count,
+        g.format.as_str(),
+        g.seed,
+        g.json,
+    );
+    let span = g.span.as_str();
     let span = pmlab_model::Bytes::parse(span)
         .map_err(|e| anyhow::anyhow!("--span: {e}"))?
         .get();
@@ -487,5 +489,10 @@ fn gen(
     w.flush()?;
     drop(w);
     std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
+    if json {
+        let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+        let v = serde_json::json!({"path": out.display().to_string(), "pattern": pattern, "records": count, "format": format, "bytes": bytes});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
     Ok(0)
 }
