@@ -192,3 +192,101 @@ fn missing_compiler_is_a_one_line_error() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("pmlab: error: PMLAB_CLANG="), "{err}");
 }
+
+/// A pointer chase with a known number of serial misses: `chase N CHAINS
+/// WHERE` builds CHAINS independent chains over 8 MiB (WHERE = `m` for
+/// malloc, `p` for pmalloc) and follows them for N steps each.
+const CHASE_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+void *pmalloc(size_t size);
+int main(int argc, char **argv)
+{
+	long n = atol(argv[1]);
+	int chains = atoi(argv[2]);
+	size_t lines = (8u << 20) / 64, per = lines / chains, stride = 4099;
+	char *dram = malloc(8u << 20);
+	char *pm = pmalloc(8u << 20);
+	char *base = argv[3][0] == 'p' ? pm : dram;
+	void **p[8];
+	if (!dram || !pm)
+		return 1;
+	for (int c = 0; c < chains; c++) {
+		char *b = base + c * per * 64;
+		for (size_t i = 0; i < per; i++)
+			*(void **)(b + i * 64) = b + ((i + stride) % per) * 64;
+		p[c] = (void **)b;
+	}
+	for (long s = 0; s < n; s++)
+		for (int c = 0; c < chains; c++)
+			p[c] = (void **)*p[c];
+	printf("%p\n", (void *)p[0]);
+	return 0;
+}
+"#;
+
+/// Requested delay (ns) of an emulated run of the chase, from the stats.
+fn requested_delay(dir: &Path, steps: u64, chains: u32, place: &str) -> f64 {
+    let stats = dir.join(format!("stats-{steps}-{chains}-{place}.json"));
+    run(Command::new(PMLAB)
+        .args([
+            "run",
+            "--quiet",
+            "--source",
+            "instrumented",
+            "--no-inject",
+            "--pm-latency",
+            "400ns",
+            "--dram-latency",
+            "100ns",
+            "--stats-json",
+        ])
+        .arg(&stats)
+        .arg("--")
+        .arg(dir.join("chase"))
+        .args([steps.to_string(), chains.to_string(), place.to_string()])
+        // A 1 MiB modelled cache: the 8 MiB chains miss on every step.
+        .env("PMLAB_INSTR_LLC", "1MiB:16"));
+    let text = std::fs::read_to_string(&stats).unwrap();
+    let key = "\"requested_delay_ns\":";
+    let at = text.find(key).expect("requested_delay_ns in the stats") + key.len();
+    let num: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    num.parse().unwrap()
+}
+
+#[test]
+fn instrumented_source_charges_serial_pm_misses_only() {
+    ensure_runtime();
+    let t = TempDir::new("chase");
+    std::fs::write(t.0.join("chase.c"), CHASE_C).unwrap();
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "chase", "chase.c"])
+        .current_dir(&t.0));
+    // Each extra step of one chain is a dependent PM miss: 300 ns more.
+    // Differences of two runs cancel the set-up's accesses; both runs
+    // start after 20000 steps, when no line the set-up left in the
+    // modelled cache (16384 lines) is still there.
+    let extra = 30_000u64;
+    let delta = |chains: u32, place: &str| {
+        requested_delay(&t.0, 20_000 + extra, chains, place)
+            - requested_delay(&t.0, 20_000, chains, place)
+    };
+    let one = delta(1, "p");
+    let want = extra as f64 * 300.0;
+    assert!(
+        (one - want).abs() < 0.01 * want,
+        "1 chain: {one} ns, want {want}"
+    );
+    // Four independent chains overlap: the same delay per step of all four.
+    let four = delta(4, "p");
+    assert!(
+        (four - want).abs() < 0.02 * want,
+        "4 chains: {four} ns, want {want}"
+    );
+    // The program has a PM pool, so its malloc memory is DRAM: no delay.
+    let dram = delta(1, "m");
+    assert!(dram.abs() < 0.01 * want, "DRAM chase: {dram} ns");
+}
