@@ -7,6 +7,14 @@
 //! with each line to the device). Reads of a line still in the WPQ are
 //! forwarded from it.
 //!
+//! Write scheduling (`write_policy`):
+//!
+//! * `eager` (FCFS): a queued write leaves as soon as the bus and the
+//!   device allow.
+//! * `watermark`: writes are held (reads meet an idle device) until the WPQ
+//!   holds `drain_high` lines, then the queue drains until empty; a fence
+//!   releases every write before it; a full queue pushes out its oldest.
+//!
 //! The WPQ is evaluated lazily: an entry's departure is computed only when
 //! a later arrival needs to know whether it is still there.
 
@@ -21,6 +29,8 @@ use std::collections::{BinaryHeap, VecDeque};
 struct WEntry {
     line: u64,
     ready: f64,
+    /// When the scheduler lets it go (None: held by the watermark policy).
+    release: Option<f64>,
     depart: Option<f64>,
     epoch: u64,
 }
@@ -31,6 +41,13 @@ struct Channel {
     /// Completion times (f64 bits; all non-negative) of outstanding reads.
     rpq: BinaryHeap<Reverse<u64>>,
     bus_free: f64,
+    draining: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Policy {
+    hold: bool,
+    high: usize,
 }
 
 /// The integrated memory controller.
@@ -41,6 +58,8 @@ pub struct Imc {
     rpq_cap: usize,
     xfer: f64,
     fwd_ns: f64,
+    hold: bool,
+    high: usize,
     /// Fences seen so far: writes of different epochs never combine.
     epoch: u64,
     // stats
@@ -84,6 +103,19 @@ impl Imc {
             "bus time to move one 64 B line from the WPQ to the device",
         )?;
         let fwd = p.ns("forward_ns", 10.0, "latency of a read served from the WPQ")?;
+        let policy = p.choice(
+            "write_policy",
+            "eager",
+            &["eager", "watermark"],
+            "write scheduling: eager (FCFS) or watermark (hold, then drain)",
+        )?;
+        let high = p.count(
+            "drain_high",
+            wpq / 64,
+            1,
+            wpq / 64,
+            "watermark policy: queued lines that start a drain (default: a full WPQ)",
+        )?;
         let mut channels = Vec::with_capacity(n as usize);
         for _ in 0..n {
             channels.push(Channel {
@@ -91,6 +123,7 @@ impl Imc {
                 wpq: VecDeque::new(),
                 rpq: BinaryHeap::new(),
                 bus_free: 0.0,
+                draining: false,
             });
         }
         Ok(Imc {
@@ -100,6 +133,8 @@ impl Imc {
             rpq_cap: rpq as usize,
             xfer,
             fwd_ns: fwd,
+            hold: policy == "watermark",
+            high: high as usize,
             epoch: 0,
             reads: 0,
             writes: 0,
@@ -129,12 +164,16 @@ impl Imc {
 impl Channel {
     /// Start the front entry's transfer to the device (computes its
     /// departure time).
-    fn launch_front(&mut self, xfer: f64) -> f64 {
+    /// A held entry is let go at `force_at`.
+    fn launch_front(&mut self, xfer: f64, force_at: f64) -> f64 {
         let front = self.wpq.front_mut().expect("non-empty WPQ");
         if let Some(d) = front.depart {
             return d;
         }
-        let offer = front.ready.max(self.bus_free);
+        let offer = front
+            .ready
+            .max(self.bus_free)
+            .max(front.release.unwrap_or(force_at));
         let accepted = self.dev.write(front.line, offer, front.epoch);
         let depart = accepted + xfer;
         front.depart = Some(depart);
@@ -148,16 +187,42 @@ impl Channel {
             let d = match front.depart {
                 Some(d) => d,
                 None => {
-                    if front.ready.max(self.bus_free) > t {
+                    let Some(release) = front.release else { break };
+                    if front.ready.max(self.bus_free).max(release) > t {
                         break;
                     }
-                    self.launch_front(xfer)
+                    self.launch_front(xfer, release)
                 }
             };
             if d <= t {
                 self.wpq.pop_front();
+                if self.wpq.is_empty() {
+                    self.draining = false;
+                }
             } else {
                 break;
+            }
+        }
+    }
+
+    /// Append a write accepted at `at`, applying the scheduling policy.
+    fn push(&mut self, line: u64, at: f64, epoch: u64, pol: Policy) {
+        let release = if !pol.hold || self.draining {
+            Some(at)
+        } else {
+            None
+        };
+        self.wpq.push_back(WEntry {
+            line,
+            ready: at,
+            release,
+            depart: None,
+            epoch,
+        });
+        if pol.hold && !self.draining && self.wpq.len() >= pol.high {
+            self.draining = true;
+            for e in self.wpq.iter_mut() {
+                e.release.get_or_insert(at);
             }
         }
     }
@@ -197,6 +262,10 @@ impl Controller for Imc {
         self.writes += 1;
         let (c, dev_addr) = self.route(addr);
         let (xfer, cap, epoch) = (self.xfer, self.wpq_cap, self.epoch);
+        let pol = Policy {
+            hold: self.hold,
+            high: self.high,
+        };
         let ch = &mut self.channels[c];
         ch.advance(t, xfer);
         self.occ_sum += ch.wpq.len() as u64;
@@ -214,17 +283,12 @@ impl Controller for Imc {
             self.wpq_full += 1;
         }
         while ch.wpq.len() >= cap {
-            let d = ch.launch_front(xfer);
+            let d = ch.launch_front(xfer, t);
             at = at.max(d);
             ch.wpq.pop_front();
         }
         self.wpq_wait += at - t;
-        ch.wpq.push_back(WEntry {
-            line,
-            ready: at,
-            depart: None,
-            epoch,
-        });
+        ch.push(line, at, epoch, pol);
         at
     }
 
@@ -232,6 +296,11 @@ impl Controller for Imc {
         let xfer = self.xfer;
         for ch in &mut self.channels {
             ch.advance(t, xfer);
+            // A fence lets every earlier write go (LENS III-C: an mfence
+            // flushes the WPQ).
+            for e in ch.wpq.iter_mut() {
+                e.release.get_or_insert(t);
+            }
         }
         self.epoch += 1;
     }
@@ -241,7 +310,7 @@ impl Controller for Imc {
         let mut end = t;
         for ch in &mut self.channels {
             while !ch.wpq.is_empty() {
-                end = end.max(ch.launch_front(xfer));
+                end = end.max(ch.launch_front(xfer, t));
                 ch.wpq.pop_front();
             }
             end = end.max(ch.dev.drain(t));
@@ -289,8 +358,12 @@ mod tests {
     use super::*;
 
     fn imc(extra: &str) -> Imc {
-        let text = format!("impl = \"imc\"\nwpq_bytes = 128\nwrite_xfer_ns = 10.0\n{extra}\n[dimm]\nimpl = \"ddr4\"\n");
-        let mut p = Params::new("controller", text.parse().unwrap()).unwrap();
+        let mut t: toml::Table =
+            "impl = \"imc\"\nwpq_bytes = 128\nwrite_xfer_ns = 10.0\n[dimm]\nimpl = \"ddr4\"\n"
+                .parse()
+                .unwrap();
+        t.extend(extra.parse::<toml::Table>().unwrap());
+        let mut p = Params::new("controller", t).unwrap();
         let c = Imc::build(&mut p).unwrap();
         p.finish().unwrap();
         c
@@ -321,6 +394,39 @@ mod tests {
         c.fence(0.0);
         c.write(64, 0.0);
         assert_eq!(c.merges, 1, "sealed by the fence");
+    }
+
+    #[test]
+    fn watermark_holds_writes_until_drain_high() {
+        let mut c = imc("wpq_bytes = 256\nwrite_policy = \"watermark\"\ndrain_high = 3");
+        c.write(0, 0.0);
+        c.write(64 * 1000, 0.0);
+        c.channels[0].advance(1000.0, c.xfer);
+        assert_eq!(c.channels[0].wpq.len(), 2, "below the watermark: held");
+        c.write(64 * 2000, 1000.0);
+        c.channels[0].advance(999.0 + 1.0, c.xfer);
+        c.channels[0].advance(5000.0, c.xfer);
+        assert!(
+            c.channels[0].wpq.is_empty(),
+            "the third write started a drain"
+        );
+    }
+
+    #[test]
+    fn watermark_releases_writes_at_a_fence() {
+        let mut c = imc("wpq_bytes = 256\nwrite_policy = \"watermark\"");
+        c.write(0, 0.0);
+        c.channels[0].advance(1000.0, c.xfer);
+        assert_eq!(c.channels[0].wpq.len(), 1);
+        c.fence(1000.0);
+        c.channels[0].advance(1000.0 + 5.0, c.xfer);
+        assert_eq!(
+            c.channels[0].wpq.len(),
+            1,
+            "not before tRCD after the fence"
+        );
+        c.channels[0].advance(2000.0, c.xfer);
+        assert!(c.channels[0].wpq.is_empty());
     }
 
     #[test]
