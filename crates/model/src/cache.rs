@@ -4,6 +4,8 @@
 //! * [`Cache`]: one set-associative level with 64 B lines (the line size is
 //!   a parameter), true LRU replacement and dirty bits, so that evicting a
 //!   modified line reports a write-back.
+//! * [`CompactCache`]: one level with hashed 30-bit tags in 32-bit slots
+//!   (a 16-way set per 64 B line), the fast model used at run time.
 //! * [`Hierarchy`]: several levels, non-inclusive: a miss fills every level
 //!   above the one that hit; a dirty victim of one level is written into the
 //!   next one, and a dirty victim of the last level is a write-back to memory.
@@ -419,6 +421,110 @@ impl Hierarchy {
     }
 }
 
+/// What a [`CompactCache`] access evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactVictim {
+    /// The line was modified: evicting it writes it back.
+    pub dirty: bool,
+    /// The line was tagged as PM when it was installed.
+    pub pm: bool,
+}
+
+/// The result of one [`CompactCache`] access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactAccess {
+    /// True when the line was present.
+    pub hit: bool,
+    /// The line evicted to make room (only on a miss in a full set).
+    pub victim: Option<CompactVictim>,
+}
+
+/// A single-level LRU cache that stores 30-bit hashed tags in 32-bit slots
+/// (plus a dirty and a PM bit), so that a 16-way set fills one 64 B line
+/// and the table is half the size of [`Cache`]'s: the fast model of the
+/// instrumented source. Two lines of one set that share a hashed tag are
+/// confused (a false hit): about ways / 2^30 of the misses.
+///
+/// Victims are reported by their dirty and PM bits only (the tag is
+/// hashed), which is what counting write-backs per memory needs. The number
+/// of sets must be a power of two.
+#[derive(Debug, Clone)]
+pub struct CompactCache {
+    set_bits: u32,
+    ways: usize,
+    slots: Vec<u32>,
+}
+
+impl CompactCache {
+    /// An empty cache of the given geometry; the set count must be a
+    /// power of two.
+    pub fn new(config: CacheConfig) -> Result<CompactCache, Error> {
+        let sets = config.sets()?;
+        if !sets.is_power_of_two() {
+            return Err(Error::new(
+                ErrorKind::OutOfRange,
+                format!("the compact cache model needs a power-of-two set count, not {sets}"),
+            ));
+        }
+        Ok(CompactCache {
+            set_bits: sets.trailing_zeros(),
+            ways: config.ways as usize,
+            slots: vec![0; sets as usize * config.ways as usize],
+        })
+    }
+
+    /// Number of sets.
+    pub fn sets(&self) -> u64 {
+        1 << self.set_bits
+    }
+
+    #[inline]
+    fn tag(&self, line: u64) -> u32 {
+        let h = (line >> self.set_bits).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let t = (h >> 34) as u32 & 0x3FFF_FFFF;
+        (t.max(1)) << 2
+    }
+
+    /// Access `line`: a write marks it dirty; `pm` tags a newly installed
+    /// line as PM (for its eventual write-back).
+    #[inline]
+    pub fn access(&mut self, line: u64, write: bool, pm: bool) -> CompactAccess {
+        let set = (line & ((1 << self.set_bits) - 1)) as usize;
+        let tag = self.tag(line);
+        let ways = self.ways;
+        let set = &mut self.slots[set * ways..(set + 1) * ways];
+        for i in 0..ways {
+            let s = set[i];
+            if s & !3 == tag {
+                set.copy_within(0..i, 1);
+                set[0] = s | write as u32;
+                return CompactAccess {
+                    hit: true,
+                    victim: None,
+                };
+            }
+            if s == 0 {
+                set.copy_within(0..i, 1);
+                set[0] = tag | (pm as u32) << 1 | write as u32;
+                return CompactAccess {
+                    hit: false,
+                    victim: None,
+                };
+            }
+        }
+        let last = set[ways - 1];
+        set.copy_within(0..ways - 1, 1);
+        set[0] = tag | (pm as u32) << 1 | write as u32;
+        CompactAccess {
+            hit: false,
+            victim: Some(CompactVictim {
+                dirty: last & 1 == 1,
+                pm: last & 2 == 2,
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,5 +698,35 @@ mod tests {
         assert!(h.invalidate(7));
         assert!(!h.contains(7));
         assert!(Hierarchy::new(&[]).is_err());
+    }
+
+    #[test]
+    fn compact_cache_agrees_with_the_full_model() {
+        // The same random stream through both: identical hits and
+        // write-backs (a hashed-tag collision is improbable here).
+        let cfg = CacheConfig::new(64 * 1024, 8);
+        let mut full = Cache::new(cfg).unwrap();
+        let mut compact = CompactCache::new(cfg).unwrap();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let (mut hits, mut wbs) = (0, 0);
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let line = x % 3000;
+            let write = x & 0x100 != 0;
+            let a = full.access(line, write);
+            let b = compact.access(line, write, line % 2 == 0);
+            assert_eq!(a.hit, b.hit);
+            assert_eq!(a.victim.map(|v| v.dirty), b.victim.map(|v| v.dirty));
+            if let (Some(v), Some(w)) = (a.victim, b.victim) {
+                assert_eq!(v.line % 2 == 0, w.pm, "PM bit travels with the line");
+            }
+            hits += a.hit as u32;
+            wbs += a.victim.is_some_and(|v| v.dirty) as u32;
+        }
+        assert!(hits > 10_000 && wbs > 1000, "{hits} {wbs}");
+        let e = CompactCache::new(CacheConfig::new(3 * 64 * 4, 4)).unwrap_err();
+        assert!(e.to_string().contains("power-of-two"));
     }
 }

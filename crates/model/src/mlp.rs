@@ -56,12 +56,13 @@ impl Default for OverlapConfig {
 /// Most fill buffers the estimator tracks.
 pub const MAX_FILL_BUFFERS: usize = 32;
 
+/// Entries of the table of recent loaded values (direct-mapped).
+const PARENTS: usize = 64;
+
 #[derive(Debug, Clone, Copy, Default)]
 struct InFlight {
-    /// Line named by the value the miss loaded (0 when none).
-    value_line: u64,
-    /// Completion time, in latencies.
-    done: f64,
+    /// Completion time, in latencies (every miss takes one).
+    done: u64,
     /// Index of the access in the thread's access stream.
     at_access: u64,
     /// Valid entry.
@@ -90,10 +91,18 @@ pub struct OverlapEstimator {
     /// Recent misses, as a ring; the estimator looks for parents here.
     ring: [InFlight; MAX_FILL_BUFFERS],
     head: usize,
+    /// Oldest ring entry not yet known to be outside the window, and how
+    /// many entries follow it up to `head`.
+    wptr: usize,
+    wcount: usize,
+    /// Latest completion among misses that fell out of the window.
+    win_done: u64,
+    /// Line named by the value a recent miss loaded -> its completion time.
+    parents: [(u64, u64); PARENTS],
     /// Issue time of the latest miss (program order).
-    issue: f64,
+    issue: u64,
     /// Latest completion time of any miss.
-    frontier: f64,
+    frontier: u64,
     counts: SerialCounts,
 }
 
@@ -106,8 +115,12 @@ impl OverlapEstimator {
             config,
             ring: [InFlight::default(); MAX_FILL_BUFFERS],
             head: 0,
-            issue: 0.0,
-            frontier: 0.0,
+            wptr: 0,
+            wcount: 0,
+            win_done: 0,
+            parents: [(0, 0); PARENTS],
+            issue: 0,
+            frontier: 0,
             counts: SerialCounts::default(),
         }
     }
@@ -131,40 +144,40 @@ impl OverlapEstimator {
         line_shift: u32,
     ) {
         let fb = self.config.fill_buffers;
+        let window = self.config.window_accesses;
         let mut start = self.issue;
-        // Window: older misses too far behind in the access stream must
-        // have completed before this one can issue.
-        for e in self.ring.iter().filter(|e| e.live) {
-            if access_index.saturating_sub(e.at_access) > self.config.window_accesses {
-                start = start.max(e.done);
+        // Window: misses too far behind in the access stream must have
+        // completed before this one can issue. Entries become "far" in
+        // order, so a pointer walks over each once (amortised O(1)).
+        while self.wcount > 0 {
+            let e = &self.ring[self.wptr];
+            if access_index.saturating_sub(e.at_access) <= window {
+                break;
             }
+            self.win_done = self.win_done.max(e.done);
+            self.wptr = (self.wptr + 1) % MAX_FILL_BUFFERS;
+            self.wcount -= 1;
         }
-        // Dependency on a recent miss's loaded value.
-        if line != 0 {
-            if let Some(parent) = self
-                .ring
-                .iter()
-                .filter(|e| e.live && e.value_line == line)
-                .max_by(|a, b| a.done.total_cmp(&b.done))
-            {
-                start = start.max(parent.done);
-                self.counts.dependent += 1;
-            }
+        start = start.max(self.win_done);
+        // Dependency: this address is the line a recent miss loaded.
+        let p = self.parents[line as usize % PARENTS];
+        if line != 0 && p.0 == line {
+            start = start.max(p.1);
+            self.counts.dependent += 1;
         }
-        // Fill buffers: the `fb` most recent misses occupy them; the oldest
-        // of those must be done before this one issues.
-        let oldest_busy = (self.head + MAX_FILL_BUFFERS - fb) % MAX_FILL_BUFFERS;
-        let slot = self.ring[oldest_busy];
+        // Fill buffers: the oldest of the `fb` most recent misses must be
+        // done before this one issues.
+        let slot = &self.ring[(self.head + MAX_FILL_BUFFERS - fb) % MAX_FILL_BUFFERS];
         if slot.live {
             start = start.max(slot.done);
         }
-        let done = start + 1.0;
+        let done = start + 1;
         if done > self.frontier {
-            let advance = done - self.frontier.max(start);
-            let advance = advance.min(1.0);
+            // The frontier moves by one latency: this miss is on the
+            // critical path.
             match kind {
-                MemKind::Dram => self.counts.dram += advance,
-                MemKind::Pm => self.counts.pm += advance,
+                MemKind::Dram => self.counts.dram += 1.0,
+                MemKind::Pm => self.counts.pm += 1.0,
             }
             self.frontier = done;
         }
@@ -173,13 +186,23 @@ impl OverlapEstimator {
             MemKind::Pm => self.counts.pm_misses += 1,
         }
         self.issue = start;
+        let value_line = loaded_value.map(|v| v >> line_shift).unwrap_or(0);
+        if value_line != 0 {
+            self.parents[value_line as usize % PARENTS] = (value_line, done);
+        }
         self.ring[self.head] = InFlight {
-            value_line: loaded_value.map(|v| v >> line_shift).unwrap_or(0),
             done,
             at_access: access_index,
             live: true,
         };
         self.head = (self.head + 1) % MAX_FILL_BUFFERS;
+        if self.wcount == MAX_FILL_BUFFERS {
+            // The oldest entry is overwritten: it is older than every fill
+            // buffer, so the fill-buffer rule already waited for it.
+            self.wptr = (self.wptr + 1) % MAX_FILL_BUFFERS;
+        } else {
+            self.wcount += 1;
+        }
     }
 
     /// The counts accumulated since the last [`take`](Self::take).

@@ -21,7 +21,7 @@
 //!
 //! Accesses that straddle two lines are counted on their first line only.
 
-use pmlab_model::cache::{CacheConfig, Hierarchy};
+use pmlab_model::cache::{CacheConfig, CompactCache, Hierarchy};
 use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -161,8 +161,16 @@ impl ThreadTotals {
     }
 }
 
+/// The thread's cache model: the compact one when the set count allows it
+/// (a power of two, a multiple of the filter size: then a line and the
+/// victim it evicts share a filter slot), else the full-tag one.
+enum Model {
+    Compact(CompactCache),
+    Full(Hierarchy),
+}
+
 struct Slow {
-    cache: Hierarchy,
+    cache: Model,
     est: OverlapEstimator,
     totals: ThreadTotals,
 }
@@ -239,26 +247,41 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
         }
     }
     let s = &mut *(*t).slow;
-    let a = s.cache.access(line as u64, write);
-    for &ev in &a.evicted[..a.n_evicted] {
-        let slot = &mut (*t).filter[ev as usize % FILTER_LINES];
-        if *slot >> 1 == ev as usize {
-            *slot = 0;
+    let pm = is_pm(addr);
+    let miss = match &mut s.cache {
+        Model::Compact(c) => {
+            // The victim shares the new line's set, hence its filter slot,
+            // which is overwritten below.
+            let a = c.access(line as u64, write, pm);
+            if let Some(v) = a.victim {
+                if v.dirty && v.pm {
+                    s.totals.pm_writebacks += 1;
+                } else if v.dirty {
+                    s.totals.dram_writebacks += 1;
+                }
+            }
+            !a.hit
         }
-    }
-    for &wb in a.writebacks() {
-        if is_pm((wb as usize) << LINE_SHIFT) {
-            s.totals.pm_writebacks += 1;
-        } else {
-            s.totals.dram_writebacks += 1;
+        Model::Full(h) => {
+            let a = h.access(line as u64, write);
+            for &ev in &a.evicted[..a.n_evicted] {
+                let slot = &mut (*t).filter[ev as usize % FILTER_LINES];
+                if *slot >> 1 == ev as usize {
+                    *slot = 0;
+                }
+            }
+            for &wb in a.writebacks() {
+                if is_pm((wb as usize) << LINE_SHIFT) {
+                    s.totals.pm_writebacks += 1;
+                } else {
+                    s.totals.dram_writebacks += 1;
+                }
+            }
+            a.is_miss()
         }
-    }
-    if a.is_miss() {
-        let kind = if is_pm(addr) {
-            MemKind::Pm
-        } else {
-            MemKind::Dram
-        };
+    };
+    if miss {
+        let kind = if pm { MemKind::Pm } else { MemKind::Dram };
         s.est.miss(line as u64, kind, (*t).accesses, v, LINE_SHIFT);
         s.totals.serial = s.est.counts();
     }
@@ -274,9 +297,19 @@ fn new_slow() -> *mut Slow {
         LLC_BYTES.load(Ordering::Relaxed),
         LLC_WAYS.load(Ordering::Relaxed) as u32,
     );
-    let cache = match Hierarchy::new(&[llc]) {
-        Ok(c) => c,
-        Err(_) => return std::ptr::null_mut(),
+    let compact = llc
+        .sets()
+        .is_ok_and(|n| n.is_power_of_two() && n % FILTER_LINES as u64 == 0);
+    let cache = if compact {
+        match CompactCache::new(llc) {
+            Ok(c) => Model::Compact(c),
+            Err(_) => return std::ptr::null_mut(),
+        }
+    } else {
+        match Hierarchy::new(&[llc]) {
+            Ok(c) => Model::Full(c),
+            Err(_) => return std::ptr::null_mut(),
+        }
     };
     let est = OverlapEstimator::new(OverlapConfig {
         fill_buffers: FILL_BUFFERS.load(Ordering::Relaxed) as usize,
@@ -557,7 +590,17 @@ mod tests {
     #[test]
     fn pointer_chase_over_a_large_array_is_serial_pm() {
         let _g = LOCK.lock().unwrap();
-        activate(cfg(PmMode::All));
+        // The compact model (1024 sets) and the full one (1536 sets).
+        for llc in [CacheConfig::new(1 << 20, 16), CacheConfig::new(3 << 19, 16)] {
+            activate(HookConfig {
+                llc,
+                ..cfg(PmMode::All)
+            });
+            chase_20000();
+        }
+    }
+
+    fn chase_20000() {
         let t = on_thread(|| {
             // 8 MiB of one pointer per line, chained with a stride that
             // defeats the 1 MiB model.
