@@ -37,6 +37,9 @@ struct WEntry {
 
 struct Channel {
     dev: Box<dyn Device>,
+    /// Sum over departed WPQ entries of their time in the queue (line-ns).
+    occupancy_ns: f64,
+    span: Option<(f64, f64)>,
     wpq: VecDeque<WEntry>,
     /// Completion times (f64 bits; all non-negative) of outstanding reads.
     rpq: BinaryHeap<Reverse<u64>>,
@@ -124,6 +127,8 @@ impl Imc {
                 rpq: BinaryHeap::new(),
                 bus_free: 0.0,
                 draining: false,
+                occupancy_ns: 0.0,
+                span: None,
             });
         }
         Ok(Imc {
@@ -181,6 +186,20 @@ impl Channel {
         depart
     }
 
+    /// Remove the front entry (which has a departure time), accounting its
+    /// time in the queue.
+    fn pop(&mut self) {
+        if let Some(e) = self.wpq.pop_front() {
+            let d = e.depart.unwrap_or(e.ready);
+            self.occupancy_ns += d - e.ready;
+            let (lo, hi) = self.span.unwrap_or((e.ready, d));
+            self.span = Some((lo.min(e.ready), hi.max(d)));
+        }
+        if self.wpq.is_empty() {
+            self.draining = false;
+        }
+    }
+
     /// Retire every WPQ entry that has left by `t`.
     fn advance(&mut self, t: f64, xfer: f64) {
         while let Some(front) = self.wpq.front() {
@@ -195,10 +214,7 @@ impl Channel {
                 }
             };
             if d <= t {
-                self.wpq.pop_front();
-                if self.wpq.is_empty() {
-                    self.draining = false;
-                }
+                self.pop();
             } else {
                 break;
             }
@@ -285,7 +301,7 @@ impl Controller for Imc {
         while ch.wpq.len() >= cap {
             let d = ch.launch_front(xfer, t);
             at = at.max(d);
-            ch.wpq.pop_front();
+            ch.pop();
         }
         self.wpq_wait += at - t;
         ch.push(line, at, epoch, pol);
@@ -311,7 +327,7 @@ impl Controller for Imc {
         for ch in &mut self.channels {
             while !ch.wpq.is_empty() {
                 end = end.max(ch.launch_front(xfer, t));
-                ch.wpq.pop_front();
+                ch.pop();
             }
             end = end.max(ch.dev.drain(t));
         }
@@ -326,9 +342,20 @@ impl Controller for Imc {
         s.set("wpq_full_arrivals", self.wpq_full as f64, "count");
         s.set("wpq_wait", self.wpq_wait, "ns");
         s.set(
-            "wpq_mean_occupancy",
+            "wpq_occupancy_seen_by_writes",
             self.occ_sum as f64 / self.writes.max(1) as f64,
             "lines",
+        );
+        let (occ, span) = self.channels.iter().fold((0.0, 0.0), |(o, sp), ch| {
+            (
+                o + ch.occupancy_ns,
+                sp + ch.span.map_or(0.0, |(lo, hi)| hi - lo),
+            )
+        });
+        s.set(
+            "wpq_mean_occupancy",
+            if span > 0.0 { occ / span } else { 0.0 },
+            "lines per channel",
         );
         s.set("rpq_wait", self.rpq_wait, "ns");
         for (i, ch) in self.channels.iter().enumerate() {
@@ -339,6 +366,10 @@ impl Controller for Imc {
     }
 
     fn reset_stats(&mut self) {
+        for ch in &mut self.channels {
+            ch.occupancy_ns = 0.0;
+            ch.span = None;
+        }
         self.reads = 0;
         self.writes = 0;
         self.merges = 0;

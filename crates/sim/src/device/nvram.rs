@@ -43,6 +43,8 @@ use std::collections::VecDeque;
 
 struct LEntry {
     blk: u64,
+    /// When it entered the LSQ.
+    since: f64,
     mask: u32,
     ready: f64,
     epoch: u64,
@@ -69,7 +71,10 @@ pub struct Nvram {
     prefetch_after: u64,
     run: u64,
     last_blk: u64,
-    wear: IntMap<(u64, u32)>,
+    /// Write counts of the current window (cleared at each new window, so
+    /// memory is bounded by the XPLines written within one window).
+    wear: IntMap<u32>,
+    wear_epoch: u64,
     wear_threshold: u32,
     wear_window: u64,
     migration_bytes: u64,
@@ -86,6 +91,10 @@ struct NvStats {
     lsq_forwards: u64,
     lsq_full_waits: u64,
     lsq_wait: f64,
+    /// Sum over drained entries of their time in the LSQ (entry-ns).
+    lsq_occupancy_ns: f64,
+    span_start: Option<f64>,
+    span_end: f64,
     rmw_hits: u64,
     rmw_misses: u64,
     rmw_fill_bytes: u64,
@@ -222,6 +231,7 @@ impl Nvram {
             run: 0,
             last_blk: u64::MAX - 1,
             wear: IntMap::default(),
+            wear_epoch: 0,
             wear_threshold,
             wear_window,
             migration_bytes,
@@ -297,6 +307,8 @@ impl Nvram {
     /// Drain the LSQ's front entry to the media, starting at `l`.
     fn commit(&mut self, l: f64) {
         let e = self.lsq.pop_front().expect("non-empty LSQ");
+        self.s.lsq_occupancy_ns += l - e.since;
+        self.s.span_end = self.s.span_end.max(l);
         let mut start = l;
         if e.mask != self.full_mask && self.rmw.touch(e.blk).is_none() {
             self.s.rmw_modify_reads += 1;
@@ -314,13 +326,14 @@ impl Nvram {
 
     fn wear_count(&mut self, blk: u64) {
         let epoch = self.media_writes_total / self.wear_window;
-        let c = self.wear.entry(blk).or_insert((epoch, 0));
-        if c.0 != epoch {
-            *c = (epoch, 0);
+        if epoch != self.wear_epoch {
+            self.wear.clear();
+            self.wear_epoch = epoch;
         }
-        c.1 += 1;
-        if c.1 >= self.wear_threshold {
-            c.1 = 0;
+        let c = self.wear.entry(blk).or_insert(0);
+        *c += 1;
+        if *c >= self.wear_threshold {
+            *c = 0;
             let lines = (self.migration_bytes / self.xp) as f64;
             let dur = lines * (self.read_occ + self.write_occ);
             let start = self.media_free;
@@ -387,6 +400,7 @@ impl Device for Nvram {
 
     fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
         self.s.writes += 1;
+        self.s.span_start.get_or_insert(t);
         self.advance(t);
         let blk = addr / self.xp;
         let bit = 1u32 << ((addr % self.xp) / 64);
@@ -411,6 +425,7 @@ impl Device for Nvram {
         self.s.lsq_wait += at - t;
         self.lsq.push_back(LEntry {
             blk,
+            since: at,
             mask: bit,
             ready: at + self.combine_ns,
             epoch,
@@ -435,6 +450,16 @@ impl Device for Nvram {
         lsq.set("read_forwards", st.lsq_forwards as f64, "count");
         lsq.set("full_waits", st.lsq_full_waits as f64, "count");
         lsq.set("wait", st.lsq_wait, "ns");
+        let span = st.span_end - st.span_start.unwrap_or(st.span_end);
+        lsq.set(
+            "mean_occupancy",
+            if span > 0.0 {
+                st.lsq_occupancy_ns / span
+            } else {
+                0.0
+            },
+            "entries",
+        );
         s.push(lsq);
         let mut rmw = Stats::new("rmw_buffer");
         rmw.set("hits", st.rmw_hits as f64, "count");
