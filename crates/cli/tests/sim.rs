@@ -230,6 +230,29 @@ fn imports_lackey_and_dram_simulator_traces() {
         ],
     ));
     assert_eq!(v["requests"], 3);
+    // Recognised without --trace-format.
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "ddr4-2666",
+            "--json",
+            l.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(v["requests"], 4);
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "ddr4-2666",
+            "--json",
+            t.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(v["requests"], 3);
     ok(&pmlab(
         &d.0,
         &[

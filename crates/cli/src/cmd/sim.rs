@@ -34,8 +34,8 @@ pub struct Args {
     #[arg(long, default_value = "closed")]
     mode: String,
     /// Trace format: pmt, text, lackey (valgrind --tool=lackey
-    /// --trace-mem=yes), dramsim (address op cycle lines). Default: pmt or
-    /// text, recognised from the content.
+    /// --trace-mem=yes), dramsim (address op cycle lines). Default:
+    /// recognised from the content.
     #[arg(long)]
     trace_format: Option<String>,
     /// Print JSON instead of a table.
@@ -293,7 +293,11 @@ pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_tra
         Ok(std::io::BufReader::with_capacity(1 << 16, f))
     };
     let name = path.display().to_string();
-    match format {
+    let sniffed = match format {
+        None => sniff(path),
+        Some(f) => Some(f),
+    };
+    match sniffed {
         None => Ok(pmlab_trace::open(path, None)?),
         Some("lackey") => Ok(Box::new(
             lackey::Reader::new(text_reader()?).with_name(name),
@@ -308,6 +312,48 @@ pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_tra
             Ok(pmlab_trace::open(path, Some(fmt))?)
         }
     }
+}
+
+/// Recognise lackey and DRAM-simulator text from the first data line
+/// (None: let `pmlab_trace::open` choose between pmt and pmlab text).
+fn sniff(path: &Path) -> Option<&'static str> {
+    use std::io::Read;
+    let mut head = vec![0u8; 4096];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let text = std::str::from_utf8(&head[..n]).ok().or_else(|| {
+        // A cut in the middle of a character at the end of the sample.
+        std::str::from_utf8(&head[..n.saturating_sub(3)]).ok()
+    })?;
+    let line = text.lines().find(|l| {
+        let t = l.trim();
+        !t.is_empty() && !t.starts_with('#') && !t.starts_with("==")
+    })?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let hexish = |s: &str| {
+        let h = s.strip_prefix("0x").unwrap_or(s);
+        !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit())
+    };
+    let lackey_kind = ["I", "L", "S", "M"];
+    if f.len() == 2
+        && lackey_kind.contains(&f[0])
+        && f[1]
+            .split_once(',')
+            .is_some_and(|(a, b)| hexish(a) && b.parse::<u32>().is_ok())
+    {
+        return Some("lackey");
+    }
+    let dram_op = |s: &str| {
+        [
+            "READ", "WRITE", "RD", "WR", "R", "W", "LD", "ST", "P_MEM_RD", "P_MEM_WR", "P_FETCH",
+        ]
+        .contains(&s.to_ascii_uppercase().as_str())
+    };
+    if (2..=3).contains(&f.len())
+        && ((hexish(f[0]) && dram_op(f[1])) || (dram_op(f[0]) && hexish(f[1])))
+    {
+        return Some("dramsim");
+    }
+    None
 }
 
 /// Peak resident memory of this process in KiB (Linux; 0 elsewhere).
