@@ -672,9 +672,121 @@ fn fmt_val(v: f64, unit: &str) -> String {
     }
 }
 
+/// One SVG per study: measured medians with min..max bars against the
+/// expected values.
 fn write_plots(dir: &Path, points: &[Point]) -> Result<()> {
-    let _ = (dir, points);
-    bail!("--plot is not implemented yet; use --json and plot the points")
+    use pmlab_plot::{Axis, Format, LineChart, Series};
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let save = |chart: LineChart, name: &str| -> Result<()> {
+        let path = dir.join(name);
+        chart
+            .save(&path)
+            .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))
+    };
+    let pick = |study: &str| {
+        points
+            .iter()
+            .filter(|p| p.study == study)
+            .collect::<Vec<_>>()
+    };
+    let series = |v: &[&Point], x: &dyn Fn(&Point) -> f64, scale: f64| {
+        let measured = Series::new(
+            "measured (median, min..max)",
+            v.iter()
+                .map(|p| (x(p), p.measured.median * scale))
+                .collect(),
+        )
+        .spread(
+            v.iter()
+                .map(|p| (p.measured.min * scale, p.measured.max * scale))
+                .collect(),
+        );
+        let expected = Series::new(
+            "expected",
+            v.iter().map(|p| (x(p), p.expected * scale)).collect(),
+        );
+        (measured, expected)
+    };
+    let memlat = pick("memlat");
+    if !memlat.is_empty() {
+        let (m, e) = series(&memlat, &|p| p.target_ns, 1.0);
+        save(
+            LineChart::new("memlat, 1 chain: ns per access under emulation")
+                .x_axis(Axis::new("target PM latency").format(Format::Nanos))
+                .y_axis(Axis::new("measured latency").format(Format::Nanos))
+                .series(e)
+                .series(m),
+            "memlat.svg",
+        )?;
+    }
+    let chains = pick("chains");
+    if !chains.is_empty() {
+        let k = |p: &Point| {
+            p.config
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix("chains="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let (m, e) = series(&chains, &k, 1.0);
+        save(
+            LineChart::new("memlat, several chains at 400 ns")
+                .x_axis(Axis::new("chains"))
+                .y_axis(Axis::new("ns per access").format(Format::Nanos))
+                .series(e)
+                .series(m),
+            "chains.svg",
+        )?;
+    }
+    let multilat = pick("multilat");
+    if !multilat.is_empty() {
+        let mut chart = LineChart::new("multilat: error of the run time")
+            .x_axis(Axis::new("target PM latency").format(Format::Nanos))
+            .y_axis(Axis::new("error %"));
+        let mut configs: Vec<&str> = multilat.iter().map(|p| p.config.as_str()).collect();
+        configs.dedup();
+        for c in configs {
+            let pts = multilat
+                .iter()
+                .filter(|p| p.config == c)
+                .map(|p| (p.target_ns, p.error_pct))
+                .collect();
+            chart = chart.series(Series::new(c, pts));
+        }
+        save(chart, "multilat.svg")?;
+    }
+    let mtlat = pick("mtlat");
+    for (tag, title) in [
+        ("cs-only", "critical sections only"),
+        ("cs+out", "with work outside"),
+    ] {
+        let v: Vec<&Point> = mtlat
+            .iter()
+            .copied()
+            .filter(|p| p.config.ends_with(tag))
+            .collect();
+        if v.is_empty() {
+            continue;
+        }
+        let n = |p: &Point| {
+            p.config
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix("threads="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let (m, e) = series(&v, &n, 1.0);
+        let file = format!("mtlat-{}.svg", tag.replace('+', "-"));
+        save(
+            LineChart::new(format!("mtlat, {title}, 400 ns"))
+                .x_axis(Axis::new("threads"))
+                .y_axis(Axis::new("run time").format(Format::Nanos))
+                .series(e)
+                .series(m),
+            &file,
+        )?;
+    }
+    Ok(())
 }
 
 /// Find the workloads' source directory.
@@ -800,5 +912,69 @@ mod tests {
     fn error_is_signed_percent() {
         assert!((error_pct(102.0, 100.0) - 2.0).abs() < 1e-12);
         assert!((error_pct(95.0, 100.0) + 5.0).abs() < 1e-12);
+    }
+
+    fn point(study: &str, config: &str, target: f64, expected: f64, runs: Vec<f64>) -> Point {
+        let m = summarize(&runs);
+        Point {
+            study: study.into(),
+            config: config.into(),
+            target_ns: target,
+            unit: "ns/access".into(),
+            expected,
+            measured: m,
+            error_pct: error_pct(m.median, expected),
+            bound_pct: 2.0,
+            runs,
+        }
+    }
+
+    #[test]
+    fn plots_are_written_per_study() {
+        let pts = vec![
+            point(
+                "memlat",
+                "chains=1",
+                300.0,
+                300.0,
+                vec![298.0, 301.0, 305.0],
+            ),
+            point(
+                "memlat",
+                "chains=1",
+                600.0,
+                600.0,
+                vec![590.0, 604.0, 611.0],
+            ),
+            point(
+                "chains",
+                "chains=2 native=80ns",
+                400.0,
+                200.0,
+                vec![190.0, 204.0],
+            ),
+            point(
+                "multilat",
+                "1M acc, pattern=200:100",
+                400.0,
+                1e6,
+                vec![1.01e6],
+            ),
+            point("mtlat", "threads=2 cs-only", 400.0, 1e7, vec![1.02e7]),
+        ];
+        assert!(pts[0].ok() && !pts[1].ok() == (pts[1].error_pct.abs() > 2.0));
+        let dir = std::env::temp_dir().join(format!("pmlab-validate-plot-{}", std::process::id()));
+        write_plots(&dir, &pts).unwrap();
+        for f in [
+            "memlat.svg",
+            "chains.svg",
+            "multilat.svg",
+            "mtlat-cs-only.svg",
+        ] {
+            let svg = std::fs::read_to_string(dir.join(f)).unwrap();
+            assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "{f}");
+        }
+        assert!(!dir.join("mtlat-cs-out.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
