@@ -48,3 +48,28 @@ pub(crate) fn parse_hex(s: &str) -> Option<u64> {
     }
     u64::from_str_radix(h, 16).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    /// Garbage in, errors out: never a panic.
+    #[test]
+    fn garbage_never_panics() {
+        let mut x: u64 = 0x1234_5678;
+        let alphabet = b" \t,0x19afAFLSMIRWDEAT#=\n\xff\xc3";
+        for _ in 0..300 {
+            let mut input = Vec::new();
+            for _ in 0..200 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                input.push(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            for r in super::lackey::Reader::new(&input[..]) {
+                let _ = r;
+            }
+            for r in super::dramsim::Reader::new(&input[..]) {
+                let _ = r;
+            }
+        }
+    }
+}
