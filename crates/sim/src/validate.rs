@@ -460,6 +460,20 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
             && (rget(256) - 1.0).abs() < 0.1
             && (rget(512) - 1.0).abs() < 0.1,
     });
+    progress("pointer chasing, six DIMMs");
+    let (a6, b6, c6) = (
+        pointer_chase("optane-6dimm", 16 << 10, 50)?,
+        pointer_chase("optane-6dimm", 64 << 10, 51)?,
+        pointer_chase("optane-6dimm", 256 << 10, 52)?,
+    );
+    shapes.push(Shape {
+        name: "with six interleaved DIMMs the RMW-buffer step moves to larger regions (VANS IV, Fig. 10b)".into(),
+        measured: format!(
+            "6 DIMMs: 16 KiB: {a6:.0}, 64 KiB: {b6:.0}, 256 KiB: {c6:.0} (1 DIMM at 64 KiB: {:.0})",
+            get("64 KiB")
+        ),
+        reproduced: b6 < 1.05 * a6 && c6 > 1.2 * a6 && get("64 KiB") > 1.2 * b6,
+    });
     progress("interleaving");
     let (r1, r6) = (
         bandwidth("optane-1dimm", Op::Read, 512)?,
