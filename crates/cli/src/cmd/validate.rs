@@ -246,11 +246,11 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
-                memlat_lat: vec![300.0, 600.0, 1000.0],
-                chains: vec![2, 4],
+                memlat_lat: vec![400.0, 1000.0],
+                chains: vec![4],
                 chains_lat: 400.0,
                 memlat_mib: 256,
-                memlat_steps: 1_000_000,
+                memlat_steps: 2_000_000,
                 multilat_cfg: vec![(128, 1_000_000)],
                 multilat_pat: vec![(200, 100), (20_000, 10_000)],
                 multilat_lat: vec![400.0],
@@ -265,8 +265,10 @@ impl Plan {
                 memlat_lat: vec![200.0, 300.0, 400.0, 600.0, 800.0, 1000.0, 2000.0],
                 chains: vec![2, 4, 8],
                 chains_lat: 400.0,
-                memlat_mib: 512,
-                memlat_steps: 2_000_000,
+                // The calibration's region; 4M accesses dilute the first
+                // pass over lines that the set-up left in the caches.
+                memlat_mib: 256,
+                memlat_steps: 4_000_000,
                 multilat_cfg: vec![(128, 2_000_000), (256, 4_000_000)],
                 // 200000:100000 would need a 300 KB argument (over Linux's
                 // 128 KiB limit per argument): the largest pattern is 20000:10000.
