@@ -563,25 +563,29 @@ impl Host {
         }
     }
 
-    /// One pass of `pat` (untimed here). `chain_ready` says whether the
-    /// lines already hold the chain of this visit order.
-    unsafe fn pass(&self, base: *mut u8, pat: &Pattern, first: *const u8) {
+    /// One pass of `pat` (untimed here). A chase starts at `cur` and the
+    /// line it ends on is returned, so consecutive passes form one
+    /// dependency chain (independent passes would overlap out of order).
+    unsafe fn pass(&self, base: *mut u8, pat: &Pattern, cur: *const u8) -> *const u8 {
         let serial = pat.issue == Issue::Serial;
         let per_block = pat.fence == Fence::Block;
         match pat.op {
-            Op::Load if serial => {
-                std::hint::black_box(self.chase(first, pat.lines_per_pass()));
-            }
+            Op::Load if serial => self.chase(cur, pat.lines_per_pass()),
             Op::Load => {
                 std::hint::black_box(self.loads(base, pat));
+                cur
             }
-            Op::Store => self.stores(base, pat, per_block),
+            Op::Store => {
+                self.stores(base, pat, per_block);
+                cur
+            }
             Op::Raw => {
                 self.stores(base, pat, per_block);
                 if serial {
-                    std::hint::black_box(self.chase(first, pat.lines_per_pass()));
+                    self.chase(cur, pat.lines_per_pass())
                 } else {
                     std::hint::black_box(self.loads(base, pat));
+                    cur
                 }
             }
         }
@@ -628,27 +632,30 @@ impl Target for Host {
                 // Lay the chain with one store pass (not timed).
                 self.stores(base, pat, false);
             }
+            let mut cur = first;
             for _ in 0..pat.warmup {
-                self.pass(base, pat, first);
+                cur = self.pass(base, pat, cur);
             }
-            match pat.timing {
+            let out = match pat.timing {
                 Timing::Total => {
                     let t0 = rdtsc();
                     for _ in 0..pat.passes {
-                        self.pass(base, pat, first);
+                        cur = self.pass(base, pat, cur);
                     }
-                    Ok(vec![self.ns(rdtsc() - t0)])
+                    vec![self.ns(rdtsc() - t0)]
                 }
                 Timing::PerPass => {
                     let mut out = Vec::with_capacity(pat.passes as usize);
                     for _ in 0..pat.passes {
                         let t0 = rdtsc();
-                        self.pass(base, pat, first);
+                        cur = self.pass(base, pat, cur);
                         out.push(self.ns(rdtsc() - t0));
                     }
-                    Ok(out)
+                    out
                 }
-            }
+            };
+            std::hint::black_box(cur);
+            Ok(out)
         }
     }
 }

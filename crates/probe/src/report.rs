@@ -134,7 +134,7 @@ pub fn text(
         (Some(i), Some(b), Some(m)) => {
             let _ = writeln!(
                 s,
-                "  long tails every {i:.0} overwrite iterations ({}) costing {:.1} us: migration",
+                "  long tails every {i:.0} overwrite iterations ({}) costing {:.1} us (on NVRAM: a migration)",
                 size(b),
                 m / 1e3
             );
@@ -187,9 +187,10 @@ pub fn text(
         let _ = writeln!(s);
         let _ = writeln!(s, "Host caches (sysfs) against the load inflections:");
         for c in caches {
-            let hit = inf.read_buffers.iter().find(|b| {
-                b.capacity <= 2.0 * c.size as f64 && 2.0 * b.capacity >= c.size as f64 / 2.0
-            });
+            let hit = inf
+                .read_buffers
+                .iter()
+                .find(|b| b.capacity <= 2.0 * c.size as f64 && 2.0 * b.capacity >= c.size as f64);
             let _ = writeln!(
                 s,
                 "  L{} {:<8} {:>6}: {}",

@@ -62,17 +62,17 @@ impl Plan {
         }
     }
 
-    /// Defaults for the host: regions up to 256 MiB (past any LLC), five
-    /// repeats per point.
+    /// Defaults for the host: regions up to 128 MiB (four times this
+    /// machine's 32 MiB LLC), three repeats per point.
     pub fn host() -> Plan {
         Plan {
             settings: Settings {
-                repeats: 5,
-                min_lines: 1 << 18,
+                repeats: 3,
+                min_lines: 1 << 17,
                 ..Settings::default()
             },
             block: 64,
-            regions: probes::pow2_sweep(1 << 10, 256 << 20),
+            regions: probes::pow2_sweep(1 << 10, 128 << 20),
             max_block: 16 << 10,
             overwrite_region: 256,
             overwrite_iterations: 50_000,

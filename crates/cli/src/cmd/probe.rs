@@ -101,8 +101,12 @@ struct AllArgs {
     #[arg(long)]
     overwrite_total: Option<String>,
     /// Skip fitting a profile and checking it on the simulator.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "profile")]
     no_profile: bool,
+    /// Fit an NVRAM profile even on the host (by default only simulator
+    /// targets get one: host DRAM and caches are not an NVRAM DIMM).
+    #[arg(long)]
+    profile: bool,
 }
 
 #[derive(Parser)]
@@ -500,7 +504,8 @@ fn all(a: AllArgs) -> anyhow::Result<u8> {
     };
     // Close the loop on NVRAM-like results: fit a profile, check it.
     let mut fitted = None;
-    if !a.no_profile && inf.read_buffers.len() >= 2 {
+    let want_profile = !a.no_profile && (!is_host || a.profile);
+    if want_profile && inf.read_buffers.len() >= 2 {
         if let Some(load) = load_curve(&res) {
             match profile::fit(&inf, load, &res.target, &plan.settings) {
                 Ok((_, toml)) => {
