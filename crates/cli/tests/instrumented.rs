@@ -290,3 +290,27 @@ fn instrumented_source_charges_serial_pm_misses_only() {
     let dram = delta(1, "m");
     assert!(dram.abs() < 0.01 * want, "DRAM chase: {dram} ns");
 }
+
+#[test]
+fn validate_rejects_bad_options_in_one_line() {
+    let t = TempDir::new("validate");
+    for (args, want) in [
+        (vec!["--reps", "0"], "--reps 0 is out of range"),
+        (vec!["--only", "memlat,bogus"], "unknown study 'bogus'"),
+        (
+            vec!["--workloads", "/nonexistent/dir"],
+            "--workloads /nonexistent/dir: no memlat.c",
+        ),
+    ] {
+        let out = Command::new(PMLAB)
+            .arg("validate")
+            .args(&args)
+            .current_dir(&t.0)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
