@@ -485,6 +485,14 @@ impl CompactCache {
         (t.max(1)) << 2
     }
 
+    /// Address of the set that holds `line`, so that a caller can prefetch
+    /// it before [`access`](Self::access).
+    #[inline]
+    pub fn set_addr(&self, line: u64) -> *const u32 {
+        let set = (line & ((1 << self.set_bits) - 1)) as usize;
+        self.slots[set * self.ways..].as_ptr()
+    }
+
     /// Access `line`: a write marks it dirty; `pm` tags a newly installed
     /// line as PM (for its eventual write-back).
     #[inline]

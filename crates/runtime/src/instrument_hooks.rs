@@ -232,6 +232,13 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
         return;
     }
     (*t).busy = true;
+    // Start fetching the model's set now: it arrives while the program's
+    // own miss (the value read below) is outstanding.
+    if let Some(s) = (*t).slow.as_ref() {
+        if let Model::Compact(c) = &s.cache {
+            prefetch(c.set_addr(line as u64));
+        }
+    }
     // The value the program is about to load (the hook runs before the
     // load): a later miss to the line it names depends on this one. Read it
     // before the clock starts: a miss here is the program's own memory
@@ -331,6 +338,17 @@ fn tsc() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     0
+}
+
+#[inline(always)]
+fn prefetch(p: *const u32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch hint never faults.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// The TSC once every earlier instruction has completed, in particular
