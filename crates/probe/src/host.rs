@@ -27,25 +27,35 @@ pub enum MemKind {
     HugePage,
     /// A shared mapping of a file (for example on a DAX file system).
     File(PathBuf),
+    /// A pool file mapped by libpmem's `pmem_map_file` (loaded at run
+    /// time), which reports whether the mapping is real persistent memory.
+    PmPool(PathBuf),
 }
 
 impl MemKind {
-    /// Parse `anon`, `hugepage`, `file:PATH`.
+    /// Parse `anon`, `hugepage`, `file:PATH`, `pm-pool` or `pm-pool:PATH`.
+    /// A bare `pm-pool` uses `$PMLAB_PM_POOL`, else a file in the temporary
+    /// directory.
     pub fn parse(s: &str) -> Result<MemKind, Error> {
         match s {
             "anon" => Ok(MemKind::Anon),
             "hugepage" => Ok(MemKind::HugePage),
-            "pm-pool" => Err(Error::new(
-                ErrorKind::Host,
-                "--mem pm-pool is not supported in this build: use --mem file:PATH on a DAX-mounted file system",
-            )),
-            _ => match s.strip_prefix("file:") {
-                Some(p) if !p.is_empty() => Ok(MemKind::File(PathBuf::from(p))),
-                _ => Err(Error::new(
+            "pm-pool" => Ok(MemKind::PmPool(match std::env::var_os("PMLAB_PM_POOL") {
+                Some(p) => PathBuf::from(p),
+                None => default_pool(),
+            })),
+            _ => {
+                if let Some(p) = s.strip_prefix("file:").filter(|p| !p.is_empty()) {
+                    return Ok(MemKind::File(PathBuf::from(p)));
+                }
+                if let Some(p) = s.strip_prefix("pm-pool:").filter(|p| !p.is_empty()) {
+                    return Ok(MemKind::PmPool(PathBuf::from(p)));
+                }
+                Err(Error::new(
                     ErrorKind::Param,
-                    format!("unknown memory kind '{s}': use anon, hugepage or file:PATH"),
-                )),
-            },
+                    format!("unknown memory kind '{s}': use anon, hugepage, file:PATH or pm-pool[:PATH]"),
+                ))
+            }
         }
     }
 }
@@ -94,10 +104,95 @@ impl Isa {
     }
 }
 
+/// The pool file of a bare `pm-pool` (removed when the target is dropped).
+fn default_pool() -> PathBuf {
+    std::env::temp_dir().join(format!("pmlab-probe-{}.pool", std::process::id()))
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.map = None;
+        if self.mem == MemKind::PmPool(default_pool()) {
+            let _ = std::fs::remove_file(default_pool());
+        }
+    }
+}
+
 struct Mapping {
     ptr: *mut u8,
     len: usize,
     huge: &'static str,
+}
+
+type PmemMapFile = unsafe extern "C" fn(
+    *const libc::c_char,
+    libc::size_t,
+    libc::c_int,
+    libc::mode_t,
+    *mut libc::size_t,
+    *mut libc::c_int,
+) -> *mut libc::c_void;
+
+/// Map `path` (created with `len` bytes if needed) with libpmem's
+/// `pmem_map_file`, loaded with dlopen so that pmlab does not link it.
+fn pmem_map(path: &std::path::Path, len: usize) -> Result<Mapping, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let host = |m: String| Error::new(ErrorKind::Host, m);
+    // SAFETY: dlopen/dlsym with NUL-terminated names; the symbol has the
+    // documented pmem_map_file signature (libpmem.h).
+    unsafe {
+        let lib = libc::dlopen(c"libpmem.so.1".as_ptr(), libc::RTLD_NOW);
+        if lib.is_null() {
+            return Err(host(
+                "--mem pm-pool needs libpmem (libpmem.so.1): install libpmem1, or use --mem file:PATH".into(),
+            ));
+        }
+        let sym = libc::dlsym(lib, c"pmem_map_file".as_ptr());
+        if sym.is_null() {
+            return Err(host(
+                "libpmem.so.1 has no pmem_map_file: it is not libpmem".into(),
+            ));
+        }
+        let map: PmemMapFile = std::mem::transmute::<*mut libc::c_void, PmemMapFile>(sym);
+        let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            host(format!(
+                "pool path '{}' contains a NUL byte",
+                path.display()
+            ))
+        })?;
+        // A stale pool of another size cannot be mapped with CREATE: remove it.
+        if std::fs::metadata(path)
+            .map(|m| m.len() != len as u64)
+            .unwrap_or(false)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+        let (mut mapped, mut is_pmem) = (0usize, 0i32);
+        let p = map(
+            cpath.as_ptr(),
+            len,
+            1, /* PMEM_FILE_CREATE */
+            0o600,
+            &mut mapped,
+            &mut is_pmem,
+        );
+        if p.is_null() {
+            return Err(host(format!(
+                "pmem_map_file('{}', {len}) failed: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(Mapping {
+            ptr: p as *mut u8,
+            len: mapped,
+            huge: if is_pmem != 0 {
+                "libpmem pool, real persistent memory"
+            } else {
+                "libpmem pool, not persistent memory (page cache)"
+            },
+        })
+    }
 }
 
 impl Drop for Mapping {
@@ -306,6 +401,7 @@ fn map(mem: &MemKind, len: usize) -> Result<Mapping, Error> {
                     huge,
                 })
             }
+            MemKind::PmPool(path) => pmem_map(path, len),
             MemKind::File(path) => {
                 use std::os::unix::io::AsRawFd;
                 let f = std::fs::OpenOptions::new()
@@ -605,6 +701,7 @@ impl Target for Host {
                 MemKind::Anon => "anonymous".to_string(),
                 MemKind::HugePage => "huge-page".to_string(),
                 MemKind::File(p) => format!("file {}", p.display()),
+                MemKind::PmPool(p) => format!("pool {}", p.display()),
             },
             self.isa.name(),
             match self.store {
@@ -740,6 +837,12 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("anon, hugepage"));
+        let pool = std::env::temp_dir().join(format!("pmlab-probe-pool-{}", std::process::id()));
+        let mut h = Host::new(MemKind::PmPool(pool.clone()), None, StoreKind::Clwb, None).unwrap();
+        h.run(&pattern(Op::Raw, Issue::Serial)).unwrap();
+        assert!(h.describe().contains("libpmem pool"), "{}", h.describe());
+        drop(h);
+        std::fs::remove_file(&pool).unwrap();
         assert_eq!(
             MemKind::parse("file:/x").unwrap(),
             MemKind::File("/x".into())
