@@ -428,8 +428,13 @@ fn validation_meets_the_goal() {
     }
     ok(&pmlab(
         &d.0,
-        &["sim", "validate", "--quick", "--write", "v.md"],
+        &[
+            "sim", "validate", "--quick", "--write", "v.md", "--svg", "img",
+        ],
     ));
     let md = std::fs::read_to_string(d.0.join("v.md")).unwrap();
     assert!(md.contains("| pointer chase, 16 KiB region"), "{md}");
+    assert!(md.contains("(img/pointer-chase.svg)"), "{md}");
+    let svg = std::fs::read_to_string(d.0.join("img/pointer-chase.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("LENS (real Optane)"));
 }

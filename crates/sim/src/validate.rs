@@ -49,9 +49,32 @@ pub struct Shape {
     pub reproduced: bool,
 }
 
+/// A curve of the report, for plotting: named series of (x, y) points.
+#[derive(Debug, Clone, Serialize)]
+pub struct Curve {
+    /// File-name-safe identifier (`pointer-chase`).
+    pub id: &'static str,
+    /// Title.
+    pub title: &'static str,
+    /// X axis label.
+    pub x_label: &'static str,
+    /// Whether x is a size in bytes (log scale).
+    pub x_bytes: bool,
+    /// Y axis label.
+    pub y_label: &'static str,
+    /// Whether y is a duration in ns.
+    pub y_ns: bool,
+    /// Whether y spans decades (log scale).
+    pub y_log: bool,
+    /// (series name, points).
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// Curves behind the shapes.
+    pub curves: Vec<Curve>,
     /// Absolute figures.
     pub figures: Vec<Figure>,
     /// Shapes.
@@ -327,6 +350,7 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
         (32 << 20, "32 MiB", Some(344.0)),
         (64 << 20, "64 MiB", None),
     ];
+    let mut curves = Vec::new();
     let mut pc = Vec::new();
     for (i, (r, label, publ)) in regions.iter().enumerate() {
         let v = pointer_chase("optane-1dimm", *r, 10 + i as u64)?;
@@ -400,6 +424,34 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
         true,
     ));
 
+    let mut pc_sim = Vec::new();
+    let mut pc_lens = Vec::new();
+    for (i, (r, _, publ)) in regions.iter().enumerate() {
+        pc_sim.push((*r as f64, pc[i].1));
+        if let Some(p) = publ {
+            pc_lens.push((*r as f64, *p));
+        }
+    }
+    let vans = vec![
+        (16384.0, 136.0),
+        (65536.0, 317.0),
+        (1048576.0, 361.0),
+        (33554432.0, 433.0),
+    ];
+    curves.push(Curve {
+        id: "pointer-chase",
+        title: "pointer chasing, one Optane DIMM",
+        x_label: "region",
+        x_bytes: true,
+        y_label: "latency per cache line",
+        y_ns: true,
+        y_log: false,
+        series: vec![
+            ("pmlab sim".into(), pc_sim),
+            ("LENS (real Optane)".into(), pc_lens),
+            ("VANS (issue 4)".into(), vans),
+        ],
+    });
     let mut shapes = Vec::new();
     let get = |l: &str| pc.iter().find(|p| p.0 == l).map(|p| p.1).unwrap_or(0.0);
     shapes.push(Shape {
@@ -429,6 +481,23 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
     for (i, (r, l)) in wregions.iter().enumerate() {
         wc.push((*l, write_chase("optane-1dimm", *r, 30 + i as u64)?));
     }
+    curves.push(Curve {
+        id: "store-chase",
+        title: "non-temporal stores over a region, one Optane DIMM",
+        x_label: "region",
+        x_bytes: true,
+        y_label: "time per cache line",
+        y_ns: true,
+        y_log: false,
+        series: vec![(
+            "pmlab sim".into(),
+            wregions
+                .iter()
+                .zip(&wc)
+                .map(|((r, _), (_, v))| (*r as f64, *v))
+                .collect(),
+        )],
+    });
     let wget = |l: &str| wc.iter().find(|p| p.0 == l).map(|p| p.1).unwrap_or(0.0);
     shapes.push(Shape {
         name: "store latency per line steps up past 512 B and past 4 KiB (LENS Fig. 5a)".into(),
@@ -447,6 +516,25 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
     for (i, b) in [64u64, 128, 256, 512].iter().enumerate() {
         ra.push((*b, read_amplification("optane-1dimm", *b, 40 + i as u64)?));
     }
+    curves.push(Curve {
+        id: "read-amplification",
+        title: "RMW-buffer read amplification",
+        x_label: "block",
+        x_bytes: true,
+        y_label: "bytes fetched / bytes read",
+        y_ns: false,
+        y_log: false,
+        series: vec![
+            (
+                "pmlab sim".into(),
+                ra.iter().map(|(b, v)| (*b as f64, *v)).collect(),
+            ),
+            (
+                "LENS".into(),
+                vec![(64.0, 4.0), (128.0, 2.0), (256.0, 1.0), (512.0, 1.0)],
+            ),
+        ],
+    });
     let rget = |b: u64| ra.iter().find(|p| p.0 == b).map(|p| p.1).unwrap_or(0.0);
     shapes.push(Shape {
         name: "RMW-buffer read amplification 4x for 64 B blocks, 1 from 256 B (LENS Fig. 6a)"
@@ -492,6 +580,28 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
     let iters = if quick { 60_000 } else { 100_000 };
     let lat = overwrite("optane-1dimm", 256, iters)?;
     let (median, n, interval) = tails(&lat);
+    let per = 250usize;
+    curves.push(Curve {
+        id: "overwrite",
+        title: "256 B overwrite, one Optane DIMM (max per 250 iterations)",
+        x_label: "iteration",
+        x_bytes: false,
+        y_label: "latency",
+        y_ns: true,
+        y_log: true,
+        series: vec![(
+            "pmlab sim".into(),
+            lat.chunks(per)
+                .enumerate()
+                .map(|(i, c)| {
+                    (
+                        (i * per) as f64,
+                        c.iter().cloned().fold(0.0f32, f32::max) as f64,
+                    )
+                })
+                .collect(),
+        )],
+    });
     let max = lat.iter().cloned().fold(0.0f32, f32::max) as f64;
     shapes.push(Shape {
         name: "256 B overwrite: a tail over 100x the median about every 14,000 iterations (LENS Fig. 7b)".into(),
@@ -531,6 +641,7 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
     let average_accuracy_pct =
         figures.iter().map(|f| 100.0 - f.error_pct()).sum::<f64>() / figures.len() as f64;
     Ok(Report {
+        curves,
         figures,
         shapes,
         average_accuracy_pct,
@@ -538,8 +649,9 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
 }
 
 impl Report {
-    /// The report as Markdown (the body of `docs/validation.md`).
-    pub fn markdown(&self, command: &str) -> String {
+    /// The report as Markdown (the body of `docs/validation.md`); with
+    /// `images`, the curves are linked as `<images>/<id>.svg`.
+    pub fn markdown(&self, command: &str, images: Option<&str>) -> String {
         let mut s = String::new();
         s.push_str("# Simulator validation\n\n");
         s.push_str(&format!("Generated by `{command}`; do not edit by hand. The experiments are in\n`crates/sim/src/validate.rs` and use only the public request API.\nParameters and their sources: `pmlab sim show optane-1dimm` and `configs/`.\n\n"));
@@ -578,6 +690,12 @@ impl Report {
                 sh.measured,
                 if sh.reproduced { "yes" } else { "**no**" }
             ));
+        }
+        if let Some(dir) = images {
+            s.push_str("\n## Curves\n\n");
+            for c in &self.curves {
+                s.push_str(&format!("![{}]({dir}/{}.svg)\n\n", c.title, c.id));
+            }
         }
         s
     }

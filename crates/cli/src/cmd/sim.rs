@@ -83,6 +83,9 @@ enum Sub {
         /// Shorter wear-leveling runs (skips the tail-frequency sweep).
         #[arg(long)]
         quick: bool,
+        /// Also write the curves as SVG files into this directory.
+        #[arg(long)]
+        svg: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -131,8 +134,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(Sub::Validate {
             ref write,
             quick,
+            ref svg,
             json,
-        }) => validate(write.as_deref(), quick, json, args.progress),
+        }) => validate(write.as_deref(), quick, svg.as_deref(), json, args.progress),
         Some(Sub::Gen(ref g)) => gen(g),
         None => replay(&args),
     }
@@ -433,7 +437,13 @@ fn show(name: Option<&str>, config: Option<&Path>, json: bool) -> anyhow::Result
     Ok(0)
 }
 
-fn validate(write: Option<&Path>, quick: bool, json: bool, progress: bool) -> anyhow::Result<u8> {
+fn validate(
+    write: Option<&Path>,
+    quick: bool,
+    svg: Option<&Path>,
+    json: bool,
+    progress: bool,
+) -> anyhow::Result<u8> {
     let show = progress_on(progress);
     let report = pmlab_sim::validate::run(quick, |step| {
         if show {
@@ -445,7 +455,27 @@ fn validate(write: Option<&Path>, quick: bool, json: bool, progress: bool) -> an
     } else {
         "pmlab sim validate --write docs/validation.md"
     };
-    let md = report.markdown(command);
+    // Link the SVGs relative to the Markdown file when both are written.
+    let images = svg.map(|dir| {
+        let base = write.and_then(|w| w.parent()).unwrap_or(Path::new(""));
+        dir.strip_prefix(base).unwrap_or(dir).display().to_string()
+    });
+    let command = match (svg, write) {
+        (Some(d), Some(w)) => format!(
+            "pmlab sim validate{} --write {} --svg {}",
+            if quick { " --quick" } else { "" },
+            w.display(),
+            d.display()
+        ),
+        _ => command.to_string(),
+    };
+    let md = report.markdown(&command, images.as_deref());
+    if let Some(dir) = svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for c in &report.curves {
+            write_curve(c, &dir.join(format!("{}.svg", c.id)))?;
+        }
+    }
     if let Some(path) = write {
         let tmp = path.with_extension("md.tmp");
         std::fs::write(&tmp, &md).with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -541,4 +571,24 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(0)
+}
+
+fn write_curve(c: &pmlab_sim::validate::Curve, path: &Path) -> anyhow::Result<()> {
+    use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
+    let x = Axis::new(c.x_label);
+    let x = if c.x_bytes {
+        x.scale(Scale::Log).format(Format::Bytes)
+    } else {
+        x
+    };
+    let y = Axis::new(c.y_label);
+    let y = if c.y_ns { y.format(Format::Nanos) } else { y };
+    let y = if c.y_log { y.scale(Scale::Log) } else { y };
+    let mut chart = LineChart::new(c.title).x_axis(x).y_axis(y);
+    for (name, pts) in &c.series {
+        chart = chart.series(Series::new(name.clone(), pts.clone()).dots(true));
+    }
+    chart
+        .save(path)
+        .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))
 }
