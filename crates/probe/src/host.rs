@@ -20,6 +20,10 @@ use std::path::PathBuf;
 /// Where the probed memory comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemKind {
+    /// Huge pages when the system has them (as [`MemKind::HugePage`]),
+    /// else anonymous memory: the default, since 4 KiB pages add TLB-reach
+    /// steps to the curves.
+    Auto,
     /// Anonymous private memory (4 KiB pages unless THP applies).
     Anon,
     /// Huge pages: `MAP_HUGETLB` if the pool has pages, else transparent
@@ -38,6 +42,7 @@ impl MemKind {
     /// directory.
     pub fn parse(s: &str) -> Result<MemKind, Error> {
         match s {
+            "auto" => Ok(MemKind::Auto),
             "anon" => Ok(MemKind::Anon),
             "hugepage" => Ok(MemKind::HugePage),
             "pm-pool" => Ok(MemKind::PmPool(match std::env::var_os("PMLAB_PM_POOL") {
@@ -53,7 +58,7 @@ impl MemKind {
                 }
                 Err(Error::new(
                     ErrorKind::Param,
-                    format!("unknown memory kind '{s}': use anon, hugepage, file:PATH or pm-pool[:PATH]"),
+                    format!("unknown memory kind '{s}': use auto, anon, hugepage, file:PATH or pm-pool[:PATH]"),
                 ))
             }
         }
@@ -355,9 +360,10 @@ fn map(mem: &MemKind, len: usize) -> Result<Mapping, Error> {
     // SAFETY: mmap with a null hint; results are checked before use.
     unsafe {
         match mem {
-            MemKind::Anon | MemKind::HugePage => {
+            MemKind::Auto | MemKind::Anon | MemKind::HugePage => {
                 let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-                if *mem == MemKind::HugePage {
+                let want_huge = *mem != MemKind::Anon;
+                if want_huge {
                     let p = libc::mmap(
                         std::ptr::null_mut(),
                         len,
@@ -385,12 +391,20 @@ fn map(mem: &MemKind, len: usize) -> Result<Mapping, Error> {
                     ));
                 }
                 let mut huge = "4 KiB pages";
-                if *mem == MemKind::HugePage {
-                    if libc::madvise(p, len, libc::MADV_HUGEPAGE) != 0 {
+                let thp_never =
+                    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+                        .map(|s| s.contains("[never]"))
+                        .unwrap_or(true);
+                if *mem == MemKind::Auto {
+                    if !thp_never && libc::madvise(p, len, libc::MADV_HUGEPAGE) == 0 {
+                        huge = "transparent huge pages (madvise)";
+                    }
+                } else if *mem == MemKind::HugePage {
+                    if thp_never || libc::madvise(p, len, libc::MADV_HUGEPAGE) != 0 {
                         libc::munmap(p, len);
                         return Err(Error::new(
                             ErrorKind::Host,
-                            "no huge pages: the hugetlb pool is empty and madvise(MADV_HUGEPAGE) failed; set /proc/sys/vm/nr_hugepages or use --mem anon",
+                            "no huge pages: the hugetlb pool is empty and transparent huge pages are off or unavailable; set /proc/sys/vm/nr_hugepages or use --mem anon",
                         ));
                     }
                     huge = "transparent huge pages (madvise)";
@@ -698,7 +712,7 @@ impl Target for Host {
         format!(
             "host: {} memory ({pages}), {} non-temporal accesses, {} stores, pinned to CPU {}, TSC {:.3} GHz",
             match &self.mem {
-                MemKind::Anon => "anonymous".to_string(),
+                MemKind::Auto | MemKind::Anon => "anonymous".to_string(),
                 MemKind::HugePage => "huge-page".to_string(),
                 MemKind::File(p) => format!("file {}", p.display()),
                 MemKind::PmPool(p) => format!("pool {}", p.display()),

@@ -40,8 +40,9 @@ struct TargetArgs {
     /// `host`, or `sim:PRESET` / `sim:FILE.toml` (see `pmlab sim presets`).
     #[arg(long, default_value = "host")]
     target: String,
-    /// Host memory: anon, hugepage, file:PATH, pm-pool.
-    #[arg(long, default_value = "anon")]
+    /// Host memory: auto (huge pages if available), anon, hugepage,
+    /// file:PATH, pm-pool[:PATH].
+    #[arg(long, default_value = "auto")]
     mem: String,
     /// Host vector width: avx512, avx2, scalar (default: the widest).
     #[arg(long)]
