@@ -664,10 +664,11 @@ impl Replay {
     }
 }
 
+/// The lines a record covers, at most 2^18 (16 MiB, as the analysis).
 fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
     let first = addr / 64;
     let last = addr.saturating_add((size as u64).max(1) - 1) / 64;
-    first..=last
+    first..=last.min(first + (1 << 18) - 1)
 }
 
 #[cfg(test)]

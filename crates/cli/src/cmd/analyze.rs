@@ -253,6 +253,13 @@ fn print_table(out: &mut impl Write, path: &Path, r: &Report, meta: &Meta) -> an
             ),
         )?;
     }
+    if r.clamped_records > 0 {
+        row(
+            out,
+            "records over 16 MiB",
+            format!("{} (only their first 16 MiB counted)", r.clamped_records),
+        )?;
+    }
     if r.unmatched_tx_ends > 0 {
         row(out, "unmatched TXEND", r.unmatched_tx_ends.to_string())?;
     }
@@ -310,6 +317,7 @@ pub fn to_json(r: &Report) -> serde_json::Value {
         "inferred_lines": r.inferred_lines,
         "unmatched_tx_ends": r.unmatched_tx_ends,
         "peak_tracked_lines": r.peak_tracked_lines,
+        "clamped_records": r.clamped_records,
     })
 }
 

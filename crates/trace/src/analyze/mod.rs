@@ -32,6 +32,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// The cache-line size the analysis works in.
 pub const LINE: u64 = 64;
 
+/// Lines one record may cover (16 MiB); the rest of a longer record is
+/// ignored and counted, so a corrupt size cannot stall the analysis.
+pub const MAX_LINES: u64 = 1 << 18;
+
 /// Options of an analysis.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
@@ -239,6 +243,9 @@ pub struct Report {
     pub flushes_as_stores: bool,
     /// Largest number of lines the dependency map held at once.
     pub peak_tracked_lines: u64,
+    /// Records longer than [`MAX_LINES`] lines (only their first
+    /// `MAX_LINES` lines were counted).
+    pub clamped_records: u64,
 }
 
 impl Report {
@@ -398,7 +405,7 @@ impl Analyzer {
                     self.r.tx_store_bytes += rec.size as u64;
                 }
                 let first = rec.addr / LINE;
-                let last = (rec.addr.saturating_add((rec.size as u64).max(1) - 1)) / LINE;
+                let last = self.last_line(rec);
                 for line in first..=last {
                     self.store_line(ti, line, rec.time_ns);
                 }
@@ -408,7 +415,7 @@ impl Analyzer {
                 if self.cfg.flushes_as_stores {
                     let ti = self.thread(rec.thread);
                     let first = rec.addr / LINE;
-                    let last = (rec.addr.saturating_add((rec.size as u64).max(1) - 1)) / LINE;
+                    let last = self.last_line(rec);
                     for line in first..=last {
                         if !self.threads[ti].lines.contains(&line) {
                             self.r.inferred_lines += 1;
@@ -463,6 +470,20 @@ impl Analyzer {
                     self.r.tx_user_bytes += rec.size as u64;
                 }
             }
+        }
+    }
+
+    /// The last line a record covers, at most [`MAX_LINES`] after its
+    /// first (longer records are counted in `Report::clamped_records`).
+    #[inline]
+    fn last_line(&mut self, rec: &Record) -> u64 {
+        let first = rec.addr / LINE;
+        let last = rec.addr.saturating_add((rec.size as u64).max(1) - 1) / LINE;
+        if last - first >= MAX_LINES {
+            self.r.clamped_records += 1;
+            first + MAX_LINES - 1
+        } else {
+            last
         }
     }
 
@@ -656,6 +677,16 @@ mod tests {
         );
         assert_eq!(r.epochs, 2);
         assert_eq!(r.inferred_lines, 1);
+    }
+
+    #[test]
+    fn huge_records_are_clamped_and_counted() {
+        let mut a = Analyzer::new(Config::default());
+        a.push(&Record::new(0, 0, Op::NtWrite, 0, u32::MAX));
+        a.push(&Record::new(1, 0, Op::SFence, 0, 0));
+        let r = a.finish();
+        assert_eq!(r.clamped_records, 1);
+        assert_eq!(r.epoch_lines.max(), MAX_LINES);
     }
 
     #[test]
