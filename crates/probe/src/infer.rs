@@ -57,9 +57,11 @@ pub struct Inflection {
 
 /// Inflection points. Each step's relative rise is compared with a step
 /// threshold: `rise / 4`, or four times the lower quartile of the absolute
-/// steps when the curve is noisier than that. Each maximal run of consecutive steps above
-/// it that rises by more than `rise` in total is one inflection, placed at
-/// the start of the run (the last size that still fits).
+/// steps when the curve is noisier than that. A maximal run of consecutive
+/// steps above it that rises by more than `rise` in total holds one
+/// inflection per peak step (a step at least 1.5 times its neighbours in
+/// the run; the largest step if none stands out), placed at the size before
+/// the peak step: the last size that still fits.
 pub fn inflections(points: &[Point], rise: f64) -> Vec<Inflection> {
     if points.len() < 2 {
         return Vec::new();
@@ -74,24 +76,41 @@ pub fn inflections(points: &[Point], rise: f64) -> Vec<Inflection> {
     let mut out = Vec::new();
     let mut i = 0;
     while i + 1 < points.len() {
-        if step(i) > thr {
-            let start = i;
-            let mut end = i + 1;
-            while end + 1 < points.len() && step(end) > thr {
-                end += 1;
+        if step(i) <= thr {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut end = i + 1;
+        while end + 1 < points.len() && step(end) > thr {
+            end += 1;
+        }
+        // Steps start..end (exclusive): step k goes from point k to k + 1.
+        let total = points[end].y / points[start].y.max(1e-12) - 1.0;
+        if total > rise {
+            let mut peaks: Vec<usize> = (start..end)
+                .filter(|&k| {
+                    let left = k == start || step(k) >= 1.5 * step(k - 1);
+                    let right = k + 1 == end || step(k) >= 1.5 * step(k + 1);
+                    left && right
+                })
+                .collect();
+            if peaks.is_empty() {
+                let best = (start..end)
+                    .max_by(|&a, &b| step(a).total_cmp(&step(b)))
+                    .unwrap_or(start);
+                peaks.push(best);
             }
-            let total = points[end].y / points[start].y.max(1e-12) - 1.0;
-            if total > rise {
+            for (n, &k) in peaks.iter().enumerate() {
+                let until = peaks.get(n + 1).copied().unwrap_or(end);
                 out.push(Inflection {
-                    capacity: points[start].x,
-                    before: points[start].y,
-                    after: points[end].y,
+                    capacity: points[k].x,
+                    before: points[k].y,
+                    after: points[until].y,
                 });
             }
-            i = end;
-        } else {
-            i += 1;
         }
+        i = end;
     }
     out
 }
@@ -502,7 +521,25 @@ mod tests {
     }
 
     #[test]
-    fn gradual_rise_is_one_inflection_at_its_start() {
+    fn two_peaks_in_one_run_are_two_inflections() {
+        // Streaming stores on the simulator: a 4 KiB queue, then the 16 KiB
+        // buffer, with smaller rises around them.
+        let p = pts(&[
+            (1e3, 27.8),
+            (2e3, 27.8),
+            (4e3, 33.1),
+            (8e3, 62.6),
+            (16e3, 90.0),
+            (32e3, 172.6),
+            (64e3, 204.4),
+            (128e3, 205.0),
+        ]);
+        let f: Vec<f64> = inflections(&p, 0.08).iter().map(|f| f.capacity).collect();
+        assert_eq!(f, vec![4e3, 16e3]);
+    }
+
+    #[test]
+    fn gradual_rise_is_one_inflection_at_its_largest_step() {
         // A cache of 32 KiB behind which latency climbs over three steps.
         let p = pts(&[
             (8e3, 1.0),
