@@ -135,8 +135,9 @@ impl Stats {
         }
     }
 
-    /// Add a value.
+    /// Add a value (names contain no `.`: it separates path components).
     pub fn set(&mut self, name: &str, value: f64, unit: &'static str) {
+        debug_assert!(!name.contains('.'), "stat name '{name}' contains a dot");
         self.values.push(Stat {
             name: name.to_string(),
             value,

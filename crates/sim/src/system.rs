@@ -346,7 +346,7 @@ impl System {
             n.set("p50", h.percentile(50.0), "ns");
             n.set("p90", h.percentile(90.0), "ns");
             n.set("p99", h.percentile(99.0), "ns");
-            n.set("p99.9", h.percentile(99.9), "ns");
+            n.set("p999", h.percentile(99.9), "ns");
             n.set("max", h.max(), "ns");
             lat.push(n);
         }
