@@ -202,20 +202,17 @@ bt_put(uint64_t key, uint64_t val)
 	tx_commit();
 }
 
-/* pred_leaf -- the node holding the largest key under child i of x */
+/*
+ * pred_leaf -- the rightmost leaf under child i of x, or NULL when it is
+ * empty (the caller then keeps the key as a tombstone; see pmobj_btree.c)
+ */
 static struct node *
 pred_leaf(struct node *xp, uint32_t i)
 {
 	struct node *yp = R(xp)->child[i];
-	struct node *y = R(yp);
-	if (y->leaf)
-		return y->n > 0 ? yp : NULL;
-	for (int k = (int)y->n; k >= 0; k--) {
-		struct node *c = pred_leaf(yp, (uint32_t)k);
-		if (c)
-			return c;
-	}
-	return NULL;
+	while (!R(yp)->leaf)
+		yp = R(yp)->child[R(yp)->n];
+	return R(yp)->n > 0 ? yp : NULL;
 }
 
 static void
@@ -241,6 +238,8 @@ bt_del(uint64_t key)
 		while (i < x->n && key > x->keys[i])
 			i++;
 		if (i < x->n && key == x->keys[i]) {
+			if (x->vals[i] == 0)
+				break; /* a tombstone: already deleted */
 			found = 1;
 			struct node *pp = x->leaf ? NULL : pred_leaf(xp, i);
 			if (pp) {

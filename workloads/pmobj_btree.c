@@ -155,24 +155,17 @@ remove_at(struct node *x, uint32_t i)
 }
 
 /*
- * pred_leaf -- the leaf holding the largest key under child i of x, or
- * NULL when that subtree has no key left
+ * pred_leaf -- the leaf holding the largest key under child i of x: the
+ * rightmost leaf of that subtree, or NULL when it is empty (then the
+ * largest key may sit in an inner node, and the caller keeps the deleted
+ * key as a tombstone instead)
  */
 static struct node *
 pred_leaf(struct node *x, uint32_t i)
 {
 	struct node *y = N(x->child[i]);
-	while (!y->leaf) {
-		/* rightmost child with keys below it */
-		int k = (int)y->n;
-		struct node *c = NULL;
-		for (; k >= 0; k--) {
-			c = pred_leaf(y, (uint32_t)k);
-			if (c)
-				return c;
-		}
-		return NULL;
-	}
+	while (!y->leaf)
+		y = N(y->child[y->n]);
 	return y->n > 0 ? y : NULL;
 }
 
@@ -188,6 +181,8 @@ bt_del(uint64_t key)
 			while (i < x->n && key > x->keys[i])
 				i++;
 			if (i < x->n && key == x->keys[i]) {
+				if (x->vals[i] == 0)
+					break; /* a tombstone: already deleted */
 				found = 1;
 				struct node *p = x->leaf ? NULL : pred_leaf(x, i);
 				if (p) {
@@ -198,9 +193,9 @@ bt_del(uint64_t key)
 				} else if (x->leaf) {
 					remove_at(x, i);
 				} else {
-					/* nothing smaller below: tombstone-free
-					 * removal would need a merge; keep the key
-					 * with a zero value instead */
+					/* no leaf holds the predecessor: removal
+					 * would need a merge; keep the key as a
+					 * tombstone (value 0) instead */
 					pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
 					x->vals[i] = 0;
 				}
