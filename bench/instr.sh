@@ -9,7 +9,8 @@
 #               (hooks counting, nothing injected).
 # The hit kernel makes exactly one instrumented load per iteration that hits
 # the hooks' filter, so (active - native) ns/iter is the hit-path cost per
-# access; the sort kernel gives the slowdown of compute-bound code.
+# access; the sort kernel gives the slowdown of compute-bound code; the miss
+# kernel (a pointer chase over 256 MiB) the slow path's cost per miss.
 #
 # Usage: bench/instr.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -eu
@@ -25,12 +26,13 @@ trap 'rm -rf "$TMP"' EXIT
 
 run_variant() { # name command...
 	name=$1; shift
-	: > "$TMP/$name.hit"; : > "$TMP/$name.sort"
+	: > "$TMP/$name.hit"; : > "$TMP/$name.sort"; : > "$TMP/$name.miss"
 	i=0
 	while [ $i -lt "$REPS" ]; do
 		"$@" > "$TMP/out" 2>/dev/null
 		sed -n 's/.*kernel=hit .*ns_per_iter=\([0-9.]*\).*/\1/p' "$TMP/out" >> "$TMP/$name.hit"
 		sed -n 's/.*kernel=sort .*ns_per_rep=\([0-9.]*\).*/\1/p' "$TMP/out" >> "$TMP/$name.sort"
+		sed -n 's/.*kernel=miss .*ns_per_step=\([0-9.]*\).*/\1/p' "$TMP/out" >> "$TMP/$name.miss"
 		i=$((i + 1))
 	done
 }
@@ -47,16 +49,20 @@ echo "instrumentation cost, $REPS runs each (median [min..max]); machine: $(grep
 for v in native inactive active; do
 	set -- $(stats "$TMP/$v.hit"); h=$1; hl=$2; hh=$3
 	set -- $(stats "$TMP/$v.sort"); s=$1; sl=$2; sh=$3
-	printf "%-9s hit %7.3f ns/iter [%.3f..%.3f]   sort %10.0f ns/rep [%.0f..%.0f]\n" "$v" "$h" "$hl" "$hh" "$s" "$sl" "$sh"
+	set -- $(stats "$TMP/$v.miss"); m=$1; ml=$2; mh=$3
+	printf "%-9s hit %7.3f ns/iter [%.3f..%.3f]   sort %10.0f ns/rep [%.0f..%.0f]   miss %7.1f ns/step [%.1f..%.1f]\n" "$v" "$h" "$hl" "$hh" "$s" "$sl" "$sh" "$m" "$ml" "$mh"
 done
 set -- $(stats "$TMP/native.hit"); nh=$1
 set -- $(stats "$TMP/inactive.hit"); ih=$1
 set -- $(stats "$TMP/active.hit"); ah=$1
+set -- $(stats "$TMP/native.miss"); nm=$1
+set -- $(stats "$TMP/active.miss"); am=$1
 set -- $(stats "$TMP/native.sort"); ns=$1
 set -- $(stats "$TMP/inactive.sort"); is=$1
 set -- $(stats "$TMP/active.sort"); as=$1
-awk -v nh="$nh" -v ih="$ih" -v ah="$ah" -v ns="$ns" -v is="$is" -v as="$as" 'BEGIN {
+awk -v nh="$nh" -v ih="$ih" -v ah="$ah" -v ns="$ns" -v is="$is" -v as="$as" -v nm="$nm" -v am="$am" 'BEGIN {
 	printf "hit path (filter hit, counting): %.2f ns per instrumented access\n", ah - nh
 	printf "hooks compiled in but inactive:  %.2f ns per instrumented access\n", ih - nh
 	printf "compute-bound sort slowdown: %.1fx inactive, %.1fx counting\n", is / ns, as / ns
+	printf "slow path (model miss, counting): %.1f ns per miss\n", am - nm
 }'

@@ -4,9 +4,11 @@
  *   hit  N loads of an 8 KiB table (always in cache, hits the hooks'
  *        filter), one instrumented load per iteration;
  *   sort an insertion sort of 2048 ints repeated, a typical compute-bound
- *        loop with loads and stores.
- * Output: "kernel=hit iters=N ns_per_iter=X" and
- *         "kernel=sort reps=R ns_per_rep=Y".
+ *        loop with loads and stores;
+ *   miss a pointer chase over 256 MiB (every step misses every cache and
+ *        the hooks' model: their slow path), one load per step.
+ * Output: "kernel=hit iters=N ns_per_iter=X",
+ *         "kernel=sort reps=R ns_per_rep=Y" and "kernel=miss steps=S ns_per_step=Z".
  * bench/instr.sh builds it with clang and with `pmlab cc` and compares.
  */
 #include <stdio.h>
@@ -77,5 +79,36 @@ int main(int argc, char **argv)
 	}
 	printf("kernel=sort reps=%d ns_per_rep=%.0f check=%ld\n", reps, total / reps, check);
 	free(v);
+
+	size_t lines = (256u << 20) / 64;
+	long steps = argc > 3 ? atol(argv[3]) : 2000000;
+	char *region = malloc(lines * 64);
+	uint32_t *order = malloc(lines * sizeof(*order));
+	if (region == NULL || order == NULL)
+		return 1;
+	for (size_t i = 0; i < lines; i++)
+		order[i] = (uint32_t)i;
+	uint64_t x = 88172645463325252ull;
+	for (size_t i = lines - 1; i > 0; i--) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		size_t j = x % i;
+		uint32_t t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (size_t i = 0; i < lines; i++)
+		*(void **)(region + (size_t)order[i] * 64) = region + (size_t)order[(i + 1) % lines] * 64;
+	void **p = (void **)(region + (size_t)order[0] * 64);
+	for (long k = 0; k < 200000; k++)
+		p = (void **)*p;
+	double m0 = now_ns();
+	for (long k = 0; k < steps; k++)
+		p = (void **)*p;
+	double m1 = now_ns();
+	printf("kernel=miss steps=%ld ns_per_step=%.2f check=%d\n", steps, (m1 - m0) / steps, p != NULL);
+	free(order);
+	free(region);
 	return 0;
 }
