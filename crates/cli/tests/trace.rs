@@ -207,16 +207,52 @@ fn runtime_lib() -> Option<PathBuf> {
 }
 
 fn build_workload(d: &Path, name: &str) -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = d.join(name);
-    let st = Command::new("cc")
-        .args(["-O2", "-std=gnu11", "-o"])
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-std=gnu11", "-I"])
+        .arg(root.join("include"))
+        .arg("-o")
         .arg(&out)
-        .arg(root.join(format!("{name}.c")))
-        .args(["-lpmemobj", "-lpthread"])
-        .status()
-        .ok()?;
+        .arg(root.join("workloads").join(format!("{name}.c")));
+    if name.starts_with("pmobj_") {
+        cc.arg("-lpmemobj");
+    }
+    let st = cc.arg("-lpthread").status().ok()?;
     st.success().then_some(out)
+}
+
+/// The four persistent structures compute the same map for the same
+/// arguments (regression: B-tree deletes once broke key order).
+#[test]
+fn workloads_agree_on_their_results() {
+    let d = tempdir("agree");
+    let mut results = Vec::new();
+    for name in ["pmobj_hashmap", "pmobj_btree", "pm_hashmap", "pm_btree"] {
+        let Some(prog) = build_workload(&d, name) else {
+            eprintln!("skipped: cannot build workloads/{name}.c (cc, libpmemobj-dev)");
+            return;
+        };
+        let o = Command::new(&prog)
+            .arg(d.join("pool"))
+            .args(["1", "20000", "50"])
+            .env("PMEM_IS_PMEM_FORCE", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let line = stdout(&o);
+        let fields: Vec<&str> = line
+            .split_whitespace()
+            .filter(|f| {
+                !f.starts_with("workload=")
+                    && !f.starts_with("seconds=")
+                    && !f.starts_with("ops_per_sec=")
+            })
+            .collect();
+        results.push(fields.join(" "));
+    }
+    assert!(results.iter().all(|r| r == &results[0]), "{results:#?}");
+    assert!(results[0].contains("deletes="), "{}", results[0]);
 }
 
 fn checksum(out: &str) -> String {
