@@ -116,6 +116,10 @@ pub struct Report {
     pub signals_sent: u64,
     /// This process is a forked child.
     pub forked_child: bool,
+    /// Time the main thread spent runnable but waiting for a CPU (from
+    /// `/proc/self/schedstat`), ns; lets benchmarks and tests on a busy
+    /// machine tell scheduling noise from injected delay.
+    pub main_run_delay_ns: u64,
     /// Per thread.
     pub threads: Vec<Summary>,
 }
@@ -181,7 +185,9 @@ impl Report {
             "{{\"pmlab_stats\":1,\"pid\":{},\"source\":\"{}\",\"inject\":{},\"pm_latency_ns\":{},\
              \"dram_latency_ns\":{},\"remote_latency_ns\":{},\"epoch_min_ns\":{},\"epoch_max_ns\":{},\
              \"tsc_ghz\":{:.4},\"bandwidth_throttle\":\"{}\",\"throttle_note\":\"{}\",\"init_ns\":{},\
+             \"hook_overhead_unabsorbed_ns\":{},\
              \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
+             \"main_run_delay_ns\":{},\
              \"advice\":\"{}\",\"total\":",
             self.pid,
             esc(&self.source),
@@ -195,10 +201,12 @@ impl Report {
             esc(&self.throttle),
             esc(&self.throttle_note),
             self.init_ns,
+            crate::instrument_hooks::unabsorbed_ns(),
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,
             self.forked_child,
+            self.main_run_delay_ns,
             esc(&self.advice())
         );
         t.json(&mut o);
@@ -217,7 +225,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let t = self.total();
         format!(
-            "pmlab: {} threads, {} epochs ({} timer, {} sync, {} exit), delay injected {:.3} ms of {:.3} ms requested{}, overhead {:.3} ms ({}), write stalls {:.3} ms, source {}, bandwidth throttle {}\npmlab: advice: {}\n",
+            "pmlab: {} threads, {} epochs ({} timer, {} sync, {} exit), delay injected {:.3} ms of {:.3} ms requested{}, overhead {:.3} ms ({}){}, write stalls {:.3} ms, source {}, bandwidth throttle {}\npmlab: advice: {}\n",
             self.threads.len(),
             t.total_epochs(),
             t.epochs[0],
@@ -228,6 +236,10 @@ impl Report {
             if self.inject { "" } else { " (--no-inject: not injected)" },
             t.overhead_ns as f64 / 1e6,
             if t.pending_overhead_ns == 0 { "amortised".to_string() } else { format!("{} ns not amortised", t.pending_overhead_ns) },
+            match crate::instrument_hooks::unabsorbed_ns() {
+                0 => String::new(),
+                n => format!(", instrumentation overhead not absorbed {:.3} ms", n as f64 / 1e6),
+            },
             t.write_delay_ns as f64 / 1e6,
             self.source,
             self.throttle,
