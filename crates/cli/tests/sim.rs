@@ -438,3 +438,25 @@ fn validation_meets_the_goal() {
     let svg = std::fs::read_to_string(d.0.join("img/pointer-chase.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("LENS (real Optane)"));
 }
+
+#[test]
+fn reads_a_trace_from_a_pipe() {
+    use std::io::Write;
+    let d = TempDir::new("pipe");
+    let mut child = Command::new(PMLAB)
+        .args(["sim", "--preset", "ddr4-2666", "--json", "/dev/stdin"])
+        .current_dir(&d.0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(TEXT_TRACE.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(json(&out)["requests"], 7);
+}

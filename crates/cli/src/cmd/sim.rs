@@ -331,6 +331,10 @@ pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_tra
 /// (None: let `pmlab_trace::open` choose between pmt and pmlab text).
 fn sniff(path: &Path) -> Option<&'static str> {
     use std::io::Read;
+    // Reading a pipe would consume what the real reader needs.
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let mut head = vec![0u8; 4096];
     let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
     let text = std::str::from_utf8(&head[..n]).ok().or_else(|| {
