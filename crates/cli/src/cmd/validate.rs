@@ -231,9 +231,13 @@ struct Plan {
     /// memlat arguments: (array MiB, accesses per chain).
     memlat_mib: u64,
     memlat_steps: u64,
-    /// multilat: (region MiB per array, accesses).
-    multilat_cfg: Vec<(u64, u64)>,
-    multilat_pat: Vec<(u64, u64)>,
+    /// multilat: region MiB per array and accesses.
+    multilat_mib: u64,
+    multilat_accesses: u64,
+    /// DRAM:PM ratios (Quartz's 10M:10M and 20M:10M configurations).
+    multilat_ratio: Vec<(u64, u64)>,
+    /// Pattern scales: ratio (2, 1) at scale 100 is 200 DRAM then 100 PM.
+    multilat_scale: Vec<u64>,
     multilat_lat: Vec<f64>,
     mtlat_threads: Vec<u32>,
     mtlat_cs: u64,
@@ -251,8 +255,10 @@ impl Plan {
                 chains_lat: 400.0,
                 memlat_mib: 256,
                 memlat_steps: 1_000_000,
-                multilat_cfg: vec![(128, 1_000_000)],
-                multilat_pat: vec![(200, 100), (20_000, 10_000)],
+                multilat_mib: 128,
+                multilat_accesses: 1_000_000,
+                multilat_ratio: vec![(2, 1)],
+                multilat_scale: vec![100, 10_000],
                 multilat_lat: vec![400.0],
                 mtlat_threads: vec![1, 4],
                 mtlat_cs: 100,
@@ -269,10 +275,12 @@ impl Plan {
                 // pass over lines that the set-up left in the caches.
                 memlat_mib: 256,
                 memlat_steps: 4_000_000,
-                multilat_cfg: vec![(128, 2_000_000), (256, 4_000_000)],
+                multilat_mib: 128,
+                multilat_accesses: 2_000_000,
+                multilat_ratio: vec![(1, 1), (2, 1)],
                 // 200000:100000 would need a 300 KB argument (over Linux's
-                // 128 KiB limit per argument): the largest pattern is 20000:10000.
-                multilat_pat: vec![(200, 100), (2_000, 1_000), (20_000, 10_000)],
+                // 128 KiB limit per argument): the largest is 20000:10000.
+                multilat_scale: vec![100, 1_000, 10_000],
                 multilat_lat: vec![200.0, 400.0, 700.0],
                 mtlat_threads: vec![1, 2, 4, 8],
                 mtlat_cs: 100,
@@ -483,8 +491,10 @@ fn pattern(d: u64, p: u64) -> String {
 }
 
 fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
-    for &(mib, accesses) in &p.multilat_cfg {
-        for &(pd, pn) in &p.multilat_pat {
+    let (mib, accesses) = (p.multilat_mib, p.multilat_accesses);
+    for &(rd, rp) in &p.multilat_ratio {
+        for &scale in &p.multilat_scale {
+            let (pd, pn) = (rd * scale, rp * scale);
             let args = vec![
                 s("-p"),
                 pattern(pd, pn),
@@ -511,7 +521,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 let m = summarize(&runs);
                 out.push(Point {
                     study: s("multilat"),
-                    config: format!("{} acc, pattern={pd}:{pn}", mega(accesses)),
+                    config: format!("{rd}:{rp} pattern={pd}:{pn}"),
                     target_ns: lat,
                     unit: s("ns"),
                     expected,
@@ -524,16 +534,6 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn mega(n: u64) -> String {
-    if n % 1_000_000 == 0 {
-        format!("{}M", n / 1_000_000)
-    } else if n % 1000 == 0 {
-        format!("{}K", n / 1000)
-    } else {
-        n.to_string()
-    }
 }
 
 const MTLAT_KEY: &str = "elapsed_ns";
