@@ -187,7 +187,15 @@ impl System {
         };
         let mut params = p.finish().map_err(wrap)?;
         let (ctrl, info) = registry::build_controller("controller", ctrl_table).map_err(wrap)?;
-        params.extend(info);
+        // Channels share one [controller.dimm] table: list each parameter once.
+        for i in info {
+            if !params
+                .iter()
+                .any(|p| p.component == i.component && p.name == i.name)
+            {
+                params.push(i);
+            }
+        }
         Ok(System {
             name,
             description,
