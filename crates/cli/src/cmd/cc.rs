@@ -78,7 +78,8 @@ pub fn classify(args: &[String]) -> Mode {
             | "-Xassembler" | "-target" | "--target" | "-arch" | "-isysroot" | "--sysroot"
             | "-imacros" => skip_next = true,
             s if s.starts_with("-print-") || s.starts_with("--print-") => return Mode::Query,
-            s if !s.starts_with('-') => inputs += 1,
+            // A file, or "-" (source on stdin).
+            s if !s.starts_with('-') || s == "-" => inputs += 1,
             _ => {}
         }
     }
@@ -307,6 +308,8 @@ mod tests {
         // `-o -c` would be a file called "-c"? no: -o takes its value.
         assert_eq!(classify(&v("-o out a.c")), Mode::Link);
         assert_eq!(classify(&v("-v -c a.c")), Mode::Compile);
+        assert_eq!(classify(&v("-x c -c -")), Mode::Compile);
+        assert_eq!(classify(&v("-x c - -o a")), Mode::Link);
     }
 
     #[test]
