@@ -209,7 +209,7 @@ pub fn fit(
     if inf.read_buffers.len() < 2 {
         return Err(Error::new(
             ErrorKind::Results,
-            "cannot fit an NVRAM profile: fewer than two read buffers were inferred",
+            "cannot fit an NVRAM profile: fewer than two read buffers were inferred (widen the sweep: pmlab probe all --max-region 1GiB)",
         ));
     }
     let block = load.params.get("block").copied().unwrap_or(64.0) as u64;
