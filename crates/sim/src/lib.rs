@@ -19,6 +19,9 @@
 //! * [`controller`] and [`device`]: the component kinds, each one trait
 //!   with one file per implementation; [`registry`] builds them by name.
 //! * [`presets`]: the bundled configurations (`configs/*.toml`).
+//! * [`persistency`]: trace replay under persistency models (x86-nvm,
+//!   x86-adr, HOPS, ideal) on top of [`System`].
+//! * [`validate`]: the validation experiments behind `docs/validation.md`.
 //! * [`Error`]: the one error type; messages name the parameter, component,
 //!   preset or file.
 //!
