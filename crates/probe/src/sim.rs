@@ -181,3 +181,57 @@ impl Target for Sim {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::{Fence, Rng};
+
+    fn loads(issue: Issue, timing: Timing, passes: u32) -> Pattern {
+        Pattern {
+            region: 1 << 20,
+            block: 64,
+            block_stride: 64,
+            order: Rng::new(5).permutation(1 << 14),
+            op: Op::Load,
+            warmup: 1,
+            passes,
+            issue,
+            fence: Fence::Block,
+            timing,
+        }
+    }
+
+    #[test]
+    fn outstanding_requests_overlap_and_closed_loop_does_not() {
+        let mut s = Sim::preset("optane-1dimm").unwrap();
+        let serial = s.run(&loads(Issue::Serial, Timing::Total, 1)).unwrap()[0];
+        let par = s
+            .run(&loads(Issue::Outstanding(16), Timing::Total, 1))
+            .unwrap()[0];
+        // Closed loop: at least the device's read latency per line.
+        assert!(serial / 16384.0 > 100.0, "{serial}");
+        assert!(
+            par < serial / 2.0,
+            "serial {serial} ns, 16 in flight {par} ns"
+        );
+        // Deterministic: the same pattern gives the same time.
+        assert_eq!(
+            s.run(&loads(Issue::Serial, Timing::Total, 1)).unwrap()[0],
+            serial
+        );
+        let per = s.run(&loads(Issue::Serial, Timing::PerPass, 3)).unwrap();
+        assert_eq!(per.len(), 3);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_the_reason() {
+        let e = Sim::preset("no-such-preset").err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Sim);
+        assert!(e.to_string().contains("no-such-preset"), "{e}");
+        let e = Sim::from_toml("[controller]\nimpl = \"nope\"\n", "test", "test")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+}
