@@ -7,10 +7,12 @@
  * outside OUT steps of its own chain. Prints one line:
  *
  *   mtlat: threads=2 sections=1000 inside=100 outside=0 elapsed_ns=...
- *          ns_per_section=... lock_wait_ns=...
+ *          ns_per_section=... lock_wait_ns=... lock_hold_ns=...
  *
  * lock_wait_ns is the total time threads spent waiting in
- * pthread_mutex_lock, summed over threads.
+ * pthread_mutex_lock, lock_hold_ns the total time from acquiring the lock
+ * to the return of pthread_mutex_unlock (a delay injected at the unlock
+ * lengthens it), both summed over threads.
  *
  * Usage: mtlat [-t THREADS] [-k SECTIONS] [-i INSIDE] [-o OUTSIDE] [-r REGION_MIB]
  */
@@ -30,7 +32,7 @@ static long nthreads = 2, sections = 1000, inside = 100, outside = 0;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void **shared_head;
 static size_t region_bytes;
-static uint64_t wait_ns[MAX_THREADS];
+static uint64_t wait_ns[MAX_THREADS], hold_ns[MAX_THREADS];
 static void **own_head[MAX_THREADS];
 
 static uint64_t now_ns(void)
@@ -76,12 +78,14 @@ static void *worker(void *arg)
 	for (long k = 0; k < sections; k++) {
 		uint64_t t0 = now_ns();
 		pthread_mutex_lock(&lock);
-		wait_ns[id] += now_ns() - t0;
+		uint64_t t1 = now_ns();
+		wait_ns[id] += t1 - t0;
 		sh = shared_head;
 		for (long i = 0; i < inside; i++)
 			sh = (void **)*sh;
 		shared_head = sh;
 		pthread_mutex_unlock(&lock);
+		hold_ns[id] += now_ns() - t1;
 		for (long i = 0; i < outside; i++)
 			own = (void **)*own;
 	}
@@ -140,14 +144,16 @@ int main(int argc, char **argv)
 	for (long i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
 	uint64_t t1 = now_ns();
-	uint64_t wait = 0;
-	for (long i = 0; i < nthreads; i++)
+	uint64_t wait = 0, hold = 0;
+	for (long i = 0; i < nthreads; i++) {
 		wait += wait_ns[i];
+		hold += hold_ns[i];
+	}
 	printf("mtlat: threads=%ld sections=%ld inside=%ld outside=%ld "
-			"elapsed_ns=%llu ns_per_section=%.1f lock_wait_ns=%llu\n",
+			"elapsed_ns=%llu ns_per_section=%.1f lock_wait_ns=%llu lock_hold_ns=%llu\n",
 			nthreads, sections, inside, outside,
 			(unsigned long long)(t1 - t0),
 			(double)(t1 - t0) / (double)(nthreads * sections),
-			(unsigned long long)wait);
+			(unsigned long long)wait, (unsigned long long)hold);
 	return 0;
 }

@@ -29,7 +29,30 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Measure the TSC frequency against CLOCK_MONOTONIC over `window_ns`.
+/// A (clock ns, TSC) pair read close together: the TSC is read on both
+/// sides of the clock and the pair is kept only when both reads are near,
+/// so that a preemption between them cannot skew it.
+#[cfg(target_arch = "x86_64")]
+fn paired_reading() -> (u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..50 {
+        let c0 = rdtsc();
+        let t = monotonic_ns();
+        let c1 = rdtsc();
+        let gap = c1.wrapping_sub(c0);
+        if gap < best.2 {
+            best = (t, c0 + gap / 2, gap);
+        }
+        if gap < 2_000 {
+            break;
+        }
+    }
+    (best.0, best.1)
+}
+
+/// Measure the TSC frequency against CLOCK_MONOTONIC over `window_ns`,
+/// from two tightly paired readings (robust to preemption on a busy
+/// machine).
 pub fn measure_tsc_ghz(window_ns: u64) -> f64 {
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -38,13 +61,11 @@ pub fn measure_tsc_ghz(window_ns: u64) -> f64 {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let (t0, c0) = (monotonic_ns(), rdtsc());
-        let mut t1 = t0;
-        while t1 - t0 < window_ns {
+        let (t0, c0) = paired_reading();
+        while monotonic_ns() - t0 < window_ns {
             std::hint::spin_loop();
-            t1 = monotonic_ns();
         }
-        let c1 = rdtsc();
+        let (t1, c1) = paired_reading();
         (c1 - c0) as f64 / (t1 - t0) as f64
     }
 }

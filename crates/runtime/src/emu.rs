@@ -88,6 +88,40 @@ pub struct ThreadStats {
     pub flushes: AtomicU64,
     /// Bytes moved to/from PM as reported by the source.
     pub pm_bytes: AtomicU64,
+    /// Time spent waiting for a CPU during delay spins of 1 ms or more.
+    pub spin_run_delay_ns: AtomicU64,
+}
+
+/// The calling thread's run-queue wait so far (`/proc/thread-self/schedstat`,
+/// second field), ns; 0 if unreadable. Async-signal-safe (open/read/close).
+fn run_delay_ns() -> u64 {
+    let mut buf = [0u8; 96];
+    // SAFETY: NUL-terminated path, local buffer.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/thread-self/schedstat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return 0;
+    }
+    let mut fields = buf[..n as usize].split(|&c| c == b' ');
+    let _ = fields.next();
+    let mut v = 0u64;
+    for &c in fields.next().unwrap_or(&[]) {
+        if !c.is_ascii_digit() {
+            break;
+        }
+        v = v * 10 + (c - b'0') as u64;
+    }
+    v
 }
 
 /// One registered thread.
@@ -396,6 +430,7 @@ fn reset_stats(s: &ThreadStats) {
         &s.write_delay_ns,
         &s.flushes,
         &s.pm_bytes,
+        &s.spin_run_delay_ns,
     ] {
         a.store(0, Ordering::Relaxed);
     }
@@ -489,7 +524,20 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     let overhead = ticks_to_ns(t1.saturating_sub(t0)) + source_overhead;
     let inject = account.settle(delay + stretch, overhead);
     let end = if !g.cfg.no_inject && inject > 0.0 {
-        clock::spin_ns(inject)
+        // Around long spins, note how long the thread waited for a CPU
+        // meanwhile (schedstat): that wait did not lengthen the run (the
+        // spin ends at its deadline), which tells a busy machine's
+        // scheduling noise from the delay in the stats.
+        if inject >= 1e6 {
+            let r0 = run_delay_ns();
+            let e = clock::spin_ns(inject);
+            t.stats
+                .spin_run_delay_ns
+                .fetch_add(run_delay_ns().saturating_sub(r0), Ordering::Relaxed);
+            e
+        } else {
+            clock::spin_ns(inject)
+        }
     } else {
         rdtsc()
     };
@@ -589,6 +637,7 @@ fn summary_of(t: &ThreadState, tid: i32) -> Summary {
         write_delay_ns: l(&s.write_delay_ns),
         flushes: l(&s.flushes),
         pm_bytes: l(&s.pm_bytes),
+        spin_run_delay_ns: l(&s.spin_run_delay_ns),
     }
 }
 
@@ -664,6 +713,10 @@ pub fn report() {
         threads_untracked: UNTRACKED.load(Ordering::Relaxed),
         signals_sent: SIGNALS_SENT.load(Ordering::Relaxed),
         forked_child: FORKED.load(Ordering::Relaxed),
+        main_run_delay_ns: std::fs::read_to_string("/proc/self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+            .unwrap_or(0),
         threads,
     };
     match &g.cfg.stats_file {
@@ -742,6 +795,12 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
             if tid == 0 || start == u64::MAX || now.saturating_sub(start) < g.max_ticks {
                 continue;
             }
+            // A thread blocked in the kernel is not accumulating stalls;
+            // signalling it would only interrupt its system call (sleeps,
+            // sem_wait and poll return EINTR whatever SA_RESTART says).
+            if !is_running(pid, tid) {
+                continue;
+            }
             if !t.signal_pending.swap(true, Ordering::AcqRel) {
                 // SAFETY: tgkill to a thread of our own process.
                 unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, sig) };
@@ -750,6 +809,39 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
         }
     }
     null_mut()
+}
+
+/// True when the thread is running or runnable (state `R` in
+/// `/proc/PID/task/TID/stat`); true as well when that cannot be read.
+fn is_running(pid: i32, tid: i32) -> bool {
+    let mut path = [0u8; 64];
+    let mut w = std::io::Cursor::new(&mut path[..]);
+    use std::io::Write;
+    if write!(w, "/proc/{pid}/task/{tid}/stat\0").is_err() {
+        return true;
+    }
+    let mut buf = [0u8; 512];
+    // SAFETY: open/read/close on a NUL-terminated path into a local buffer.
+    let n = unsafe {
+        let fd = libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return true;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return true;
+    }
+    let text = &buf[..n as usize];
+    match text.iter().rposition(|&c| c == b')') {
+        Some(i) if i + 2 < text.len() => text[i + 2] == b'R',
+        _ => true,
+    }
 }
 
 extern "C" fn before_fork() {

@@ -29,6 +29,8 @@ pub struct Summary {
     pub flushes: u64,
     /// Bytes moved to/from PM according to the source.
     pub pm_bytes: u64,
+    /// Run-queue wait during delay spins of 1 ms or more, ns.
+    pub spin_run_delay_ns: u64,
 }
 
 impl Summary {
@@ -46,6 +48,7 @@ impl Summary {
         self.write_delay_ns += o.write_delay_ns;
         self.flushes += o.flushes;
         self.pm_bytes += o.pm_bytes;
+        self.spin_run_delay_ns += o.spin_run_delay_ns;
     }
 
     fn total_epochs(&self) -> u64 {
@@ -60,7 +63,7 @@ impl Summary {
              \"requested_delay_ns\":{},\"injected_delay_ns\":{},\"bandwidth_stretch_ns\":{},\
              \"overhead_ns\":{},\"unabsorbed_overhead_ns\":{},\"amortised\":{},\
              \"overhead_cycles_per_epoch\":{:.0},\"epoch_time_ns\":{},\"write_delay_ns\":{},\
-             \"flushed_lines\":{},\"pm_bytes\":{}}}",
+             \"flushed_lines\":{},\"pm_bytes\":{},\"spin_run_delay_ns\":{}}}",
             self.tid,
             self.total_epochs(),
             self.epochs[0],
@@ -76,7 +79,8 @@ impl Summary {
             self.epoch_time_ns,
             self.write_delay_ns,
             self.flushes,
-            self.pm_bytes
+            self.pm_bytes,
+            self.spin_run_delay_ns
         );
     }
 }

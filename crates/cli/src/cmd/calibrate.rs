@@ -278,18 +278,38 @@ fn chase(start: usize, n: u64) -> (f64, usize) {
     (t.elapsed().as_nanos() as f64 / n as f64, p)
 }
 
+/// (clock ns, TSC) read close together; retried until both TSC reads
+/// around the clock read are near, so a preemption cannot skew the pair.
+#[cfg(target_arch = "x86_64")]
+fn paired(origin: Instant) -> (f64, f64) {
+    let mut best = (0.0, 0.0, u64::MAX);
+    for _ in 0..50 {
+        // SAFETY: rdtsc has no preconditions.
+        let c0 = unsafe { std::arch::x86_64::_rdtsc() };
+        let t = origin.elapsed().as_nanos() as f64;
+        // SAFETY: as above.
+        let c1 = unsafe { std::arch::x86_64::_rdtsc() };
+        let gap = c1.wrapping_sub(c0);
+        if gap < best.2 {
+            best = (t, c0 as f64 + gap as f64 / 2.0, gap);
+        }
+        if gap < 2_000 {
+            break;
+        }
+    }
+    (best.0, best.1)
+}
+
 fn tsc_ghz() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        let t = Instant::now();
-        // SAFETY: rdtsc has no preconditions.
-        let c0 = unsafe { std::arch::x86_64::_rdtsc() };
-        while t.elapsed().as_millis() < 100 {
+        let origin = Instant::now();
+        let (t0, c0) = paired(origin);
+        while origin.elapsed().as_millis() < 100 {
             std::hint::spin_loop();
         }
-        // SAFETY: as above.
-        let c1 = unsafe { std::arch::x86_64::_rdtsc() };
-        (c1 - c0) as f64 / t.elapsed().as_nanos() as f64
+        let (t1, c1) = paired(origin);
+        (c1 - c0) / (t1 - t0)
     }
     #[cfg(not(target_arch = "x86_64"))]
     1.0

@@ -280,6 +280,12 @@ fn choose_source(
         e.push(("PMLAB_SOURCE".into(), s.to_string()));
         e
     };
+    if requested == "instrumented" && !crate::cmd::cc::is_instrumented(program)? {
+        bail!(
+            "{} was not built by 'pmlab cc', so the instrumented source would count nothing: rebuild it with pmlab cc, or use --source synthetic:FILE",
+            program.display()
+        );
+    }
     if requested != "auto" {
         let ok = launch::check(runtime, &with(requested))?;
         return Ok((requested.to_string(), ok));

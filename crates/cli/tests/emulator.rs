@@ -1,0 +1,772 @@
+//! Integration tests of the emulator (issue 2): `pmlab run` and
+//! `pmlab calibrate` with the built binary and libpmlab.so, the C
+//! workloads and the C test programs of `tests/c/`, each in a fresh
+//! temporary directory. Timing-based checks compare injected delays
+//! (hundreds of ms) with generous margins; they never assert speed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
+
+/// Tests that compare durations take this exclusively; the others share it,
+/// so that no test of this file runs beside a timing comparison.
+static TIMING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    TIMING.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    TIMING.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A fresh directory per test.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("pmlab-emu-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+    fn write(&self, f: &str, text: &str) -> PathBuf {
+        let p = self.path(f);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn runtime_dir() -> PathBuf {
+    let dir = Path::new(PMLAB).parent().unwrap().to_path_buf();
+    assert!(
+        dir.join("libpmlab.so").is_file(),
+        "libpmlab.so is missing next to {PMLAB}: run `cargo build --release --workspace` before the tests"
+    );
+    dir
+}
+
+/// Compile a C file (from tests/c or workloads) into `dir`.
+fn cc(dir: &Dir, src: &Path, name: &str, with_pmlab: bool) -> PathBuf {
+    let out = dir.path(name);
+    let mut c = Command::new("cc");
+    c.args(["-O2", "-std=gnu11", "-o"])
+        .arg(&out)
+        .arg(src)
+        .arg(format!("-I{}", root().join("include").display()));
+    if with_pmlab {
+        let rt = runtime_dir();
+        c.arg(format!("-L{}", rt.display()))
+            .arg("-lpmlab")
+            .arg(format!("-Wl,-rpath,{}", rt.display()));
+    }
+    c.arg("-lpthread");
+    let o = c.output().expect("cc runs");
+    assert!(
+        o.status.success(),
+        "cc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+fn test_c(dir: &Dir, name: &str) -> PathBuf {
+    cc(
+        dir,
+        &root().join(format!("crates/cli/tests/c/{name}.c")),
+        name,
+        false,
+    )
+}
+
+fn workload(dir: &Dir, name: &str) -> PathBuf {
+    cc(
+        dir,
+        &root().join(format!("workloads/{name}.c")),
+        name,
+        false,
+    )
+}
+
+fn pmlab(dir: &Dir, args: &[&str]) -> Output {
+    Command::new(PMLAB)
+        .args(args)
+        .current_dir(&dir.0)
+        .env("XDG_CACHE_HOME", dir.path("cache"))
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("pmlab runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `pmlab run --json ...`: the program's stdout lines and the stats.
+fn run_json(dir: &Dir, flags: &[&str], prog: &[&str]) -> (Output, serde_json::Value) {
+    let mut a = vec!["run", "--json", "--quiet", "--dram-latency", "100ns"];
+    a.extend_from_slice(flags);
+    a.push("--");
+    a.extend_from_slice(prog);
+    let o = pmlab(dir, &a);
+    let out = text(&o.stdout);
+    let last = out.lines().last().unwrap_or("").to_string();
+    let v: serde_json::Value = serde_json::from_str(&last)
+        .unwrap_or_else(|_| panic!("no stats JSON: stdout={out} stderr={}", text(&o.stderr)));
+    (o, v)
+}
+
+fn total(v: &serde_json::Value, key: &str) -> f64 {
+    v["stats"]["total"][key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no total.{key} in {v}"))
+}
+
+fn field(line: &str, key: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|t| t.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in '{line}'"))
+}
+
+#[test]
+fn hw_source_fails_before_the_program_with_one_line_where_there_is_no_pmu() {
+    let _serial = shared();
+    let d = Dir::new("nopmu");
+    let marker = d.path("started");
+    let t = Instant::now();
+    let o = pmlab(
+        &d,
+        &[
+            "run",
+            "--dram-latency",
+            "100ns",
+            "--source",
+            "hw",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}", marker.display()),
+        ],
+    );
+    let took = t.elapsed();
+    if o.status.success() {
+        // A machine with a usable PMU: the program ran under hw counters.
+        assert!(marker.exists());
+        eprintln!("this machine has a usable PMU; the no-PMU path was not exercised");
+        return;
+    }
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("pmlab: error: hardware counters unavailable: "),
+        "{err}"
+    );
+    assert!(
+        err.contains("--source synthetic:FILE"),
+        "says what to do: {err}"
+    );
+    assert!(!marker.exists(), "the program must not start");
+    eprintln!("failed in {took:?}: {err}");
+    // auto falls back the same way for a program not built by pmlab cc.
+    let o = pmlab(&d, &["run", "--dram-latency", "100ns", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("hardware counters unavailable"));
+}
+
+#[test]
+fn synthetic_delay_measured_around_memlat_matches_the_script_within_2_percent() {
+    let _serial = exclusive();
+    let d = Dir::new("delay");
+    let memlat = workload(&d, "memlat");
+    // Two epochs of 2,500,000 serial PM accesses x (200 - 100) ns = 250 ms
+    // each, then nothing: 500 ms in all, whatever the number of epochs
+    // beyond two. Few long delays: on a shared, loaded machine each spin
+    // may end late by a scheduler slice; memlat itself runs a few ms so the
+    // noise of its own run time stays small. A cached calibration spares
+    // the runtime its TSC measurement.
+    let o = pmlab(
+        &d,
+        &[
+            "calibrate",
+            "--region",
+            "4MiB",
+            "--accesses",
+            "10000",
+            "--repeat",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    d.write("s.txt", "pm=2500000 *2\n");
+    let expected = 2.0 * 250e6;
+    let prog = [memlat.to_str().unwrap(), "-r", "8", "-n", "100000"];
+    let flags = [
+        "--pm-latency",
+        "200ns",
+        "--epoch-max",
+        "1ms",
+        "--source",
+        "synthetic:s.txt",
+    ];
+    let wall = |extra: &[&str]| {
+        let mut f = flags.to_vec();
+        f.extend_from_slice(extra);
+        let t = Instant::now();
+        let (o, v) = run_json(&d, &f, &prog);
+        // Time memlat waited for a CPU (this machine is shared) outside
+        // its delay spins is not part of its run: the runtime reports both
+        // waits from schedstat. (A wait during a spin does not lengthen
+        // the run: the spin ends at its deadline.)
+        let waited = v["stats"]["main_run_delay_ns"].as_f64().unwrap()
+            - v["stats"]["total"]["spin_run_delay_ns"].as_f64().unwrap();
+        let ns = t.elapsed().as_nanos() as f64 - waited;
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(text(&o.stdout).starts_with("memlat: chains=1"));
+        (ns, v)
+    };
+    // Noise only ever adds time: the fastest of three runs is the best
+    // estimate of each. The machine is shared, so a measurement disturbed
+    // by other work is taken again (up to three times); every attempt is
+    // printed.
+    let mut errors = Vec::new();
+    for _attempt in 0..3 {
+        let mut base = f64::MAX;
+        let mut with = f64::MAX;
+        for _ in 0..3 {
+            base = base.min(wall(&["--no-inject"]).0);
+            let (ns, v) = wall(&[]);
+            assert!(
+                total(&v, "epochs") >= 2.0,
+                "memlat ran fewer than two epochs: {v}"
+            );
+            let requested = total(&v, "requested_delay_ns");
+            let injected = total(&v, "injected_delay_ns");
+            assert!(
+                (requested - expected).abs() <= 10.0,
+                "the script's arithmetic: {requested}"
+            );
+            assert!(
+                injected <= requested && injected > 0.999 * requested,
+                "{injected}"
+            );
+            with = with.min(ns);
+        }
+        let measured = with - base;
+        let err = (measured - expected).abs() / expected;
+        eprintln!(
+            "expected {:.1} ms, measured {:.1} ms around memlat (runs of {:.1} ms without delay): error {:.2}%",
+            expected / 1e6,
+            measured / 1e6,
+            base / 1e6,
+            err * 100.0
+        );
+        if err < 0.02 {
+            return;
+        }
+        errors.push(format!("{:.2}%", err * 100.0));
+    }
+    panic!("delay around memlat off by more than 2% in every attempt: {errors:?}");
+}
+
+#[test]
+fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
+    let _serial = exclusive();
+    let d = Dir::new("sync");
+    let mtlat = workload(&d, "mtlat");
+    // 2,000 x 100 ns = 200 us per epoch.
+    d.write("s.txt", "pm=2000\nloop\n");
+    let prog = [
+        mtlat.to_str().unwrap(),
+        "-t",
+        "2",
+        "-k",
+        "150",
+        "-i",
+        "10",
+        "-r",
+        "1",
+    ];
+    let go = |min: &str| {
+        let (o, v) = run_json(
+            &d,
+            &[
+                "--pm-latency",
+                "200ns",
+                "--epoch-max",
+                "20ms",
+                "--epoch-min",
+                min,
+                "--source",
+                "synthetic:s.txt",
+            ],
+            &prog,
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let line = text(&o.stdout).lines().next().unwrap().to_string();
+        (
+            field(&line, "lock_hold_ns"),
+            field(&line, "lock_wait_ns"),
+            v,
+        )
+    };
+    let (hold_sync, wait_sync, v) = go("0");
+    let sync_epochs = total(&v, "epochs_sync");
+    assert!(
+        sync_epochs >= 300.0,
+        "every unlock ends an epoch: {sync_epochs}"
+    );
+    // Each unlock pays its section's delay (200 us) before releasing the
+    // lock: the critical sections, which every waiter must wait for, hold
+    // the injected delay.
+    let in_sections = 300.0 * 200e3;
+    assert!(
+        hold_sync >= 0.95 * in_sections,
+        "lock held {hold_sync} ns for {in_sections} ns of delay"
+    );
+    // With sync epochs off (minimum = maximum) the critical sections stay
+    // short: the delay would be paid later, overlapping the other thread.
+    let (hold_nosync, wait_nosync, v2) = go("20ms");
+    assert!(total(&v2, "epochs_sync") < 10.0);
+    eprintln!(
+        "sync epochs: lock held {:.1} ms, waited {:.1} ms; without: held {:.1} ms, waited {:.1} ms",
+        hold_sync / 1e6,
+        wait_sync / 1e6,
+        hold_nosync / 1e6,
+        wait_nosync / 1e6
+    );
+    assert!(
+        hold_nosync < 0.2 * hold_sync,
+        "{hold_nosync} vs {hold_sync}"
+    );
+}
+
+fn synthetic_flags() -> Vec<&'static str> {
+    vec![
+        "--pm-latency",
+        "200ns",
+        "--epoch-max",
+        "1ms",
+        "--epoch-min",
+        "10us",
+        "--source",
+        "synthetic:s.txt",
+    ]
+}
+
+#[test]
+fn fork_child_reinitialises_and_reports_separately() {
+    let _serial = shared();
+    let d = Dir::new("fork");
+    let p = test_c(&d, "fork");
+    d.write("s.txt", "pm=100\nloop\n");
+    let mut f = synthetic_flags();
+    f.extend(["--stats-json", "st.json"]);
+    let (o, v) = run_json(&d, &f, &[p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("fork: child ok") && out.contains("fork: parent ok"),
+        "{out}"
+    );
+    assert!(v["stats"]["forked_child"] == false);
+    let child: Vec<_> = std::fs::read_dir(&d.0)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("st.json."))
+        .collect();
+    assert_eq!(child.len(), 1, "the child writes its own stats file");
+    let cv: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(child[0].path()).unwrap()).unwrap();
+    assert_eq!(cv["forked_child"], true);
+    assert!(
+        cv["total"]["epochs"].as_u64().unwrap() > 0,
+        "the child emulates too: {cv}"
+    );
+}
+
+#[test]
+fn exec_keeps_the_runtime_through_the_environment() {
+    let _serial = shared();
+    let d = Dir::new("exec");
+    let p = test_c(&d, "exec");
+    d.write("s.txt", "pm=100\nloop\n");
+    let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("exec: new image ok preload=yes"));
+    assert!(total(&v, "epochs") > 0.0);
+}
+
+#[test]
+fn thousands_of_threads_are_registered() {
+    let _serial = shared();
+    let d = Dir::new("threads");
+    let p = test_c(&d, "threads");
+    d.write("s.txt", "pm=1\nloop\n");
+    let (o, v) = run_json(
+        &d,
+        &synthetic_flags(),
+        &[p.to_str().unwrap(), "3000", "300"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("created=3000 total=3000"));
+    assert_eq!(v["stats"]["threads_untracked"], 0);
+    assert_eq!(v["stats"]["threads"].as_array().unwrap().len(), 3001);
+    assert!(total(&v, "epochs_exit") >= 3001.0);
+}
+
+#[test]
+fn programs_with_their_own_signal_handling_keep_working() {
+    let _serial = shared();
+    let d = Dir::new("signals");
+    let p = test_c(&d, "signals");
+    d.write("s.txt", "pm=100\nloop\n");
+    let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "{} {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert!(text(&o.stdout).contains("signals: ok usr1=3 own_handler_reported=1"));
+    // Epoch signals still arrive although the program claimed the signal
+    // and its worker blocked every signal.
+    assert!(total(&v, "epochs_timer") > 5.0, "{v}");
+}
+
+#[test]
+fn blocking_system_calls_are_not_interrupted() {
+    let _serial = shared();
+    let d = Dir::new("eintr");
+    let p = test_c(&d, "eintr");
+    d.write("s.txt", "pm=100\nloop\n");
+    let (o, _v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "{} {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert!(text(&o.stdout).contains("eintr: ok"));
+}
+
+#[test]
+fn api_works_linked_directly_and_under_the_emulator() {
+    let _serial = shared();
+    let d = Dir::new("api");
+    let p = cc(&d, &root().join("crates/cli/tests/c/api.c"), "api", true);
+    let o = Command::new(&p).env_remove("LD_PRELOAD").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stdout));
+    assert_eq!(text(&o.stdout).trim(), "api: ok emulating=0");
+    d.write("s.txt", "pm=10\nloop\n");
+    let mut f = synthetic_flags();
+    f.extend(["--write-latency", "1us", "--write-parallelism", "2"]);
+    let (o, v) = run_json(&d, &f, &[p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("api: ok emulating=1"));
+    // 20 x 16,384 lines at parallelism 2 and 1 us: about 8 ms each drain
+    // minus what overlapped with the flushing itself.
+    assert!(total(&v, "write_delay_ns") > 1e6, "{v}");
+    assert!(total(&v, "flushed_lines") >= 20.0 * 16384.0);
+}
+
+#[test]
+fn exported_symbols_match_the_header_and_the_hook_list() {
+    let _serial = shared();
+    let lib = runtime_dir().join("libpmlab.so");
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let exported: std::collections::BTreeSet<String> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "T").then(|| f[2].to_string())
+        })
+        .collect();
+    let header = std::fs::read_to_string(root().join("include/pmlab.h")).unwrap();
+    let api: Vec<String> = header
+        .lines()
+        .filter(|l| {
+            l.trim_end().ends_with(");")
+                && !l.starts_with(' ')
+                && !l.starts_with('#')
+                && !l.starts_with('*')
+        })
+        .filter_map(|l| {
+            let name = l
+                .split('(')
+                .next()?
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .rfind(|s| !s.is_empty())?;
+            Some(name.to_string())
+        })
+        .collect();
+    assert!(api.len() >= 20, "parsed {api:?}");
+    for f in &api {
+        assert!(
+            exported.contains(f),
+            "{f} is declared in pmlab.h but not exported"
+        );
+    }
+    const HOOKS: &[&str] = &[
+        "pthread_create",
+        "pthread_join",
+        "pthread_mutex_unlock",
+        "pthread_cond_signal",
+        "pthread_cond_broadcast",
+        "pthread_cond_wait",
+        "pthread_cond_timedwait",
+        "pthread_rwlock_unlock",
+        "pthread_spin_unlock",
+        "pthread_barrier_wait",
+        "sem_post",
+        "sigaction",
+        "signal",
+        "sigprocmask",
+        "pthread_sigmask",
+    ];
+    for s in &exported {
+        let known = api.contains(s)
+            || HOOKS.contains(&s.as_str())
+            || s.starts_with("pmem_")
+            || s.starts_with("pmemobj_")
+            || s.starts_with("__sanitizer_cov_");
+        assert!(known, "unexpected exported symbol {s}");
+    }
+}
+
+#[test]
+fn no_inject_computes_but_does_not_inject() {
+    let _serial = shared();
+    let d = Dir::new("noinject");
+    let p = test_c(&d, "threads");
+    d.write("s.txt", "pm=1000\nloop\n");
+    let mut f = synthetic_flags();
+    f.push("--no-inject");
+    let (o, v) = run_json(&d, &f, &[p.to_str().unwrap(), "20", "10"]);
+    assert!(o.status.success());
+    assert_eq!(v["stats"]["inject"], false);
+    assert!(total(&v, "requested_delay_ns") > 0.0);
+    assert!(
+        total(&v, "injected_delay_ns") > 0.0,
+        "what would be injected is still computed"
+    );
+}
+
+#[test]
+fn bandwidth_target_stretches_epochs_that_move_too_much() {
+    let _serial = shared();
+    let d = Dir::new("bw");
+    let p = test_c(&d, "threads");
+    // Each epoch moves 1 MB; at 1 GB/s that needs 1 ms.
+    d.write("s.txt", "pm=0 bytes=1000000\nloop\n");
+    let mut f = synthetic_flags();
+    f.extend(["--pm-bandwidth", "1GB/s"]);
+    let (o, v) = run_json(&d, &f, &[p.to_str().unwrap(), "4", "4"]);
+    assert!(o.status.success());
+    assert_eq!(v["stats"]["bandwidth_throttle"], "software");
+    let epochs = total(&v, "epochs");
+    let stretch = total(&v, "bandwidth_stretch_ns");
+    assert!(
+        stretch > 0.5 * epochs * 1e6 && stretch <= epochs * 1e6 + 1.0,
+        "{stretch} for {epochs} epochs"
+    );
+}
+
+#[test]
+fn bad_settings_give_one_line_and_do_not_start_the_program() {
+    let _serial = shared();
+    let d = Dir::new("bad");
+    let marker = d.path("started");
+    let touch = format!("touch {}", marker.display());
+    d.write("bad.txt", "pm=1\nstall=3 pm=2\n");
+    d.write("s.txt", "pm=1\n");
+    d.write("c.toml", "pm_latency = \"400ns\"\nepoch_maxx = \"1ms\"\n");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--pm-latency", "50ns", "--source", "synthetic:s.txt"],
+            "below the DRAM latency",
+        ),
+        (
+            &["--epoch-min", "20ms", "--source", "synthetic:s.txt"],
+            "above --epoch-max",
+        ),
+        (
+            &["--epoch-max", "10 parsecs", "--source", "synthetic:s.txt"],
+            "--epoch-max: cannot read duration",
+        ),
+        (
+            &["--pm-bandwidth", "fast", "--source", "synthetic:s.txt"],
+            "--pm-bandwidth",
+        ),
+        (
+            &["--source", "synthetic:missing.txt"],
+            "cannot read the script",
+        ),
+        (&["--source", "synthetic:bad.txt"], "bad.txt:2:"),
+        (&["--source", "warp"], "expected auto, hw"),
+        (&["--source", "instrumented"], "was not built by 'pmlab cc'"),
+        (
+            &["--config", "c.toml", "--source", "synthetic:s.txt"],
+            "epoch_maxx",
+        ),
+        (&["--config", "nothere.toml"], "cannot read config file"),
+    ];
+    for (flags, want) in cases {
+        let mut a = vec!["run", "--dram-latency", "100ns"];
+        a.extend_from_slice(flags);
+        a.extend(["--", "sh", "-c", &touch]);
+        let o = pmlab(&d, &a);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: {err}");
+        assert!(
+            err.starts_with("pmlab: error: ") && err.contains(want),
+            "{flags:?}: {err}"
+        );
+        assert!(!marker.exists(), "{flags:?} started the program");
+    }
+    let o = pmlab(
+        &d,
+        &[
+            "run",
+            "--dram-latency",
+            "100ns",
+            "--source",
+            "synthetic:s.txt",
+            "--",
+            "./no-such-program",
+        ],
+    );
+    assert_eq!(
+        text(&o.stderr).trim(),
+        "pmlab: error: program './no-such-program' not found"
+    );
+}
+
+#[test]
+fn config_file_is_used_and_flags_win() {
+    let _serial = shared();
+    let d = Dir::new("config");
+    d.write("s.txt", "pm=1\nloop\n");
+    d.write(
+        "c.toml",
+        "pm_latency = \"250ns\"\nepoch_max = \"3ms\"\nsource = \"synthetic:s.txt\"\n",
+    );
+    let (o, v) = run_json(&d, &["--config", "c.toml", "--epoch-max", "4ms"], &["true"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(v["stats"]["pm_latency_ns"], 250.0);
+    assert_eq!(v["stats"]["epoch_max_ns"], 4e6);
+}
+
+#[test]
+fn exit_status_and_signals_of_the_program_are_forwarded() {
+    let _serial = shared();
+    let d = Dir::new("exit");
+    d.write("s.txt", "pm=1\nloop\n");
+    let o = pmlab(
+        &d,
+        &[
+            "run",
+            "-q",
+            "--dram-latency",
+            "100ns",
+            "--source",
+            "synthetic:s.txt",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(7));
+    let o = pmlab(
+        &d,
+        &[
+            "run",
+            "-q",
+            "--dram-latency",
+            "100ns",
+            "--source",
+            "synthetic:s.txt",
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(128 + 15));
+}
+
+#[test]
+fn calibrate_measures_and_caches_per_machine() {
+    let _serial = shared();
+    let d = Dir::new("calib");
+    let o = pmlab(
+        &d,
+        &[
+            "calibrate",
+            "--region",
+            "16MiB",
+            "--accesses",
+            "200000",
+            "--repeat",
+            "1",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    assert!(v["dram_latency_ns"].as_f64().unwrap() > 1.0);
+    assert!(v["tsc_ghz"].as_f64().unwrap() > 0.1);
+    let o = pmlab(&d, &["calibrate", "--show"]);
+    assert!(o.status.success());
+    let out = text(&o.stdout);
+    assert!(out.contains("(cached)"), "{out}");
+    if v["numa_nodes"] == 1 {
+        assert!(out.contains("one NUMA node"), "{out}");
+    }
+    // run --dram-latency auto uses the cache.
+    d.write("s.txt", "pm=1\nloop\n");
+    let o = pmlab(
+        &d,
+        &[
+            "run",
+            "--json",
+            "-q",
+            "--pm-latency",
+            "1us",
+            "--source",
+            "synthetic:s.txt",
+            "--",
+            "true",
+        ],
+    );
+    let st: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    assert_eq!(
+        st["stats"]["dram_latency_ns"].as_f64(),
+        v["dram_latency_ns"].as_f64()
+    );
+    let o = pmlab(&d, &["calibrate", "--region", "1KiB"]);
+    assert_eq!(o.status.code(), Some(2));
+}
