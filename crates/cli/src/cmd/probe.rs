@@ -14,6 +14,23 @@ use pmlab_probe::{profile, report, Op, Target};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+/// Write a line to stdout, returning the I/O error (a closed pipe ends the
+/// command quietly in `main`) instead of panicking like `println!`.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)?;
+    }};
+}
+
+/// `print!` that returns the I/O error, as [`outln!`].
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($t)*)?;
+    }};
+}
+
 /// Arguments of `pmlab probe`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -337,19 +354,22 @@ fn single(t: &TargetArgs, o: &OutArgs, curve: Curve, tgt: &dyn Target) -> anyhow
     let inf = infer::infer(&res.curves, &Thresholds::default());
     finish(&res, o, &inf)?;
     if o.json {
-        println!("{}", serde_json::to_string_pretty(&res)?);
+        outln!("{}", serde_json::to_string_pretty(&res)?);
     } else {
         let c = &res.curves[0];
-        println!("# {} on {}", c.id, res.description);
-        println!("# x: {} | y: {}", c.x_label, c.y_label);
+        outln!("# {} on {}", c.id, res.description);
+        outln!("# x: {} | y: {}", c.x_label, c.y_label);
         for p in &c.points {
             if res.noisy && p.hi > p.lo {
-                println!(
+                outln!(
                     "{:>14} {:>12.3}   (min {:.3}, max {:.3})",
-                    p.x, p.y, p.lo, p.hi
+                    p.x,
+                    p.y,
+                    p.lo,
+                    p.hi
                 );
             } else {
-                println!("{:>14} {:>12.3}", p.x, p.y);
+                outln!("{:>14} {:>12.3}", p.x, p.y);
             }
         }
     }
@@ -395,18 +415,20 @@ fn overwrite(a: OwArgs) -> anyhow::Result<u8> {
             &a.out,
             &infer::infer(&res.curves, &Thresholds::default()),
         )?;
-        println!(
+        outln!(
             "# overwrite of {} B, {} iterations on {}",
-            regions[0], a.iterations, res.description
+            regions[0],
+            a.iterations,
+            res.description
         );
-        println!("median iteration: {:.1} ns", tails.median);
-        println!(
+        outln!("median iteration: {:.1} ns", tails.median);
+        outln!(
             "long-tail iterations (> {}x median): {}",
             Thresholds::default().tail_factor,
             tails.index.len()
         );
         if let Some(i) = infer::tail_interval(&tails) {
-            println!(
+            outln!(
                 "median interval: {i:.0} iterations; tail median {:.1} ns",
                 tails.tail_median
             );
@@ -465,7 +487,7 @@ fn infer_cmd(a: InferArgs) -> anyhow::Result<u8> {
     let res = load_results(&a.dir)?;
     let inf = infer::infer(&res.curves, &Thresholds::default());
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&inf)?);
+        outln!("{}", serde_json::to_string_pretty(&inf)?);
         return Ok(0);
     }
     if a.report {
@@ -477,7 +499,7 @@ fn infer_cmd(a: InferArgs) -> anyhow::Result<u8> {
     let load = load_curve(&res)
         .context("the results have no load pointer-chasing curve: cannot fit a profile")?;
     let (_, toml) = profile::fit(&inf, load, &res.target, &Plan::sim().settings)?;
-    print!("{toml}");
+    out!("{toml}");
     Ok(0)
 }
 
@@ -542,11 +564,11 @@ fn all(a: AllArgs) -> anyhow::Result<u8> {
             "host_caches": caches,
             "profile_check_max_error": fitted.as_ref().map(|f| f.1),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{text}");
+        out!("{text}");
         let secs: f64 = res.seconds.values().sum();
-        println!("\n(probes took {secs:.1} s)");
+        outln!("\n(probes took {secs:.1} s)");
     }
     Ok(0)
 }
