@@ -460,3 +460,41 @@ fn reads_a_trace_from_a_pipe() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(json(&out)["requests"], 7);
 }
+
+#[test]
+fn cached_stores_write_back_at_flushes() {
+    let d = TempDir::new("stores");
+    d.file(
+        "c.txt",
+        b"0 0 W 0x40 8\n1 0 W 0x48 8\n2 0 CLWB 0x40 64\n3 0 SFENCE 0 0\n",
+    );
+    let bytes = |extra: &[&str]| {
+        let mut args = vec!["sim", "--preset", "optane-1dimm", "--json", "c.txt"];
+        args.extend_from_slice(extra);
+        let v = json(&pmlab(&d.0, &args));
+        let flat = v["stats"]["values"].as_array().unwrap().clone();
+        flat.iter().find(|s| s["name"] == "bytes_written").unwrap()["value"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(bytes(&[]), 128.0, "each W is a memory write");
+    assert_eq!(
+        bytes(&["--stores", "cached"]),
+        64.0,
+        "one write-back at the clwb"
+    );
+    fails_with(
+        &pmlab(
+            &d.0,
+            &[
+                "sim",
+                "--preset",
+                "optane-1dimm",
+                "c.txt",
+                "--stores",
+                "sometimes",
+            ],
+        ),
+        "sometimes",
+    );
+}

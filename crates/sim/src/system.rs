@@ -1,6 +1,7 @@
 //! [`System`]: a CPU-side front end (core-to-controller latencies, per
 //! thread persistence tracking) on top of a controller and its devices.
 
+use crate::buffer::Lru;
 use crate::config::{ParamInfo, Params};
 use crate::controller::Controller;
 use crate::stats::{Histogram, Stats};
@@ -50,8 +51,9 @@ pub struct Completion {
     /// writes, acceptance into the persistence domain; for fences, when
     /// earlier writes of the thread are persistent.
     pub done_ns: f64,
-    /// Writes only: when the last line entered the persistence domain (the
-    /// controller's write pending queue, ADR).
+    /// Writes (and, with `cpu.stores = "cached"`, flushes of dirty lines):
+    /// when the last line entered the persistence domain (the controller's
+    /// write pending queue, ADR).
     pub persist_ns: Option<f64>,
 }
 
@@ -63,6 +65,10 @@ impl Completion {
 }
 
 struct Front {
+    /// Dirty lines of the last-level cache when stores are cached.
+    dirty: Option<Lru>,
+    llc_lines: usize,
+    cached_store_ns: f64,
     read_ns: f64,
     store_ns: f64,
     nt_store_ns: f64,
@@ -148,7 +154,33 @@ impl System {
                 ),
             ));
         }
+        let stores = p
+            .choice(
+                "stores",
+                "memory",
+                &["memory", "cached"],
+                "memory: a W record is a memory write (DRAM-simulator traces); cached: it dirties a last-level-cache line that a flush or an eviction writes back (program traces)",
+            )
+            .map_err(wrap)?;
+        let llc = p
+            .bytes(
+                "llc_bytes",
+                32 << 20,
+                64,
+                "last-level cache capacity for dirty lines when stores = \"cached\"",
+            )
+            .map_err(wrap)?;
+        let cached_store_ns = p
+            .ns(
+                "cached_store_ns",
+                1.0,
+                "cost of a store that stays in the cache",
+            )
+            .map_err(wrap)?;
         let front = Front {
+            dirty: (stores == "cached").then(|| Lru::new((llc / 64) as usize)),
+            llc_lines: (llc / 64) as usize,
+            cached_store_ns,
             read_ns: p
                 .ns(
                     "read_ns",
@@ -256,6 +288,38 @@ impl System {
                 }
                 (done, None, 0)
             }
+            Op::Write if self.front.dirty.is_some() => {
+                let wb = t + self.front.store_ns;
+                for l in lines() {
+                    let dirty = self.front.dirty.as_mut().expect("cached stores");
+                    if let Some((victim, _)) = dirty.insert(l, t, 1) {
+                        // An eviction writes the victim back; nobody waits.
+                        self.ctrl.write(victim, wb);
+                        self.bytes_written += 64;
+                    }
+                }
+                (t + self.front.cached_store_ns, None, 1)
+            }
+            Op::Clwb | Op::ClflushOpt | Op::Clflush if self.front.dirty.is_some() => {
+                // Write back the dirty lines; the thread does not wait, its
+                // next fence does.
+                let mut p = None;
+                for l in lines() {
+                    if self.front.dirty.as_mut().expect("cached stores").remove(l) {
+                        let a = self.ctrl.write(l, t + self.front.store_ns);
+                        self.bytes_written += 64;
+                        p = Some(p.unwrap_or(a).max(a));
+                    }
+                }
+                if let Some(p) = p {
+                    let th = r.thread as usize;
+                    if th >= self.last_persist.len() {
+                        self.last_persist.resize(th + 1, 0.0);
+                    }
+                    self.last_persist[th] = self.last_persist[th].max(p);
+                }
+                (t + self.front.flush_ns, p, 3)
+            }
             Op::Write | Op::NtWrite => {
                 let (lat, class) = if r.op == Op::Write {
                     (self.front.store_ns, 1)
@@ -299,6 +363,16 @@ impl System {
             issue_ns: t,
             done_ns: done,
             persist_ns: persist,
+        }
+    }
+
+    /// Override the configuration's `cpu.stores`: with `cached` true, a
+    /// `Write` dirties a last-level-cache line (of `cpu.llc_bytes`) that a
+    /// flush or an eviction writes back; with false, every `Write` is a
+    /// memory write. Switching drops the cache's dirty lines.
+    pub fn set_cached_stores(&mut self, cached: bool) {
+        if cached != self.front.dirty.is_some() {
+            self.front.dirty = cached.then(|| Lru::new(self.front.llc_lines));
         }
     }
 
@@ -411,6 +485,42 @@ mod tests {
             }
             assert!(s.drain(0.0) >= 0.0);
         }
+    }
+
+    #[test]
+    fn cached_stores_reach_memory_at_the_flush() {
+        let cfg = format!("[cpu]\nimpl = \"core\"\nstores = \"cached\"\n{MINI}");
+        let mut s = System::from_toml(&cfg, "t").unwrap();
+        let w1 = s.submit(&Request::new(0.0, Op::Write, 0x40, 8));
+        s.submit(&Request::new(1.0, Op::Write, 0x48, 8));
+        assert_eq!(w1.latency_ns(), 1.0, "a cached store");
+        assert_eq!(s.stats().get("bytes_written"), Some(0.0));
+        let f = s.submit(&Request::new(2.0, Op::Clwb, 0x40, 64));
+        assert_eq!(f.done_ns, 3.0, "clwb does not wait");
+        assert_eq!(f.persist_ns, Some(62.0), "store_ns to an idle WPQ");
+        let fence = s.submit(&Request::new(4.0, Op::SFence, 0, 0));
+        assert_eq!(fence.done_ns, 62.0, "the fence waits for the write-back");
+        assert_eq!(
+            s.stats().get("bytes_written"),
+            Some(64.0),
+            "one write for two stores"
+        );
+        let again = s.submit(&Request::new(100.0, Op::Clwb, 0x40, 64));
+        assert_eq!(again.persist_ns, None, "a clean line moves nothing");
+    }
+
+    #[test]
+    fn cached_stores_write_back_on_eviction() {
+        let cfg = format!("[cpu]\nimpl = \"core\"\nstores = \"cached\"\nllc_bytes = 128\n{MINI}");
+        let mut s = System::from_toml(&cfg, "t").unwrap();
+        for i in 0..3u64 {
+            s.submit(&Request::new(i as f64, Op::Write, i * 64, 64));
+        }
+        assert_eq!(
+            s.stats().get("bytes_written"),
+            Some(64.0),
+            "the third store evicted the first"
+        );
     }
 
     fn err(text: &str) -> String {

@@ -38,6 +38,11 @@ pub struct Args {
     /// recognised from the content.
     #[arg(long)]
     trace_format: Option<String>,
+    /// memory: each W record is a memory write (DRAM-simulator traces);
+    /// cached: W dirties a cache line that CLWB/CLFLUSH or an eviction
+    /// writes back (traces of programs). Default: the config's cpu.stores.
+    #[arg(long)]
+    stores: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -197,6 +202,12 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let mut sys = build(args.preset.as_deref(), args.config.as_deref())?;
+    match args.stores.as_deref() {
+        None => {}
+        Some("cached") => sys.set_cached_stores(true),
+        Some("memory") => sys.set_cached_stores(false),
+        Some(other) => bail!("unknown --stores '{other}': expected memory or cached"),
+    }
     let mut driver = Driver::new(mode);
     let summary = driver.run(&mut sys, records, |n| {
         if show {
