@@ -81,8 +81,7 @@ impl Params {
         });
     }
 
-    fn number(&self, name: &str, v: &toml::Value) -> Option<f64> {
-        let _ = name;
+    fn number(v: &toml::Value) -> Option<f64> {
         match v {
             toml::Value::Integer(i) => Some(*i as f64),
             toml::Value::Float(f) => Some(*f),
@@ -100,7 +99,7 @@ impl Params {
                     .get(),
                 true,
             ),
-            Some(x) => match self.number(name, x) {
+            Some(x) => match Self::number(x) {
                 Some(f) if f.is_finite() && f >= 0.0 => (f, true),
                 _ => {
                     return Err(self.err(
@@ -186,7 +185,7 @@ impl Params {
                     .bytes_per_ns(),
                 true,
             ),
-            Some(x) => match self.number(name, x) {
+            Some(x) => match Self::number(x) {
                 Some(f) if f.is_finite() && f > 0.0 => (f, true),
                 _ => {
                     return Err(self.err(
