@@ -193,6 +193,21 @@ impl Ctx {
     }
 }
 
+/// Record a point, and show its result with the progress.
+fn push(ctx: &Ctx, out: &mut Vec<Point>, p: Point) {
+    ctx.say(&format!(
+        "  -> {} {}: expected {:.1}, median {:.1} (min {:.1}, max {:.1}), error {:+.2}%",
+        p.study,
+        p.config,
+        p.expected,
+        p.measured.median,
+        p.measured.min,
+        p.measured.max,
+        p.error_pct
+    ));
+    out.push(p);
+}
+
 fn check_output(prog: &str, out: &std::process::Output) -> Result<String> {
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -436,17 +451,21 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             )
         })?;
         let m = summarize(&runs);
-        out.push(Point {
-            study: s("memlat"),
-            config: s("chains=1"),
-            target_ns: lat,
-            unit: s("ns/access"),
-            expected: lat,
-            measured: m,
-            error_pct: error_pct(m.median, lat),
-            bound_pct: 2.0,
-            runs,
-        });
+        push(
+            ctx,
+            out,
+            Point {
+                study: s("memlat"),
+                config: s("chains=1"),
+                target_ns: lat,
+                unit: s("ns/access"),
+                expected: lat,
+                measured: m,
+                error_pct: error_pct(m.median, lat),
+                bound_pct: 2.0,
+                runs,
+            },
+        );
     }
     Ok(())
 }
@@ -468,17 +487,21 @@ fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         })?;
         let m = summarize(&runs);
         let expected = native.median * lat / ctx.dram_ns;
-        out.push(Point {
-            study: s("chains"),
-            config: format!("chains={k} native={:.1}ns", native.median),
-            target_ns: lat,
-            unit: s("ns/access"),
-            expected,
-            measured: m,
-            error_pct: error_pct(m.median, expected),
-            bound_pct: 5.0,
-            runs,
-        });
+        push(
+            ctx,
+            out,
+            Point {
+                study: s("chains"),
+                config: format!("chains={k} native={:.1}ns", native.median),
+                target_ns: lat,
+                unit: s("ns/access"),
+                expected,
+                measured: m,
+                error_pct: error_pct(m.median, expected),
+                bound_pct: 5.0,
+                runs,
+            },
+        );
     }
     Ok(())
 }
@@ -519,17 +542,21 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                     need("multilat", &o, "elapsed_ns")
                 })?;
                 let m = summarize(&runs);
-                out.push(Point {
-                    study: s("multilat"),
-                    config: format!("{rd}:{rp} pattern={pd}:{pn}"),
-                    target_ns: lat,
-                    unit: s("ns"),
-                    expected,
-                    measured: m,
-                    error_pct: error_pct(m.median, expected),
-                    bound_pct: 2.0,
-                    runs,
-                });
+                push(
+                    ctx,
+                    out,
+                    Point {
+                        study: s("multilat"),
+                        config: format!("{rd}:{rp} pattern={pd}:{pn}"),
+                        target_ns: lat,
+                        unit: s("ns"),
+                        expected,
+                        measured: m,
+                        error_pct: error_pct(m.median, expected),
+                        bound_pct: 2.0,
+                        runs,
+                    },
+                );
             }
         }
     }
@@ -572,17 +599,21 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             })?;
             let m = summarize(&runs);
             let expected = native.median * lat / ctx.dram_ns;
-            out.push(Point {
-                study: s("mtlat"),
-                config: format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
-                target_ns: lat,
-                unit: s("ns"),
-                expected,
-                measured: m,
-                error_pct: error_pct(m.median, expected),
-                bound_pct: 5.0,
-                runs,
-            });
+            push(
+                ctx,
+                out,
+                Point {
+                    study: s("mtlat"),
+                    config: format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
+                    target_ns: lat,
+                    unit: s("ns"),
+                    expected,
+                    measured: m,
+                    error_pct: error_pct(m.median, expected),
+                    bound_pct: 5.0,
+                    runs,
+                },
+            );
         }
     }
     Ok(())
@@ -601,17 +632,21 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         )
     })?;
     let m = summarize(&runs);
-    out.push(Point {
-        study: s("overhead"),
-        config: s("memlat chains=1 --no-inject vs native"),
-        target_ns: 0.0,
-        unit: s("ns/access"),
-        expected: native.median,
-        measured: m,
-        error_pct: error_pct(m.median, native.median),
-        bound_pct: f64::INFINITY,
-        runs,
-    });
+    push(
+        ctx,
+        out,
+        Point {
+            study: s("overhead"),
+            config: s("memlat chains=1 --no-inject vs native"),
+            target_ns: 0.0,
+            unit: s("ns/access"),
+            expected: native.median,
+            measured: m,
+            error_pct: error_pct(m.median, native.median),
+            bound_pct: f64::INFINITY,
+            runs,
+        },
+    );
     Ok(())
 }
 
