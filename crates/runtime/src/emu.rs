@@ -137,6 +137,8 @@ pub struct ThreadState {
     pub busy: AtomicBool,
     /// A timer epoch arrived while busy.
     pub deferred: AtomicBool,
+    /// The thread's CPU time when the monitor last looked (monitor only).
+    pub monitor_cpu_ns: AtomicU64,
     counters: UnsafeCell<Option<Box<dyn ThreadCounters>>>,
     account: UnsafeCell<OverheadAccount>,
     write: UnsafeCell<Option<WriteModel>>,
@@ -446,6 +448,7 @@ fn claim_slot(tid: i32) -> Option<&'static ThreadState> {
                 signal_pending: AtomicBool::new(false),
                 busy: AtomicBool::new(false),
                 deferred: AtomicBool::new(false),
+                monitor_cpu_ns: AtomicU64::new(0),
                 counters: UnsafeCell::new(None),
                 account: UnsafeCell::new(OverheadAccount::default()),
                 write: UnsafeCell::new(None),
@@ -798,7 +801,11 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
             // A thread blocked in the kernel is not accumulating stalls;
             // signalling it would only interrupt its system call (sleeps,
             // sem_wait and poll return EINTR whatever SA_RESTART says).
-            if !is_running(pid, tid) {
+            // Cheap test first: no CPU time since the last look means the
+            // thread is blocked (no /proc read needed).
+            let cpu = thread_cpu_ns(tid);
+            let last = t.monitor_cpu_ns.swap(cpu, Ordering::Relaxed);
+            if cpu == last || !is_running(pid, tid) {
                 continue;
             }
             if !t.signal_pending.swap(true, Ordering::AcqRel) {
@@ -809,6 +816,20 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
         }
     }
     null_mut()
+}
+
+/// CPU time of thread `tid` of this process (its CPUCLOCK_SCHED clock).
+fn thread_cpu_ns(tid: i32) -> u64 {
+    let clock = ((!(tid as libc::clockid_t)) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a local timespec.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return u64::MAX;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// True when the thread is running or runnable (state `R` in

@@ -8,7 +8,7 @@
 use anyhow::{bail, Context};
 use pmlab_model::units::Bytes;
 use serde::{Deserialize, Serialize};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -407,10 +407,12 @@ fn measure(args: &Args) -> anyhow::Result<Calibration> {
 
 fn print(c: &Calibration, json: bool, cached: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(c)?);
+        writeln!(std::io::stdout(), "{}", serde_json::to_string(c)?)?;
         return Ok(());
     }
-    println!(
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
         "dram_latency_ns={:.1} spread_ns={:.1} tsc_ghz={:.3} region={} llc={} huge_pages={} numa_nodes={}{}",
         c.dram_latency_ns,
         c.dram_latency_spread_ns,
@@ -420,12 +422,13 @@ fn print(c: &Calibration, json: bool, cached: bool) -> anyhow::Result<()> {
         c.huge_pages,
         c.numa_nodes,
         if cached { " (cached)" } else { "" }
-    );
+    )?;
     match c.remote_latency_ns {
-        Some(r) => println!("remote_latency_ns={r:.1}"),
-        None => println!(
+        Some(r) => writeln!(out, "remote_latency_ns={r:.1}")?,
+        None => writeln!(
+            out,
             "one NUMA node: no remote latency measured (two-memory mode, --remote-latency, is unavailable here)"
-        ),
+        )?,
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::launch;
 use anyhow::{anyhow, bail, Context};
 use pmlab_model::units::{Bandwidth, Bytes, Nanos};
 use serde::Deserialize;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab run`.
@@ -339,7 +340,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 format!("runtime statistics {} are corrupt", stats_path.display())
             })?;
             if args.json {
-                println!("{}", serde_json::json!({ "exit_code": code, "stats": v }));
+                // The program's exit code wins over a closed stdout.
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    serde_json::json!({ "exit_code": code, "stats": v })
+                );
             }
             if !args.quiet {
                 eprintln!("{}", summary(&v));
@@ -350,7 +356,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 "pmlab: warning: the runtime wrote no statistics: the program may be statically linked or setuid (LD_PRELOAD ignored), or ended by _exit or a crash"
             );
             if args.json {
-                println!(
+                let _ = writeln!(
+                    std::io::stdout(),
                     "{}",
                     serde_json::json!({ "exit_code": code, "stats": null })
                 );
