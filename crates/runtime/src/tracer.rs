@@ -10,9 +10,11 @@
 //!   (`pmlab trace` sets it). The header's metadata names the program, the
 //!   pid, the clock and whether libpmem's entry points are interposed
 //!   (`pmdk=interposed`), plus fixed-width fields filled in when the trace
-//!   is finished: `records`, `dropped`, and `stores` (`instrumented` when
-//!   the program's own stores were recorded by `pmlab cc` instrumentation,
-//!   else `flushes-only`: the analyses then count flushed lines as stored).
+//!   is finished: `records`, `dropped`, `waits`, and `stores`
+//!   (`instrumented` when the program's own stores were recorded by `pmlab
+//!   cc` instrumentation, else `flushes-only`: the analyses then count
+//!   flushed lines as stored). `PMLAB_TRACE_STORES=1` (set by `pmlab
+//!   trace` for instrumented programs) turns the instrumentation hooks on.
 //! * Each thread, at its first record, maps (with a raw `mmap` system call)
 //!   its own ring of [`RING_ENTRIES`] records and takes the next thread
 //!   number (0, 1, … in order of first record; at most [`MAX_THREADS`]).
@@ -424,6 +426,19 @@ fn init_from_env() {
             );
             // SAFETY: plain write(2) to stderr.
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
+    }
+    if env("PMLAB_TRACE_STORES").as_deref() == Some("1") {
+        // A program built with `pmlab cc`: turn the load/store hooks on so
+        // that its stores into PM are recorded (no delay is injected:
+        // that is `pmlab run`'s work).
+        match crate::source::instrumented::config_from_env(env) {
+            Ok(cfg) => crate::instrument_hooks::activate(cfg),
+            Err(e) => {
+                let msg = format!("pmlab: trace: stores will not be recorded: {e}\n");
+                // SAFETY: plain write(2) to stderr.
+                unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            }
         }
     }
     let pmdk = if crate::pmdk::libpmem_present() {

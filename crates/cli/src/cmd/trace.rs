@@ -86,8 +86,26 @@ fn command(args: &Args, runtime: Option<&Path>, out: Option<&Path>) -> Command {
     }
     if let Some(o) = out {
         c.env("PMLAB_TRACE_FILE", o);
+        if instrumented(&args.command[0]) {
+            c.env("PMLAB_TRACE_STORES", "1");
+        }
     }
     c
+}
+
+/// True when `program` (a path, or a name looked up in PATH) was built with
+/// `pmlab cc`: its stores into PM can then be recorded one by one.
+fn instrumented(program: &str) -> bool {
+    let path = if program.contains('/') {
+        Some(PathBuf::from(program))
+    } else {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(program))
+                .find(|c| c.is_file())
+        })
+    };
+    path.is_some_and(|p| super::cc::is_instrumented(&p).unwrap_or(false))
 }
 
 fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
