@@ -453,7 +453,12 @@ pub fn infer(curves: &[Curve], th: &Thresholds) -> Inferred {
     }
     if let Some(c) = curves.iter().find(|c| c.kind == Kind::OverwriteSweep) {
         r.migration_block = migration_block(&c.points, th.drop);
-        if r.migration_block.is_none() {
+        if c.points.first().is_some_and(|p| p.y <= 0.0) {
+            r.notes.push(
+                "overwrite sweep: no long tails at the smallest region, so no migration block"
+                    .into(),
+            );
+        } else if r.migration_block.is_none() {
             r.notes
                 .push("overwrite sweep: the long-tail frequency never drops".into());
         }

@@ -114,6 +114,13 @@ pub fn text(
         );
     }
     match (inf.inclusive, inf.raw_ratio) {
+        (Some(_), Some(r)) if inf.read_buffers.len() < 2 => {
+            let _ = writeln!(
+                s,
+                "  read-after-write: RaW = {r:.2} x (R + W) ({} fast-forward; one buffer level, so no hierarchy to classify)",
+                if r >= 0.9 { "no" } else { "some" }
+            );
+        }
         (Some(true), Some(r)) => {
             let _ = writeln!(
                 s,
