@@ -21,10 +21,17 @@ fn main() {
         .collect();
     let spread = load.iter().map(|p| (p.1 * 0.95, p.1 * 1.05)).collect();
     let chart = LineChart::new("pointer chasing, 64 B blocks")
-        .x_axis(Axis::new("PC-region size").scale(Scale::Log).format(Format::Bytes))
+        .x_axis(
+            Axis::new("PC-region size")
+                .scale(Scale::Log)
+                .format(Format::Bytes),
+        )
         .y_axis(Axis::new("latency per cache line").format(Format::Nanos))
         .series(Series::new("load", load.clone()).spread(spread))
-        .series(Series::new("store", load.iter().map(|p| (p.0, p.1 * 0.6)).collect()))
+        .series(Series::new(
+            "store",
+            load.iter().map(|p| (p.0, p.1 * 0.6)).collect(),
+        ))
         .mark(16384.0, 170.0, "16K buffer")
         .mark(16.0 * 1048576.0, 300.0, "16M buffer");
     let hist = BarChart::histogram(
