@@ -155,6 +155,19 @@ fn replays_a_text_trace_on_every_preset_and_mode() {
         table.contains("latency") && table.contains("controller.dimm0.rmw_buffer.hit_rate"),
         "{table}"
     );
+    ok(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            t.to_str().unwrap(),
+            "--svg",
+            "tail.svg",
+        ],
+    ));
+    let svg = std::fs::read_to_string(d.0.join("tail.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("read"), "{svg}");
 }
 
 #[test]

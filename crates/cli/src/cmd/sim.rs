@@ -57,6 +57,10 @@ pub struct Args {
     /// Only read the trace, simulate nothing (measures parsing rate).
     #[arg(long)]
     parse_only: bool,
+    /// Also draw the latency distribution of each operation class (a tail
+    /// plot) to this SVG or PNG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
@@ -222,6 +226,9 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     // every write of the trace.
     let drained = sys.drain(summary.end_ns);
     let stats = sys.stats();
+    if let Some(path) = &args.svg {
+        tail_plot(&sys, path)?;
+    }
     let mode_name = args.mode.clone();
     if args.json {
         let v = serde_json::json!({
@@ -611,6 +618,35 @@ fn write_curve(c: &pmlab_sim::validate::Curve, path: &Path) -> anyhow::Result<()
     let mut chart = LineChart::new(c.title).x_axis(x).y_axis(y);
     for (name, pts) in &c.series {
         chart = chart.series(Series::new(name.clone(), pts.clone()).dots(true));
+    }
+    chart
+        .save(path)
+        .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))
+}
+
+/// Latency against the share of requests slower than it, per class.
+fn tail_plot(sys: &System, path: &Path) -> anyhow::Result<()> {
+    use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
+    let mut chart = LineChart::new(format!("latency distribution, {}", sys.name()))
+        .x_axis(Axis::new("requests slower (%)").scale(Scale::Log))
+        .y_axis(Axis::new("latency").scale(Scale::Log).format(Format::Nanos));
+    let mut any = false;
+    for class in ["read", "write", "nt_write", "flush", "fence"] {
+        let Some(h) = sys.latency(class) else {
+            continue;
+        };
+        if h.count() == 0 || h.max() <= 0.0 {
+            continue; // nothing to show on a log axis
+        }
+        let pts: Vec<(f64, f64)> = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
+            .iter()
+            .map(|p| (100.0 - p, h.percentile(*p).max(0.01)))
+            .collect();
+        chart = chart.series(Series::new(class, pts).dots(true));
+        any = true;
+    }
+    if !any {
+        bail!("--svg: the trace has no timed requests to plot");
     }
     chart
         .save(path)
