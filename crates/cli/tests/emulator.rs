@@ -301,6 +301,8 @@ fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
         "150",
         "-i",
         "10",
+        "-o",
+        "2000",
         "-r",
         "1",
     ];
@@ -355,6 +357,15 @@ fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
     assert!(
         hold_nosync < 0.2 * hold_sync,
         "{hold_nosync} vs {hold_sync}"
+    );
+    // And the other thread waits for it (work outside the sections lets
+    // the two threads interleave). How much depends on how often the two
+    // threads run at once, which a loaded 2-CPU machine decides: without
+    // sync epochs the wait is nil, with them it is a visible share.
+    assert!(wait_sync >= 0.02 * in_sections, "lock wait {wait_sync} ns");
+    assert!(
+        wait_sync > 2.0 * wait_nosync,
+        "{wait_sync} vs {wait_nosync}"
     );
 }
 
