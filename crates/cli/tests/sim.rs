@@ -511,3 +511,38 @@ fn cached_stores_write_back_at_flushes() {
         "sometimes",
     );
 }
+
+/// Real `valgrind --tool=lackey --trace-mem=yes` output is recognised and
+/// replayed (skipped, with a note, where valgrind is not installed).
+#[test]
+fn replays_real_lackey_output() {
+    let d = TempDir::new("valgrind");
+    let have = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("replays_real_lackey_output: valgrind not installed, skipped");
+        return;
+    }
+    let st = Command::new("valgrind")
+        .args([
+            "--tool=lackey",
+            "--trace-mem=yes",
+            "--log-file=true.lackey",
+            "/bin/true",
+        ])
+        .current_dir(&d.0)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let v = json(&pmlab(
+        &d.0,
+        &["sim", "--preset", "optane-1dimm", "--json", "true.lackey"],
+    ));
+    assert!(v["requests"].as_u64().unwrap() > 1000, "{}", v["requests"]);
+}
