@@ -143,7 +143,7 @@ impl fmt::Display for Bytes {
             ("KiB", 1 << 10),
         ];
         for (name, size) in STEPS {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{}", self.0 / size, name);
             }
         }
