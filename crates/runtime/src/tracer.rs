@@ -517,23 +517,36 @@ mod tests {
         let f = std::fs::File::open(&path).unwrap();
         let r = binary::Reader::new(std::io::BufReader::new(f)).unwrap();
         assert_eq!(r.meta_value("test"), Some("1"));
-        assert_eq!(r.meta_value("records"), Some("00000000000000003005"));
+        // Other tests of this crate run in parallel in this process and may
+        // record too (API calls, instrumentation hooks): check this test's
+        // records by their addresses, and the counters for consistency.
+        let header_records: usize = r.meta_value("records").unwrap().parse().unwrap();
         assert_eq!(r.meta_value("dropped"), Some("00000000000000000000"));
         assert!(r.meta_value("waits").is_some());
-        assert_eq!(r.meta_value("stores"), Some("flushes-only"));
+        assert!(matches!(
+            r.meta_value("stores"),
+            Some("flushes-only") | Some("instrumented")
+        ));
         let recs: Vec<Record> = r.collect::<Result<_, _>>().unwrap();
-        assert_eq!(recs.len(), 3005);
-        assert_eq!(recs.iter().filter(|r| r.op == Op::Write).count(), 3000);
-        let mut threads: Vec<u32> = recs.iter().map(|r| r.thread).collect();
+        assert_eq!(recs.len(), header_records);
+        let mine: Vec<&Record> = recs
+            .iter()
+            .filter(|r| r.op == Op::Write && r.addr < 0x4000 && r.size == 8)
+            .collect();
+        assert_eq!(mine.len(), 3000);
+        assert!(recs.iter().any(|r| r.op == Op::TxBegin && r.addr == 1));
+        assert!(recs.iter().any(|r| r.op == Op::TxEnd && r.addr == 1));
+        let mut threads: Vec<u32> = mine.iter().map(|r| r.thread).collect();
         threads.sort();
         threads.dedup();
-        assert_eq!(threads, [0, 1, 2, 3]);
-        for t in 0..4 {
-            let times: Vec<u64> = recs
+        assert_eq!(threads.len(), 3, "one number per recording thread");
+        for t in threads {
+            let times: Vec<u64> = mine
                 .iter()
                 .filter(|r| r.thread == t)
                 .map(|r| r.time_ns)
                 .collect();
+            assert_eq!(times.len(), 1000);
             assert!(
                 times.windows(2).all(|w| w[0] <= w[1]),
                 "thread {t} in order"
