@@ -526,6 +526,7 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     let t1 = rdtsc();
     let overhead = ticks_to_ns(t1.saturating_sub(t0)) + source_overhead;
     let inject = account.settle(delay + stretch, overhead);
+    let spin_start = rdtsc();
     let end = if !g.cfg.no_inject && inject > 0.0 {
         // Around long spins, note how long the thread waited for a CPU
         // meanwhile (schedstat): that wait did not lengthen the run (the
@@ -544,13 +545,23 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     } else {
         rdtsc()
     };
+    // A spin that ended late (the thread was descheduled across its
+    // deadline) injected more than asked: count the excess as overhead, to
+    // be absorbed by later delays like the emulator's own cost.
+    let mut overshoot = 0.0;
+    if !g.cfg.no_inject && inject > 0.0 {
+        overshoot = (ticks_to_ns(end.saturating_sub(spin_start)) - inject).max(0.0);
+        account.pending_ns += overshoot;
+        account.total_overhead_ns += overshoot;
+    }
     let s = &t.stats;
     s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
     s.requested_ns
         .fetch_add((delay + stretch) as u64, Ordering::Relaxed);
     s.injected_ns.fetch_add(inject as u64, Ordering::Relaxed);
     s.stretch_ns.fetch_add(stretch as u64, Ordering::Relaxed);
-    s.overhead_ns.fetch_add(overhead as u64, Ordering::Relaxed);
+    s.overhead_ns
+        .fetch_add((overhead + overshoot) as u64, Ordering::Relaxed);
     s.overhead_ticks
         .fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
     s.pending_overhead_ns
