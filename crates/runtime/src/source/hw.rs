@@ -288,10 +288,12 @@ impl HwSource {
                     "perf_event_open was refused (kernel.perf_event_paranoid is {p}); as root run 'sysctl kernel.perf_event_paranoid=2' or grant CAP_PERFMON"
                 )));
             }
-            Err(e) => return Err(unavailable(format!(
+            Err(e) => {
+                return Err(unavailable(format!(
                 "no hardware PMU is visible (perf_event_open: {}); in a VM, enable the virtual PMU",
                 std::io::Error::from_raw_os_error(e)
-            ))),
+            )))
+            }
         }
         // 2. Do we know this CPU's events?
         let cpu = cpu_id();
