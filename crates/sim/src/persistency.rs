@@ -239,8 +239,12 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// A replay of `cfg.model` on `sys`.
-    pub fn new(sys: System, cfg: Config) -> Replay {
+    /// A replay of `cfg.model` on `sys`. The replay models the cache
+    /// itself (stores stay in it until a flush, per model), so every write
+    /// it submits is a memory write: `sys`'s cached-stores mode is turned
+    /// off.
+    pub fn new(mut sys: System, cfg: Config) -> Replay {
+        sys.set_cached_stores(false);
         Replay {
             cfg,
             sys,
