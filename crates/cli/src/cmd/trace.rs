@@ -3,8 +3,9 @@
 //!
 //! The recording itself is done inside the program by the runtime's tracer
 //! (`crates/runtime/src/tracer.rs`, started by `PMLAB_TRACE_FILE`); this
-//! command finds libpmlab, starts the program with it preloaded, waits, and
-//! checks the trace (records, threads, drops, whether the tracer finished).
+//! command starts the program under libpmlab with `launch` (as `pmlab run`:
+//! signals are forwarded), waits, and checks the trace (records, threads,
+//! drops, whether the tracer finished).
 
 use anyhow::{bail, Context};
 use pmlab_trace::binary;
@@ -34,78 +35,38 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
-/// Where libpmlab.so is: `$PMLAB_RUNTIME`, else next to the pmlab binary
-/// (cargo's target directory), else `../lib/` from it.
-pub fn find_runtime() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("PMLAB_RUNTIME") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!(
-            "PMLAB_RUNTIME={} is not a file: point it at libpmlab.so",
-            p.display()
-        );
-    }
-    let exe = std::env::current_exe().context("cannot locate the pmlab binary")?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for cand in [
-        dir.join("libpmlab.so"),
-        dir.join("../lib/libpmlab.so"),
-        dir.join("../libpmlab.so"),
-    ] {
-        if cand.is_file() {
-            return Ok(cand);
-        }
-    }
-    bail!(
-        "cannot find libpmlab.so next to {}: build it with `cargo build --release -p pmlab-runtime` or set PMLAB_RUNTIME",
-        exe.display()
-    )
-}
-
-fn command(args: &Args, runtime: Option<&Path>, out: Option<&Path>) -> Command {
-    let mut c = Command::new(&args.command[0]);
-    c.args(&args.command[1..]);
-    c.env_remove("PMLAB_TRACE_NESTED");
-    c.env_remove("PMLAB_TRACE_FILE");
+/// The program's command line, with libpmlab preloaded and tracing into
+/// `out` when `runtime` is given (through `launch`, as `pmlab run`), else
+/// plain (the untraced baseline of `--overhead`).
+fn command(args: &Args, program: &Path, runtime: Option<&Path>, out: Option<&Path>) -> Command {
+    let mut argv = args.command.clone();
+    argv[0] = program.to_string_lossy().into_owned();
+    let mut env: Vec<(String, String)> = Vec::new();
     if std::env::var_os("PMEM_IS_PMEM_FORCE").is_none() {
         // Without it libpmemobj msyncs a pool on ordinary memory instead of
         // calling libpmem's flush and drain (see runtime/src/pmdk.rs).
-        c.env("PMEM_IS_PMEM_FORCE", "1");
-    }
-    if let Some(rt) = runtime {
-        let mut pre = rt.as_os_str().to_owned();
-        if let Some(old) = std::env::var_os("LD_PRELOAD") {
-            if !old.is_empty() {
-                pre.push(":");
-                pre.push(old);
-            }
-        }
-        c.env("LD_PRELOAD", pre);
+        env.push(("PMEM_IS_PMEM_FORCE".into(), "1".into()));
     }
     if let Some(o) = out {
-        c.env("PMLAB_TRACE_FILE", o);
-        if instrumented(&args.command[0]) {
-            c.env("PMLAB_TRACE_STORES", "1");
+        env.push(("PMLAB_TRACE_FILE".into(), o.to_string_lossy().into_owned()));
+        if super::cc::is_instrumented(program).unwrap_or(false) {
+            // Built with `pmlab cc`: its stores into PM are recorded too.
+            env.push(("PMLAB_TRACE_STORES".into(), "1".into()));
         }
     }
-    c
-}
-
-/// True when `program` (a path, or a name looked up in PATH) was built with
-/// `pmlab cc`: its stores into PM can then be recorded one by one.
-fn instrumented(program: &str) -> bool {
-    let path = if program.contains('/') {
-        Some(PathBuf::from(program))
-    } else {
-        std::env::var_os("PATH").and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(program))
-                .find(|c| c.is_file())
-        })
+    let mut c = match runtime {
+        Some(rt) => crate::launch::command(rt, &argv, &env),
+        None => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]).envs(env.iter().map(|(k, v)| (k, v)));
+            c
+        }
     };
-    path.is_some_and(|p| super::cc::is_instrumented(&p).unwrap_or(false))
+    c.env_remove("PMLAB_TRACE_NESTED");
+    if out.is_none() {
+        c.env_remove("PMLAB_TRACE_FILE");
+    }
+    c
 }
 
 fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
@@ -119,7 +80,8 @@ fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let runtime = find_runtime()?;
+    let runtime = crate::launch::find_runtime()?;
+    let program = crate::launch::resolve_program(&args.command[0])?;
     let out = if args.output.is_absolute() {
         args.output.clone()
     } else {
@@ -131,10 +93,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let baseline = if args.overhead {
         let t = Instant::now();
-        let status = command(&args, None, None)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .with_context(|| format!("cannot run {}", args.command[0]))?;
+        let mut c = command(&args, &program, None, None);
+        c.stdout(std::process::Stdio::null());
+        let status = crate::launch::spawn_and_wait(c)?;
         if !status.success() {
             bail!(
                 "the untraced run of {} failed ({}); --overhead needs a program that succeeds",
@@ -148,9 +109,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
 
     let t = Instant::now();
-    let status = command(&args, Some(&runtime), Some(&out))
-        .status()
-        .with_context(|| format!("cannot run {}", args.command[0]))?;
+    let status =
+        crate::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
     let secs = t.elapsed().as_secs_f64();
     let (code, how) = exit_code(status);
 
