@@ -207,6 +207,10 @@ pub fn alloc(size: usize, cfg: &Config) -> *mut u8 {
             }
             Err(e) => {
                 FAILED.store(true, Ordering::Relaxed);
+                // Say why once: the program only sees NULL and ENOMEM.
+                let line = format!("pmlab: runtime: warning: pmalloc fails: {e}\n");
+                // SAFETY: write(2) to stderr.
+                unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
                 let _ = ERROR.set(e);
                 return null_mut();
             }

@@ -235,7 +235,15 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         set("PMLAB_W", w.to_string());
     }
     if let Some(p) = pick!(pm_file) {
-        set("PMLAB_PM_FILE", p.to_string_lossy().into_owned());
+        let abs = std::path::absolute(&p).unwrap_or(p.clone());
+        if let Some(dir) = abs.parent().filter(|d| !d.is_dir()) {
+            bail!(
+                "--pm-file {}: directory {} does not exist",
+                p.display(),
+                dir.display()
+            );
+        }
+        set("PMLAB_PM_FILE", abs.to_string_lossy().into_owned());
     }
     if let Some(s) = pick!(pm_pool_size) {
         let b = Bytes::parse(&s).map_err(|e| anyhow!("--pm-pool-size: {e}"))?;
@@ -245,6 +253,11 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         set("PMLAB_PM_POOL_SIZE", s);
     }
     if let Some(n) = pick!(pm_node) {
+        if !Path::new(&format!("/sys/devices/system/node/node{n}")).is_dir() {
+            bail!(
+                "--pm-node {n}: this machine has no NUMA node {n} (see /sys/devices/system/node)"
+            );
+        }
         set("PMLAB_PM_NODE", n.to_string());
     }
     if a.no_inject || f.no_inject == Some(true) {
