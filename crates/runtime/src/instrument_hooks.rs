@@ -26,6 +26,10 @@ use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+/// One slow call in this many reads the TSC around itself (reading it costs
+/// tens of cycles in a VM); the mean of the timed calls stands for all.
+pub const TIME_EVERY: u64 = 8;
+
 /// Entries of the per-thread filter (direct-mapped, one line each).
 pub const FILTER_LINES: usize = 256;
 const LINE_SHIFT: u32 = 6;
@@ -144,7 +148,9 @@ pub struct ThreadTotals {
     pub accesses: u64,
     /// Accesses that missed the filter and went to the cache model.
     pub slow_calls: u64,
-    /// TSC cycles spent in the slow path (measured).
+    /// Slow calls whose cost was measured (one in [`TIME_EVERY`]).
+    pub timed_calls: u64,
+    /// TSC cycles spent in the timed slow calls.
     pub slow_cycles: u64,
     /// Serial accesses and misses (MLP estimate).
     pub serial: SerialCounts,
@@ -244,7 +250,16 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
     // before the clock starts: a miss here is the program's own memory
     // access (its load then hits), not emulator overhead.
     let v = value.map(|p| std::ptr::read_unaligned(p));
-    let t0 = tsc_after(v.unwrap_or(0));
+    let timed = (*t)
+        .slow
+        .as_ref()
+        .is_none_or(|s| s.totals.slow_calls % TIME_EVERY == 0);
+    let t0 = if timed {
+        tsc_after(v.unwrap_or(0))
+    } else {
+        fence_after(v.unwrap_or(0));
+        0
+    };
     if (*t).slow.is_null() {
         (*t).slow = new_slow();
         if (*t).slow.is_null() {
@@ -294,7 +309,10 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
     }
     (*t).filter[line % FILTER_LINES] = (line << 1) | write as usize;
     s.totals.slow_calls += 1;
-    s.totals.slow_cycles += tsc().wrapping_sub(t0);
+    if timed {
+        s.totals.timed_calls += 1;
+        s.totals.slow_cycles += tsc().wrapping_sub(t0);
+    }
     (*t).busy = false;
 }
 
@@ -349,6 +367,17 @@ fn prefetch(p: *const u32) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// Wait until every earlier instruction, in particular the load of `_dep`,
+/// has completed (as [`tsc_after`] does, without reading the clock).
+#[inline(always)]
+fn fence_after(_dep: u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence has no preconditions on x86-64.
+    unsafe {
+        core::arch::x86_64::_mm_lfence();
+    }
 }
 
 /// The TSC once every earlier instruction has completed, in particular
@@ -426,24 +455,36 @@ pub struct HookCosts {
     pub fast_ns: f64,
     /// TSC ticks per ns.
     pub tsc_ghz: f64,
-    /// ns per slow call not covered by the TSC readings (the fast part and
-    /// the reads of the TSC themselves).
+    /// ns per slow call not covered by the TSC readings (the call, the
+    /// filter check).
     pub slow_extra_ns: f64,
+    /// ns of the two TSC reads of a timed slow call.
+    pub tsc_pair_ns: f64,
 }
 
 impl HookCosts {
-    /// The hooks' overhead between two totals, in ns.
+    /// The hooks' overhead between two totals, in ns. Untimed slow calls
+    /// cost the mean of the timed ones in the interval (or of all timed
+    /// calls so far when the interval timed too few).
     pub fn overhead_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         let calls = to.accesses.saturating_sub(from.accesses) as f64;
         let slow = to.slow_calls.saturating_sub(from.slow_calls) as f64;
+        let timed = to.timed_calls.saturating_sub(from.timed_calls);
         let cycles = to.slow_cycles.saturating_sub(from.slow_cycles) as f64;
         let fast = (calls - slow).max(0.0);
-        let tsc_ns = if self.tsc_ghz > 0.0 {
-            cycles / self.tsc_ghz
+        let mean_cycles = if timed >= 4 {
+            cycles / timed as f64
+        } else if to.timed_calls > 0 {
+            to.slow_cycles as f64 / to.timed_calls as f64
         } else {
             0.0
         };
-        fast * self.fast_ns + slow * self.slow_extra_ns + tsc_ns
+        let slow_ns = if self.tsc_ghz > 0.0 {
+            slow * mean_cycles / self.tsc_ghz
+        } else {
+            0.0
+        };
+        fast * self.fast_ns + slow * self.slow_extra_ns + timed as f64 * self.tsc_pair_ns + slow_ns
     }
 }
 
@@ -492,7 +533,8 @@ pub fn calibrate() -> HookCosts {
     HookCosts {
         fast_ns: best,
         tsc_ghz,
-        slow_extra_ns: best + tsc_pair_ns,
+        slow_extra_ns: best,
+        tsc_pair_ns,
     }
 }
 
@@ -695,13 +737,20 @@ mod tests {
         deactivate();
         assert!(c.fast_ns > 0.0 && c.tsc_ghz > 0.0, "{c:?}");
         let a = ThreadTotals::default();
+        // 100 calls, 16 slow, 4 of them timed for 400 ticks in all: each
+        // slow call costs the timed mean, 100 ticks.
         let b = ThreadTotals {
             accesses: 100,
-            slow_calls: 10,
-            slow_cycles: 0,
+            slow_calls: 16,
+            timed_calls: 4,
+            slow_cycles: 400,
             ..Default::default()
         };
         let o = c.overhead_ns(&a, &b);
-        assert!((o - (90.0 * c.fast_ns + 10.0 * c.slow_extra_ns)).abs() < 1e-6);
+        let want = 84.0 * c.fast_ns
+            + 16.0 * c.slow_extra_ns
+            + 4.0 * c.tsc_pair_ns
+            + 16.0 * 100.0 / c.tsc_ghz;
+        assert!((o - want).abs() < 1e-6, "{o} {want}");
     }
 }
