@@ -177,6 +177,9 @@ fn small_suite_writes_results_plots_and_report_then_infer_reads_them() {
     let report = stdout(&o);
     assert!(report.contains("read buffer 1:    16K"), "{report}");
     assert!(report.contains("entry 256B"), "{report}");
+    // LENS's store chase (one fence per run): the WPQ and the LSQ.
+    assert!(report.contains("write buffer 1:   512B"), "{report}");
+    assert!(report.contains("write buffer 2:     4K"), "{report}");
     for f in [
         "results.json",
         "report.txt",

@@ -546,13 +546,15 @@ macro_rules! kernels {
 
             /// Store every line in visit order; each line receives the
             /// address of the next one (so a load pass can chase them).
-            /// `fence_each` fences after every block (closed loop); `clwb` selects ordinary
+            /// `fence` says where `sfence` goes: after every block (closed
+            /// loop), after the pass, or not at all (`Fence::Run`: the
+            /// caller fences once after the run); `clwb` selects ordinary
             /// stores plus write-back instead of non-temporal stores.
             #[target_feature(enable = $feat)]
             pub unsafe fn stores(
                 base: *mut u8,
                 pat: &Pattern,
-                fence_each: bool,
+                fence: Fence,
                 wb: Option<FlushInsn>,
             ) {
                 let n = pat.order.len();
@@ -580,13 +582,25 @@ macro_rules! kernels {
                             }
                         }
                     }
-                    if fence_each {
+                    if fence == Fence::Block {
                         _mm_sfence();
                     }
                 }
-                _mm_sfence();
+                if fence != Fence::Run {
+                    _mm_sfence();
+                }
             }
         }
+    };
+}
+
+/// `sfence` (a no-op where the ISA has none).
+#[inline(always)]
+fn store_fence() {
+    // SAFETY: sfence only orders stores.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
     };
 }
 
@@ -661,15 +675,15 @@ impl Host {
             Isa::Scalar => kscalar::loads(base, pat),
         }
     }
-    unsafe fn stores(&self, base: *mut u8, pat: &Pattern, fence_each: bool) {
+    unsafe fn stores(&self, base: *mut u8, pat: &Pattern, fence: Fence) {
         let wb = match self.store {
             StoreKind::Nt => None,
             StoreKind::Clwb => Some(self.flush),
         };
         match self.isa {
-            Isa::Avx512 => k512::stores(base, pat, fence_each, wb),
-            Isa::Avx2 => k256::stores(base, pat, fence_each, wb),
-            Isa::Scalar => kscalar::stores(base, pat, fence_each, wb),
+            Isa::Avx512 => k512::stores(base, pat, fence, wb),
+            Isa::Avx2 => k256::stores(base, pat, fence, wb),
+            Isa::Scalar => kscalar::stores(base, pat, fence, wb),
         }
     }
 
@@ -678,7 +692,6 @@ impl Host {
     /// dependency chain (independent passes would overlap out of order).
     unsafe fn pass(&self, base: *mut u8, pat: &Pattern, cur: *const u8) -> *const u8 {
         let serial = pat.issue == Issue::Serial;
-        let per_block = pat.fence == Fence::Block;
         match pat.op {
             Op::Load if serial => self.chase(cur, pat.lines_per_pass()),
             Op::Load => {
@@ -686,11 +699,18 @@ impl Host {
                 cur
             }
             Op::Store => {
-                self.stores(base, pat, per_block);
+                self.stores(base, pat, pat.fence);
                 cur
             }
             Op::Raw => {
-                self.stores(base, pat, per_block);
+                // The loads must see the stores: a fenced-per-run RaW pass
+                // fences its stores before loading them.
+                let f = if pat.fence == Fence::Run {
+                    Fence::Pass
+                } else {
+                    pat.fence
+                };
+                self.stores(base, pat, f);
                 if serial {
                     self.chase(cur, pat.lines_per_pass())
                 } else {
@@ -741,17 +761,26 @@ impl Target for Host {
         unsafe {
             if matches!(pat.op, Op::Load) && pat.issue == Issue::Serial {
                 // Lay the chain with one store pass (not timed).
-                self.stores(base, pat, false);
+                self.stores(base, pat, Fence::Pass);
             }
             let mut cur = first;
             for _ in 0..pat.warmup {
                 cur = self.pass(base, pat, cur);
+            }
+            // Fence::Run: one sfence after the warm-up and one at the end
+            // of the timed run (or of each timed pass, when timed per pass).
+            let run_fence = pat.fence == Fence::Run;
+            if run_fence {
+                store_fence();
             }
             let out = match pat.timing {
                 Timing::Total => {
                     let t0 = rdtsc();
                     for _ in 0..pat.passes {
                         cur = self.pass(base, pat, cur);
+                    }
+                    if run_fence {
+                        store_fence();
                     }
                     vec![self.ns(rdtsc() - t0)]
                 }
@@ -760,6 +789,9 @@ impl Target for Host {
                     for _ in 0..pat.passes {
                         let t0 = rdtsc();
                         cur = self.pass(base, pat, cur);
+                        if run_fence {
+                            store_fence();
+                        }
                         out.push(self.ns(rdtsc() - t0));
                     }
                     out

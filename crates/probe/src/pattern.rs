@@ -51,6 +51,11 @@ pub enum Fence {
     /// Once at the end of each pass: stores stream into the write queues
     /// and combine there, as a loop of non-temporal stores does.
     Pass,
+    /// Once after the warm-up passes and once after the last timed pass,
+    /// as LENS's store chase does: passes over a region that fits in a
+    /// write queue overwrite lines still waiting there (the queue absorbs
+    /// them), so each write queue's capacity shows as a step.
+    Run,
 }
 
 /// How the elapsed time is reported.

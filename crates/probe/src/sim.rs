@@ -107,6 +107,7 @@ impl Issuer {
 
 fn pass(is: &mut Issuer, p: &Pattern) {
     let per_block = p.fence == Fence::Block;
+    let per_pass = p.fence == Fence::Pass;
     let stores = |is: &mut Issuer| {
         for &b in &p.order {
             let base = b as u64 * p.block_stride;
@@ -117,7 +118,7 @@ fn pass(is: &mut Issuer, p: &Pattern) {
                 is.submit(SimOp::SFence, 0, 0);
             }
         }
-        if !per_block {
+        if per_pass {
             is.submit(SimOp::SFence, 0, 0);
         }
     };
@@ -131,14 +132,30 @@ fn pass(is: &mut Issuer, p: &Pattern) {
     };
     match p.op {
         Op::Load => loads(is),
+        // Fenced once per run: the stream continues into the next pass.
+        Op::Store if p.fence == Fence::Run => {
+            stores(is);
+            return;
+        }
         Op::Store => stores(is),
         Op::Raw => {
             stores(is);
+            if p.fence == Fence::Run {
+                is.submit(SimOp::SFence, 0, 0);
+            }
             is.settle();
             loads(is);
         }
     }
     is.settle();
+}
+
+/// The fence that ends a run of [`Fence::Run`] passes, and the wait for it.
+fn end_run(is: &mut Issuer, p: &Pattern) {
+    if p.fence == Fence::Run && p.op == Op::Store {
+        is.submit(SimOp::SFence, 0, 0);
+        is.settle();
+    }
 }
 
 impl Target for Sim {
@@ -166,16 +183,19 @@ impl Target for Sim {
         for _ in 0..p.warmup {
             pass(&mut is, p);
         }
+        end_run(&mut is, p);
         let mut out = Vec::new();
         let start = is.now;
         for _ in 0..p.passes {
             let t0 = is.now;
             pass(&mut is, p);
             if p.timing == Timing::PerPass {
+                end_run(&mut is, p);
                 out.push(is.now - t0);
             }
         }
         if p.timing == Timing::Total {
+            end_run(&mut is, p);
             out.push(is.now - start);
         }
         Ok(out)
@@ -222,6 +242,35 @@ mod tests {
         );
         let per = s.run(&loads(Issue::Serial, Timing::PerPass, 3)).unwrap();
         assert_eq!(per.len(), 3);
+    }
+
+    fn stores(region: u64, fence: Fence) -> f64 {
+        let lines = region / LINE;
+        let p = Pattern {
+            region,
+            block: LINE,
+            block_stride: LINE,
+            order: Rng::new(9).permutation(lines as u32),
+            op: Op::Store,
+            warmup: 1,
+            passes: (4096 / lines) as u32,
+            issue: Issue::Outstanding(16),
+            fence,
+            timing: Timing::Total,
+        };
+        let mut s = Sim::preset("optane-1dimm").unwrap();
+        s.run(&p).unwrap()[0] / (lines * p.passes as u64) as f64
+    }
+
+    #[test]
+    fn one_fence_per_run_lets_the_write_queues_absorb_rewrites() {
+        // 256 B fits the 512 B WPQ: re-written lines are absorbed there.
+        let run = stores(256, Fence::Run);
+        let pass = stores(256, Fence::Pass);
+        assert!(run < pass / 4.0, "run {run} ns, pass {pass} ns per line");
+        // Past the WPQ (1 KiB), every store goes on to the DIMM.
+        let past = stores(1024, Fence::Run);
+        assert!(past > 2.0 * run, "256 B {run} ns, 1 KiB {past} ns per line");
     }
 
     #[test]

@@ -139,9 +139,10 @@ impl Results {
     }
 }
 
-/// Pointer chasing with streaming stores: up to `outstanding` stores in
-/// flight, one fence per pass. Write queues that combine or absorb stores
-/// show as steps of this curve.
+/// Pointer chasing with streaming stores, as LENS's store chase: up to
+/// `outstanding` stores in flight and one fence for the whole timed run, so
+/// a region that fits in a write queue is re-written there (the queue
+/// absorbs the stores); each write queue's capacity shows as a step.
 pub fn ptrchase_region_stream(
     t: &mut dyn Target,
     s: &Settings,
@@ -164,7 +165,7 @@ pub fn ptrchase_region_stream(
             warmup: s.warmup,
             passes: s.min_lines.div_ceil(lines).clamp(1, 1 << 20) as u32,
             issue: Issue::Outstanding(s.outstanding),
-            fence: Fence::Pass,
+            fence: Fence::Run,
             timing: Timing::Total,
         };
         p.validate()?;

@@ -79,7 +79,8 @@ struct TargetArgs {
     /// Requests in flight for bandwidth probes.
     #[arg(long, default_value_t = 16)]
     outstanding: usize,
-    /// Fence stores after each block or each pass in latency probes.
+    /// Fence stores after each block, each pass, or once per run (LENS's
+    /// store chase: write queues absorb re-written lines) in latency probes.
     #[arg(long, value_enum, default_value_t = FenceArg::Block)]
     fence: FenceArg,
 }
@@ -88,6 +89,7 @@ struct TargetArgs {
 enum FenceArg {
     Block,
     Pass,
+    Run,
 }
 
 #[derive(Parser)]
@@ -288,6 +290,7 @@ fn settings(t: &TargetArgs, base: Settings) -> anyhow::Result<Settings> {
     s.fence = match t.fence {
         FenceArg::Block => Fence::Block,
         FenceArg::Pass => Fence::Pass,
+        FenceArg::Run => Fence::Run,
     };
     Ok(s)
 }
