@@ -208,7 +208,8 @@ pub fn bandwidth(preset: &str, op: Op, window: usize) -> Result<f64, Error> {
 }
 
 /// LENS store pointer chase: ns per line of non-temporal stores over a
-/// `region` in random order (16 outstanding, a fence at the end).
+/// `region` in random order (16 outstanding, passes back to back, one
+/// fence at the end of the run; `pmlab probe`'s `Fence::Run`).
 pub fn write_chase(preset: &str, region: u64, seed: u64) -> Result<f64, Error> {
     let mut sys = fresh(preset)?;
     let lines = (region / 64) as usize;
@@ -718,6 +719,7 @@ LENS reports.\n\n");
                 if sh.reproduced { "yes" } else { "**no**" }
             ));
         }
+        s.push_str("\nHow the shapes are measured: the store steps by LENS's store chase (non-temporal 64 B\nstores over the region in random order, 16 in flight, passes repeated back to back and one\nfence at the end of the run), so a region that fits in a write queue is re-written there;\n`pmlab probe` measures its streaming-store curve the same way (`--fence run`) and infers\nthe same 512 B and 4 KiB steps. The read amplification is the RMW buffer's counter (bytes\nfetched over bytes read), not a latency score. Not reproduced: LENS's 4 KiB access\ngranularity at the AIT buffer. The model's AIT buffer is sectored by XPLine (a miss reads\n256 B from the media), so a latency block sweep past 16 MiB shows amplification ending at\n256 B; a whole-entry fill was tried and raised the 32 MiB pointer chase to about 400 ns\n(LENS 344) without giving a clean 4 KiB knee, so it was not adopted (docs/profiler.md).\n");
         s.push_str("\n## Contrast: Quartz's model\n\nThe same pointer chase on `slow-dram` (DRAM plus a fixed 200 ns, no buffers), the model of\nQuartz-style emulators: ");
         let q: Vec<String> = self
             .quartz_contrast
