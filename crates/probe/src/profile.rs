@@ -140,6 +140,22 @@ pub fn toml(inf: &Inferred, lat: &Latencies, source: &str) -> Result<String, Err
         "ait_entry_bytes = {}        # inferred: entry size of the second read buffer",
         bytes(ait_entry)
     );
+    // An entry larger than the XPLine that the block sweep sees as the
+    // amplification unit is filled whole on a miss.
+    let _ = writeln!(
+        s,
+        "ait_fill = \"{}\"          # inferred: {}",
+        if ait_entry > xpline {
+            "entry"
+        } else {
+            "sector"
+        },
+        if ait_entry > xpline {
+            "amplification ends at the entry, so a miss fills it"
+        } else {
+            "amplification ends at the XPLine"
+        }
+    );
     if let Some(w) = inf
         .write_buffers
         .iter()

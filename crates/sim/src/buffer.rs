@@ -136,6 +136,18 @@ impl Lru {
         })
     }
 
+    /// OR `mask` into a present entry without changing its recency; false
+    /// when `key` is absent.
+    pub fn or_mask(&mut self, key: u64, mask: u32) -> bool {
+        match self.map.get(&key) {
+            Some(&i) => {
+                self.nodes[i as usize].mask |= mask;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Insert or update `key` as most recently used: the mask is OR-ed in and
     /// `valid_at` raised to at least the given time for a present entry.
     /// Returns the evicted key and its mask, if the set was full.

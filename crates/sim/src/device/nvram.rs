@@ -15,8 +15,13 @@
 //!   amplification 4 for 64 B reads). Inclusive in the AIT buffer.
 //! * **AIT**: address translation (one table read from the on-DIMM DRAM per
 //!   RMW miss) and the AIT buffer (16 MiB of 4 KiB entries in that DRAM,
-//!   sectored by XPLine, LRU). Evicting an AIT entry invalidates the RMW
-//!   entries it covers (inclusion).
+//!   LRU, with a valid bit per XPLine). A miss reads the wanted XPLine
+//!   from the media; with `ait_fill = "entry"` (the Optane presets: LENS
+//!   found a 4 KiB access granularity at this buffer) the rest of the
+//!   entry then streams in, in the media's idle time only (demand reads
+//!   never wait for a fill; an XPLine wanted before its turn is read on
+//!   demand). Evicting an AIT entry invalidates the RMW entries it covers
+//!   (inclusion).
 //! * **media**: one server per DIMM; an XPLine read occupies it for
 //!   `xpline / media_read_gbs` and returns after `media_read_ns`; a write
 //!   occupies it for `xpline / media_write_gbs`. Writes are write-through:
@@ -32,7 +37,9 @@
 //! * **prefetch**: once reads have moved to the next XPLine
 //!   `prefetch_after` times in a row, each move fetches the following
 //!   `prefetch_xplines` XPLines that are not in the RMW buffer (a sequential stream
-//!   detector, after Yang et al.'s XPPrefetcher).
+//!   detector, after Yang et al.'s XPPrefetcher). With `ait_fill = "entry"`
+//!   it stays inside the AIT entry: the next entry's media location is not
+//!   known before it is translated.
 
 use super::Device;
 use crate::buffer::{IntMap, Lru};
@@ -62,6 +69,13 @@ pub struct Nvram {
     rmw_hit_ns: f64,
     ait: Lru,
     ait_entry: u64,
+    /// An AIT miss fills the whole entry (critical XPLine first, the rest in
+    /// the media's idle time) instead of one XPLine.
+    ait_fill_entry: bool,
+    /// Background fills: (entry, next XPLine index, XPLines left).
+    fills: VecDeque<(u64, u64, u64)>,
+    /// Time up to which the media's idle time went to background fills.
+    fill_clock: f64,
     ait_ns: f64,
     media_read_ns: f64,
     read_occ: f64,
@@ -104,6 +118,7 @@ struct NvStats {
     media_reads: u64,
     media_writes: u64,
     prefetches: u64,
+    ait_fill_reads: u64,
     migrations: u64,
     migration_ns: f64,
     media_busy: f64,
@@ -160,6 +175,12 @@ impl Nvram {
                 p.path()
             )));
         }
+        let ait_fill_entry = p.choice(
+            "ait_fill",
+            "sector",
+            &["sector", "entry"],
+            "what an AIT-buffer miss reads: its XPLine (sector), or the whole entry (entry: critical XPLine first, the rest in the media's idle time, and the prefetcher stays inside one entry; LENS III-C: 4 KiB access granularity)",
+        )? == "entry";
         let ait_ns = p.ns(
             "ait_ns",
             61.0,
@@ -221,6 +242,9 @@ impl Nvram {
             rmw_hit_ns,
             ait: Lru::new((ait / ait_entry) as usize),
             ait_entry,
+            ait_fill_entry,
+            fills: VecDeque::new(),
+            fill_clock: 0.0,
             ait_ns,
             media_read_ns,
             read_occ: xp as f64 / rbw,
@@ -263,6 +287,42 @@ impl Nvram {
         }
     }
 
+    /// Give the media's idle time up to `now` to the background entry fills,
+    /// one XPLine at a time in queue order; demand reads never wait for them.
+    fn run_fills(&mut self, now: f64) {
+        let per = self.ait_entry / self.xp;
+        let mut clock = self.fill_clock.max(self.media_free);
+        while let Some(&(page, next, left)) = self.fills.front() {
+            if left == 0 {
+                self.fills.pop_front();
+                continue;
+            }
+            let bit = 1u32 << next;
+            match self.ait.peek(page) {
+                None => {
+                    // Evicted before it was filled.
+                    self.fills.pop_front();
+                    continue;
+                }
+                Some(h) if h.mask & bit != 0 => {}
+                Some(_) => {
+                    if clock + self.read_occ > now {
+                        break;
+                    }
+                    clock += self.read_occ;
+                    self.s.media_busy += self.read_occ;
+                    self.s.media_reads += 1;
+                    self.s.ait_fill_reads += 1;
+                    self.ait.or_mask(page, bit);
+                }
+            }
+            let f = self.fills.front_mut().expect("non-empty");
+            f.1 = (next + 1) % per;
+            f.2 = left - 1;
+        }
+        self.fill_clock = clock.max(self.fill_clock);
+    }
+
     /// Bring XPLine `blk` toward the RMW buffer, starting at `t`: AIT
     /// translation, then the AIT buffer or the media. Returns when the data
     /// is at the RMW buffer.
@@ -271,6 +331,9 @@ impl Nvram {
         let page = blk / per;
         let bit = 1u32 << (blk % per);
         self.s.rmw_fill_bytes += self.xp;
+        if self.ait_fill_entry {
+            self.run_fills(t);
+        }
         // AIT table entry: 8 bytes per page, at the bottom of the DRAM.
         let tt = self
             .dram
@@ -286,7 +349,7 @@ impl Nvram {
                 }
                 d.max(h.valid_at)
             }
-            _ => {
+            h => {
                 self.s.ait_misses += 1;
                 self.s.media_reads += 1;
                 let start = tt.max(self.media_free);
@@ -294,6 +357,9 @@ impl Nvram {
                 self.s.media_busy += self.read_occ;
                 let d = start + self.media_read_ns;
                 self.ait_fill(blk, d);
+                if self.ait_fill_entry && h.is_none() && per > 1 {
+                    self.fills.push_back((page, (blk % per + 1) % per, per - 1));
+                }
                 d
             }
         }
@@ -386,8 +452,14 @@ impl Device for Nvram {
             d + self.rmw_hit_ns
         };
         if new_xpline && self.run >= self.prefetch_after {
+            let per = self.ait_entry / self.xp;
             for k in 1..=self.prefetch {
                 let b = blk + k;
+                if self.ait_fill_entry && b / per != blk / per {
+                    // The next entry's media location is unknown until
+                    // it is translated: the prefetcher stays in the entry.
+                    break;
+                }
                 if self.rmw.peek(b).is_none() {
                     self.s.prefetches += 1;
                     let dd = self.fetch(b, t);
@@ -485,6 +557,7 @@ impl Device for Nvram {
             st.ait_hits as f64 / (st.ait_hits + st.ait_misses).max(1) as f64,
             "ratio",
         );
+        ait.set("fill_reads", st.ait_fill_reads as f64, "count");
         s.push(ait);
         let mut m = Stats::new("media");
         m.set("reads", st.media_reads as f64, "count");
@@ -540,6 +613,36 @@ mod tests {
         );
         assert_eq!(d.s.rmw_hits, 1);
         assert_eq!(d.s.media_reads, 1);
+    }
+
+    #[test]
+    fn entry_fill_brings_the_rest_of_the_ait_entry_in_idle_time() {
+        for (mode, hits, reads) in [("sector", 0, 2), ("entry", 1, 16)] {
+            let mut d = dimm(&format!("ait_fill = \"{mode}\""));
+            // XPLine 0 of entry 0, then XPLine 1 long after (the media idle).
+            let t = d.read(0, 0.0) + 10_000.0;
+            d.read(256, t);
+            assert_eq!(d.s.ait_hits, hits, "{mode}");
+            assert_eq!(d.s.media_reads, reads, "{mode}");
+        }
+        // A demand read does not wait for a fill in progress.
+        let mut e = dimm("ait_fill = \"entry\"");
+        let mut s = dimm("");
+        let te = e.read(0, 0.0);
+        let ts = s.read(0, 0.0);
+        assert_eq!(e.read(1 << 20, te), s.read(1 << 20, ts));
+        // The prefetcher stays inside the entry.
+        for (mode, n) in [("entry", 2), ("sector", 4)] {
+            let mut p = dimm(&format!(
+                "ait_fill = \"{mode}\"\nprefetch_xplines = 2\nprefetch_after = 1"
+            ));
+            let mut t = 0.0;
+            for x in 12..16u64 {
+                t = p.read(x * 256, t);
+            }
+            // entry: XPLines 14 and 15 only; sector: also 16 and 17.
+            assert_eq!(p.s.prefetches, n, "{mode}");
+        }
     }
 
     #[test]
