@@ -75,6 +75,11 @@ impl Lru {
         }
     }
 
+    /// Most entries it holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Number of entries held.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -358,6 +358,11 @@ impl Nvram {
                 let d = start + self.media_read_ns;
                 self.ait_fill(blk, d);
                 if self.ait_fill_entry && h.is_none() && per > 1 {
+                    // Bounded backlog (the media may never be idle): the
+                    // oldest fill is abandoned; its XPLines are read on demand.
+                    if self.fills.len() >= self.ait.capacity() {
+                        self.fills.pop_front();
+                    }
                     self.fills.push_back((page, (blk % per + 1) % per, per - 1));
                 }
                 d
