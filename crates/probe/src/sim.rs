@@ -273,6 +273,29 @@ mod tests {
         assert!(past > 2.0 * run, "256 B {run} ns, 1 KiB {past} ns per line");
     }
 
+    /// The entry size of the AIT buffer from block sweeps past 16 MiB over
+    /// the sweep one level down: 4 KiB when a miss fills the entry, 256 B
+    /// when it reads only the XPLine.
+    #[test]
+    fn block_sweeps_show_the_ait_entry_fill() {
+        let s = crate::suite::Plan::sim().settings;
+        let blocks = crate::probes::pow2_sweep(64, 16 << 10);
+        let quiet = &mut |_: &str, _: usize, _: usize| {};
+        let preset = pmlab_sim::presets::find("optane-1dimm").unwrap().toml;
+        for (fill, want) in [("entry", 4096.0), ("sector", 256.0)] {
+            let toml = preset.replace("ait_fill = \"entry\"", &format!("ait_fill = \"{fill}\""));
+            let mut t = Sim::from_toml(&toml, "test", "test").unwrap();
+            let near =
+                crate::probes::ptrchase_block(&mut t, &s, Op::Load, 64 << 10, &blocks, quiet)
+                    .unwrap();
+            let far = crate::probes::ptrchase_block(&mut t, &s, Op::Load, 64 << 20, &blocks, quiet)
+                .unwrap();
+            let base: Vec<f64> = near.points.iter().map(|p| p.y).collect();
+            let e = crate::infer::entry_knee(&far.points, &base, 0.2);
+            assert_eq!(e, Some(want), "{fill}: {:?} over {base:?}", far.points);
+        }
+    }
+
     #[test]
     fn bad_configurations_are_refused_with_the_reason() {
         let e = Sim::preset("no-such-preset").err().unwrap();
