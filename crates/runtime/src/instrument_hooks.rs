@@ -203,7 +203,7 @@ thread_local! {
 }
 
 #[inline(always)]
-fn on_access(addr: usize, write: bool, value: Option<*const u64>) {
+fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
     if !ACTIVE.load(Ordering::Relaxed) {
         return;
     }
@@ -212,7 +212,7 @@ fn on_access(addr: usize, write: bool, value: Option<*const u64>) {
             pmlab_trace::Op::Write,
             pmlab_trace::Space::Pm,
             addr as u64,
-            8,
+            size,
         );
     }
     TLS.with(|t| {
@@ -539,7 +539,7 @@ pub fn calibrate() -> HookCosts {
 }
 
 extern "C" fn hook_load8(addr: *const u64) {
-    on_access(addr as usize, false, Some(addr));
+    on_access(addr as usize, 8, false, Some(addr));
 }
 
 // ---- the exported callbacks (clang SanitizerCoverage ABI) ----
@@ -549,7 +549,7 @@ macro_rules! load_hook {
         /// Called by instrumented code before a load.
         #[cfg_attr(not(test), no_mangle)]
         pub extern "C" fn $name(addr: *const $t) {
-            on_access(addr as usize, false, None);
+            on_access(addr as usize, std::mem::size_of::<$t>() as u32, false, None);
         }
     };
 }
@@ -559,7 +559,7 @@ macro_rules! store_hook {
         /// Called by instrumented code before a store.
         #[cfg_attr(not(test), no_mangle)]
         pub extern "C" fn $name(addr: *mut $t) {
-            on_access(addr as usize, true, None);
+            on_access(addr as usize, std::mem::size_of::<$t>() as u32, true, None);
         }
     };
 }
@@ -578,7 +578,7 @@ store_hook!(__sanitizer_cov_store16, u128);
 /// read too, to detect pointer chasing.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn __sanitizer_cov_load8(addr: *const u64) {
-    on_access(addr as usize, false, Some(addr));
+    on_access(addr as usize, 8, false, Some(addr));
 }
 
 /// Called once per instrumented module with its inline 8-bit counters
