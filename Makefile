@@ -4,7 +4,7 @@
 CARGO ?= cargo
 PMLAB := target/release/pmlab
 
-.PHONY: all build demo test lint fmt workloads clean
+.PHONY: all build demo test lint fmt workloads clean validate-sim validate-emu bench
 
 all: build
 
@@ -14,8 +14,26 @@ build:
 workloads: build
 	$(MAKE) -C workloads
 
+# The main job on its embedded default: build memlat with pmlab's
+# instrumentation and emulate it at several PM latencies (no PMU needed),
+# printing measured ns per access against each target.
 demo: build workloads
-	$(PMLAB) sim presets
+	$(PMLAB) validate --quick --only memlat --reps 3
+
+# Regenerate the records in docs/ (each prints its figures).
+validate-sim: build
+	$(PMLAB) sim validate --write docs/validation.md --svg docs/validation
+
+validate-emu: build workloads
+	$(PMLAB) validate --json results/accuracy.json --plot results/accuracy
+
+bench: build workloads
+	PMLAB=$(PMLAB) bench/runtime.sh 7
+	PMLAB=$(PMLAB) bench/instr.sh
+	PMLAB=$(PMLAB) bench/sim-speed.sh 5
+	PMLAB=$(PMLAB) bench/probe-suite.sh
+	PMLAB=$(PMLAB) bench/trace-speed.sh
+	PMLAB=$(PMLAB) bench/trace-whisper.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

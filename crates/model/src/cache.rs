@@ -724,7 +724,7 @@ mod tests {
             let line = x % 3000;
             let write = x & 0x100 != 0;
             let a = full.access(line, write);
-            let b = compact.access(line, write, line % 2 == 0);
+            let b = compact.access(line, write, line.is_multiple_of(2));
             assert_eq!(a.hit, b.hit);
             assert_eq!(a.victim.map(|v| v.dirty), b.victim.map(|v| v.dirty));
             if let (Some(v), Some(w)) = (a.victim, b.victim) {
