@@ -33,7 +33,7 @@ pub struct Args {
     /// Write SVG charts of the results into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Runs per point (median and spread are reported) [default: 5].
+    /// Runs per point (median and spread are reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Only these studies (comma-separated: memlat, chains, multilat, mtlat,
