@@ -19,11 +19,19 @@
 //!   Its cost is measured with the TSC on every call and reported as
 //!   overhead, so that the runtime subtracts it from the injected delays.
 //!
+//! * While `pmlab trace` records (`PMLAB_TRACE_STORES=1`), every access is
+//!   also classified as PM or DRAM: a PM store becomes a `W` record; DRAM
+//!   loads and stores and PM loads are counted per thread (two thread-local
+//!   counters) and recorded as one `UNTRACED` count every
+//!   [`TRACE_COUNT_EVERY`] and when the thread ends or the trace finishes,
+//!   so that `pmlab analyze` can report the PM share of all accesses. When
+//!   not tracing this costs one relaxed atomic load.
+//!
 //! Accesses that straddle two lines are counted on their first line only.
 
 use pmlab_model::cache::{CacheConfig, CompactCache, Hierarchy};
 use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// One slow call in this many reads the TSC around itself (reading it costs
@@ -207,13 +215,8 @@ fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
     if !ACTIVE.load(Ordering::Relaxed) {
         return;
     }
-    if write && crate::tracer::enabled() && is_pm(addr) {
-        crate::tracer::record(
-            pmlab_trace::Op::Write,
-            pmlab_trace::Space::Pm,
-            addr as u64,
-            size,
-        );
+    if crate::tracer::enabled() {
+        trace_access(addr, size, write);
     }
     TLS.with(|t| {
         let t = t.get();
@@ -229,6 +232,86 @@ fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
             slow_path(t, addr, line, write, value);
         }
     })
+}
+
+/// Accesses of one kind a thread counts before it records them as one
+/// `UNTRACED` record.
+pub const TRACE_COUNT_EVERY: u64 = 4096;
+
+/// The calling thread's accesses not recorded one by one while tracing:
+/// DRAM loads and stores, PM loads. Recorded as `UNTRACED` counts every
+/// [`TRACE_COUNT_EVERY`] and when the thread ends (the destructor runs
+/// before `exit`'s handlers finish the trace, for the main thread too).
+struct TraceCounts {
+    dram: Cell<u64>,
+    pm_loads: Cell<u64>,
+}
+
+impl TraceCounts {
+    fn flush(&self) {
+        for (n, space) in [
+            (self.dram.replace(0), pmlab_trace::Space::Dram),
+            (self.pm_loads.replace(0), pmlab_trace::Space::Pm),
+        ] {
+            if n > 0 {
+                crate::tracer::record(pmlab_trace::Op::Untraced, space, n, 0);
+            }
+        }
+    }
+}
+
+impl Drop for TraceCounts {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+thread_local! {
+    static TRACE_COUNTS: TraceCounts = const {
+        TraceCounts {
+            dram: Cell::new(0),
+            pm_loads: Cell::new(0),
+        }
+    };
+}
+
+/// Offer one access to the tracer (tracing is on): a PM store is recorded,
+/// anything else counted.
+#[inline(always)]
+fn trace_access(addr: usize, size: u32, write: bool) {
+    let pm = is_pm(addr);
+    if pm && write {
+        crate::tracer::record(
+            pmlab_trace::Op::Write,
+            pmlab_trace::Space::Pm,
+            addr as u64,
+            size,
+        );
+        return;
+    }
+    let counted = TRACE_COUNTS.try_with(|c| {
+        let n = if pm { &c.pm_loads } else { &c.dram };
+        let v = n.get() + 1;
+        n.set(v);
+        if v >= TRACE_COUNT_EVERY {
+            c.flush();
+        }
+    });
+    if counted.is_err() {
+        // The thread's counts are already gone (thread teardown).
+        let space = if pm {
+            pmlab_trace::Space::Pm
+        } else {
+            pmlab_trace::Space::Dram
+        };
+        crate::tracer::record(pmlab_trace::Op::Untraced, space, 1, 0);
+    }
+}
+
+/// Record the calling thread's pending `UNTRACED` counts now (the tracer
+/// calls this before it finishes the trace).
+pub fn flush_trace_counts() {
+    let _ = TRACE_COUNTS.try_with(|c| c.flush());
 }
 
 #[cold]

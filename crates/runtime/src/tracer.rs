@@ -14,7 +14,10 @@
 //!   (`instrumented` when the program's own stores were recorded by `pmlab
 //!   cc` instrumentation, else `flushes-only`: the analyses then count
 //!   flushed lines as stored). `PMLAB_TRACE_STORES=1` (set by `pmlab
-//!   trace` for instrumented programs) turns the instrumentation hooks on.
+//!   trace` for instrumented programs) turns the instrumentation hooks on:
+//!   they record PM stores one by one and count DRAM accesses and PM loads
+//!   as `UNTRACED` records (see `instrument_hooks`); [`finish`] first
+//!   records the calling thread's pending counts.
 //! * Each thread, at its first record, maps (with a raw `mmap` system call)
 //!   its own ring of [`RING_ENTRIES`] records and takes the next thread
 //!   number (0, 1, … in order of first record; at most [`MAX_THREADS`]).
@@ -381,6 +384,7 @@ pub fn finish() {
     if IN_CHILD.load(Ordering::Relaxed) {
         return;
     }
+    crate::instrument_hooks::flush_trace_counts();
     ENABLED.store(false, Ordering::Release);
     STOP.store(true, Ordering::Release);
     let handle = WRITER.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -430,8 +434,8 @@ fn init_from_env() {
     }
     if env("PMLAB_TRACE_STORES").as_deref() == Some("1") {
         // A program built with `pmlab cc`: turn the load/store hooks on so
-        // that its stores into PM are recorded (no delay is injected:
-        // that is `pmlab run`'s work).
+        // that its stores into PM are recorded and its other accesses
+        // counted (no delay is injected: that is `pmlab run`'s work).
         match crate::source::instrumented::config_from_env(env) {
             Ok(cfg) => crate::instrument_hooks::activate(cfg),
             Err(e) => {
