@@ -45,7 +45,6 @@ static struct {
 
 static struct bt_root *root; /* in PM */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct wl_args args;
 static struct redo_tx tx;
 
 static int
@@ -152,8 +151,9 @@ split_child(struct node *xp, uint32_t i)
 }
 
 static void
-bt_put(uint64_t key, uint64_t val)
+bt_put(int t, uint64_t key, uint64_t val)
 {
+	(void)t; /* one lock serialises the threads */
 	tx_begin();
 	struct node *xp = top();
 	if (R(xp)->n == MAXK) {
@@ -227,8 +227,9 @@ remove_at(struct node *xp, uint32_t i)
 }
 
 static int
-bt_del(uint64_t key)
+bt_del(int t, uint64_t key)
 {
+	(void)t;
 	int found = 0;
 	tx_begin();
 	struct node *xp = top();
@@ -280,36 +281,10 @@ walk(struct node *x, uint64_t *sum, uint64_t *count, uint64_t *last, int *sorted
 	}
 }
 
-struct worker {
-	int id;
-	long inserts, deletes;
-};
-
-static void *
-work(void *arg)
-{
-	struct worker *w = arg;
-	uint64_t s = wl_seed(w->id);
-	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
-	for (long i = 0; i < args.ops; i++) {
-		uint64_t r = wl_next(&s);
-		uint64_t key = wl_key(w->id, r >> 8, keys);
-		pthread_mutex_lock(&lock);
-		if ((long)(r % 100) < args.delete_pct) {
-			w->deletes += bt_del(key);
-		} else {
-			bt_put(key, r | 1);
-			w->inserts++;
-		}
-		pthread_mutex_unlock(&lock);
-	}
-	return NULL;
-}
-
 int
 main(int argc, char **argv)
 {
-	args = wl_parse(argc, argv);
+	struct wl_args args = wl_parse(argc, argv);
 	root = wl_pm_alloc(sizeof(*root));
 	if (!root || redo_init(&tx, 0)) {
 		fprintf(stderr, "pm_btree: error: cannot allocate the root or the redo log in PM\n");
@@ -319,20 +294,8 @@ main(int argc, char **argv)
 	ws.top = fresh_node(1);
 	tx_commit();
 
-	pthread_t tid[64];
-	struct worker wk[64];
-	double t0 = wl_now();
-	for (int t = 0; t < args.threads; t++) {
-		wk[t] = (struct worker){ t, 0, 0 };
-		pthread_create(&tid[t], NULL, work, &wk[t]);
-	}
-	long inserts = 0, deletes = 0;
-	for (int t = 0; t < args.threads; t++) {
-		pthread_join(tid[t], NULL);
-		inserts += wk[t].inserts;
-		deletes += wk[t].deletes;
-	}
-	double secs = wl_now() - t0;
+	struct wl_ops ops = { bt_put, bt_del, &lock };
+	struct wl_result res = wl_run(&args, &ops);
 	uint64_t sum = 0, present = 0, last = 0;
 	int sorted = 1;
 	walk(root->top, &sum, &present, &last, &sorted);
@@ -340,9 +303,6 @@ main(int argc, char **argv)
 		fprintf(stderr, "pm_btree: error: keys out of order after the run\n");
 		return 1;
 	}
-	long ops = args.ops * args.threads;
-	printf("workload=pm_btree threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
-		args.threads, ops, inserts, deletes, (unsigned long)present,
-		(unsigned long)sum, secs, ops / secs);
+	wl_report("pm_btree", &args, &res, present, sum);
 	return 0;
 }

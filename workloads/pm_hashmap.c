@@ -29,13 +29,7 @@ struct entry {
 
 static struct entry **buckets; /* in PM */
 static pthread_mutex_t locks[NBUCKETS];
-static struct wl_args args;
-
-struct worker {
-	int id;
-	long inserts, deletes;
-	struct redo_tx tx;
-};
+static struct redo_tx txs[64]; /* thread t's redo log: txs[t] */
 
 static uint64_t
 bucket_of(uint64_t key)
@@ -44,8 +38,9 @@ bucket_of(uint64_t key)
 }
 
 static void
-hm_put(struct redo_tx *tx, uint64_t key, uint64_t value)
+hm_put(int t, uint64_t key, uint64_t value)
 {
+	struct redo_tx *tx = &txs[t];
 	uint64_t b = bucket_of(key);
 	pthread_mutex_lock(&locks[b]);
 	redo_begin(tx);
@@ -73,8 +68,9 @@ hm_put(struct redo_tx *tx, uint64_t key, uint64_t value)
 }
 
 static int
-hm_del(struct redo_tx *tx, uint64_t key)
+hm_del(int t, uint64_t key)
 {
+	struct redo_tx *tx = &txs[t];
 	uint64_t b = bucket_of(key);
 	int found = 0;
 	pthread_mutex_lock(&locks[b]);
@@ -94,29 +90,10 @@ hm_del(struct redo_tx *tx, uint64_t key)
 	return found;
 }
 
-static void *
-work(void *arg)
-{
-	struct worker *w = arg;
-	uint64_t s = wl_seed(w->id);
-	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
-	for (long i = 0; i < args.ops; i++) {
-		uint64_t r = wl_next(&s);
-		uint64_t key = wl_key(w->id, r >> 8, keys);
-		if ((long)(r % 100) < args.delete_pct) {
-			w->deletes += hm_del(&w->tx, key);
-		} else {
-			hm_put(&w->tx, key, r | 1);
-			w->inserts++;
-		}
-	}
-	return NULL;
-}
-
 int
 main(int argc, char **argv)
 {
-	args = wl_parse(argc, argv);
+	struct wl_args args = wl_parse(argc, argv);
 	buckets = wl_pm_alloc(NBUCKETS * sizeof(*buckets));
 	if (!buckets) {
 		fprintf(stderr, "pm_hashmap: error: cannot allocate the bucket array in PM\n");
@@ -127,34 +104,20 @@ main(int argc, char **argv)
 	for (int i = 0; i < NBUCKETS; i++)
 		pthread_mutex_init(&locks[i], NULL);
 
-	static struct worker ws[64];
-	pthread_t tid[64];
 	for (int t = 0; t < args.threads; t++) {
-		ws[t].id = t;
-		if (redo_init(&ws[t].tx, (uint64_t)t << 40)) {
+		if (redo_init(&txs[t], (uint64_t)t << 40)) {
 			fprintf(stderr, "pm_hashmap: error: cannot allocate a redo log in PM\n");
 			return 1;
 		}
 	}
-	double t0 = wl_now();
-	for (int t = 0; t < args.threads; t++)
-		pthread_create(&tid[t], NULL, work, &ws[t]);
-	long inserts = 0, deletes = 0;
-	for (int t = 0; t < args.threads; t++) {
-		pthread_join(tid[t], NULL);
-		inserts += ws[t].inserts;
-		deletes += ws[t].deletes;
-	}
-	double secs = wl_now() - t0;
+	struct wl_ops ops = { hm_put, hm_del, NULL };
+	struct wl_result res = wl_run(&args, &ops);
 	uint64_t sum = 0, present = 0;
 	for (int b = 0; b < NBUCKETS; b++)
 		for (struct entry *e = buckets[b]; e; e = e->next) {
 			sum += wl_mix(e->key, e->value);
 			present++;
 		}
-	long ops = args.ops * args.threads;
-	printf("workload=pm_hashmap threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
-		args.threads, ops, inserts, deletes, (unsigned long)present,
-		(unsigned long)sum, secs, ops / secs);
+	wl_report("pm_hashmap", &args, &res, present, sum);
 	return 0;
 }

@@ -37,7 +37,6 @@ struct bt_root {
 static PMEMobjpool *pop;
 static struct bt_root *root;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct wl_args args;
 
 static struct node *
 N(PMEMoid o)
@@ -91,8 +90,9 @@ split_child(struct node *x, uint32_t i)
 
 /* bt_put -- insert or update, in one transaction */
 static void
-bt_put(uint64_t key, uint64_t val)
+bt_put(int t, uint64_t key, uint64_t val)
 {
+	(void)t; /* one lock serialises the threads */
 	TX_BEGIN(pop) {
 		struct node *r = N(root->top);
 		if (r->n == MAXK) {
@@ -171,8 +171,9 @@ pred_leaf(struct node *x, uint32_t i)
 
 /* bt_del -- delete key if present, in one transaction; 1 if deleted */
 static int
-bt_del(uint64_t key)
+bt_del(int t, uint64_t key)
 {
+	(void)t;
 	volatile int found = 0;
 	TX_BEGIN(pop) {
 		struct node *x = N(root->top);
@@ -228,36 +229,10 @@ walk(struct node *x, uint64_t *sum, uint64_t *count, uint64_t *last, int *sorted
 	}
 }
 
-struct worker {
-	int id;
-	long inserts, deletes;
-};
-
-static void *
-work(void *arg)
-{
-	struct worker *w = arg;
-	uint64_t s = wl_seed(w->id);
-	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
-	for (long i = 0; i < args.ops; i++) {
-		uint64_t r = wl_next(&s);
-		uint64_t key = wl_key(w->id, r >> 8, keys);
-		pthread_mutex_lock(&lock);
-		if ((long)(r % 100) < args.delete_pct) {
-			w->deletes += bt_del(key);
-		} else {
-			bt_put(key, r | 1);
-			w->inserts++;
-		}
-		pthread_mutex_unlock(&lock);
-	}
-	return NULL;
-}
-
 int
 main(int argc, char **argv)
 {
-	args = wl_parse(argc, argv);
+	struct wl_args args = wl_parse(argc, argv);
 	unlink(args.path);
 	pop = pmemobj_create(args.path, "pmlab_btree", POOL_SIZE, 0600);
 	if (!pop) {
@@ -271,20 +246,8 @@ main(int argc, char **argv)
 		root->top = new_node(1);
 	} TX_END
 
-	pthread_t tid[64];
-	struct worker ws[64];
-	double t0 = wl_now();
-	for (int t = 0; t < args.threads; t++) {
-		ws[t] = (struct worker){ t, 0, 0 };
-		pthread_create(&tid[t], NULL, work, &ws[t]);
-	}
-	long inserts = 0, deletes = 0;
-	for (int t = 0; t < args.threads; t++) {
-		pthread_join(tid[t], NULL);
-		inserts += ws[t].inserts;
-		deletes += ws[t].deletes;
-	}
-	double secs = wl_now() - t0;
+	struct wl_ops ops = { bt_put, bt_del, &lock };
+	struct wl_result res = wl_run(&args, &ops);
 	uint64_t sum = 0, present = 0, last = 0;
 	int sorted = 1;
 	walk(N(root->top), &sum, &present, &last, &sorted);
@@ -292,10 +255,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "pmobj_btree: error: keys out of order after the run\n");
 		return 1;
 	}
-	long ops = args.ops * args.threads;
-	printf("workload=pmobj_btree threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
-		args.threads, ops, inserts, deletes, (unsigned long)present,
-		(unsigned long)sum, secs, ops / secs);
+	wl_report("pmobj_btree", &args, &res, present, sum);
 	pmemobj_close(pop);
 	return 0;
 }

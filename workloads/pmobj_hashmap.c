@@ -34,12 +34,6 @@ struct hm_root {
 static PMEMobjpool *pop;
 static PMEMoid *buckets;
 static pthread_mutex_t locks[NBUCKETS];
-static struct wl_args args;
-
-struct worker {
-	int id;
-	long inserts, deletes;
-};
 
 static uint64_t
 bucket_of(uint64_t key)
@@ -49,8 +43,9 @@ bucket_of(uint64_t key)
 
 /* hm_put -- insert or update key in one transaction */
 static void
-hm_put(uint64_t key, uint64_t value)
+hm_put(int t, uint64_t key, uint64_t value)
 {
+	(void)t; /* the bucket locks serialise the threads */
 	uint64_t b = bucket_of(key);
 	pthread_mutex_lock(&locks[b]);
 	TX_BEGIN(pop) {
@@ -85,8 +80,9 @@ hm_put(uint64_t key, uint64_t value)
 
 /* hm_del -- delete key if present, in one transaction; 1 if deleted */
 static int
-hm_del(uint64_t key)
+hm_del(int t, uint64_t key)
 {
+	(void)t;
 	uint64_t b = bucket_of(key);
 	volatile int found = 0;
 	pthread_mutex_lock(&locks[b]);
@@ -113,29 +109,10 @@ hm_del(uint64_t key)
 	return found;
 }
 
-static void *
-work(void *arg)
-{
-	struct worker *w = arg;
-	uint64_t s = wl_seed(w->id);
-	long keys = args.ops / 2 > 0 ? args.ops / 2 : 1;
-	for (long i = 0; i < args.ops; i++) {
-		uint64_t r = wl_next(&s);
-		uint64_t key = wl_key(w->id, r >> 8, keys);
-		if ((long)(r % 100) < args.delete_pct) {
-			w->deletes += hm_del(key);
-		} else {
-			hm_put(key, r | 1);
-			w->inserts++;
-		}
-	}
-	return NULL;
-}
-
 int
 main(int argc, char **argv)
 {
-	args = wl_parse(argc, argv);
+	struct wl_args args = wl_parse(argc, argv);
 	unlink(args.path);
 	pop = pmemobj_create(args.path, "pmlab_hashmap", POOL_SIZE, 0600);
 	if (!pop) {
@@ -153,20 +130,8 @@ main(int argc, char **argv)
 	for (int i = 0; i < NBUCKETS; i++)
 		pthread_mutex_init(&locks[i], NULL);
 
-	pthread_t tid[64];
-	struct worker ws[64];
-	double t0 = wl_now();
-	for (int t = 0; t < args.threads; t++) {
-		ws[t] = (struct worker){ t, 0, 0 };
-		pthread_create(&tid[t], NULL, work, &ws[t]);
-	}
-	long inserts = 0, deletes = 0;
-	for (int t = 0; t < args.threads; t++) {
-		pthread_join(tid[t], NULL);
-		inserts += ws[t].inserts;
-		deletes += ws[t].deletes;
-	}
-	double secs = wl_now() - t0;
+	struct wl_ops ops = { hm_put, hm_del, NULL };
+	struct wl_result res = wl_run(&args, &ops);
 
 	uint64_t sum = 0, present = 0;
 	for (int b = 0; b < NBUCKETS; b++) {
@@ -177,10 +142,7 @@ main(int argc, char **argv)
 			cur = e->next;
 		}
 	}
-	long ops = args.ops * args.threads;
-	printf("workload=pmobj_hashmap threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
-		args.threads, ops, inserts, deletes, (unsigned long)present,
-		(unsigned long)sum, secs, ops / secs);
+	wl_report("pmobj_hashmap", &args, &res, present, sum);
 	pmemobj_close(pop);
 	return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * wl_common.h -- small helpers shared by the persistent data-structure
  * workloads (hash map, B-tree; libpmemobj and pmlab.h variants): argument
- * parsing, a deterministic per-thread key generator and a clock.
+ * parsing, a deterministic per-thread key generator, a clock, and the
+ * driver (wl_run, wl_report) that runs the threads and prints the result.
  *
  * Every driver takes the same arguments:
  *   prog POOL_FILE [THREADS] [OPS_PER_THREAD] [DELETE_PERCENT]
@@ -15,6 +16,7 @@
 #define PMLAB_WL_COMMON_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,93 @@ wl_mix(uint64_t key, uint64_t val)
 	uint64_t x = key * 0x9E3779B97F4A7C15ULL ^ val;
 	x ^= x >> 31;
 	return x * 0xBF58476D1CE4E5B9ULL;
+}
+
+/*
+ * struct wl_ops -- what a workload gives wl_run: its insert and delete
+ * (delete returns 1 when the key was present), both called with the
+ * calling thread's number, and the lock wl_run holds around each
+ * operation (NULL when the operations lock for themselves).
+ */
+struct wl_ops {
+	void (*put)(int t, uint64_t key, uint64_t val);
+	int (*del)(int t, uint64_t key);
+	pthread_mutex_t *lock;
+};
+
+/* struct wl_result -- what the threads did, and how long they took */
+struct wl_result {
+	long inserts, deletes;
+	double seconds;
+};
+
+struct wl_thread {
+	const struct wl_args *args;
+	const struct wl_ops *ops;
+	int id;
+	long inserts, deletes;
+};
+
+/*
+ * wl_thread_main -- one thread's run: args->ops operations on its own keys,
+ * DELETE_PERCENT of them deletes, the rest inserts
+ */
+static inline void *
+wl_thread_main(void *arg)
+{
+	struct wl_thread *w = arg;
+	const struct wl_args *a = w->args;
+	const struct wl_ops *o = w->ops;
+	uint64_t s = wl_seed(w->id);
+	long keys = a->ops / 2 > 0 ? a->ops / 2 : 1;
+	for (long i = 0; i < a->ops; i++) {
+		uint64_t r = wl_next(&s);
+		uint64_t key = wl_key(w->id, r >> 8, keys);
+		if (o->lock)
+			pthread_mutex_lock(o->lock);
+		if ((long)(r % 100) < a->delete_pct) {
+			w->deletes += o->del(w->id, key);
+		} else {
+			o->put(w->id, key, r | 1);
+			w->inserts++;
+		}
+		if (o->lock)
+			pthread_mutex_unlock(o->lock);
+	}
+	return NULL;
+}
+
+/* wl_run -- run args->threads threads of wl_thread_main and time them */
+static inline struct wl_result
+wl_run(const struct wl_args *args, const struct wl_ops *ops)
+{
+	pthread_t tid[64];
+	struct wl_thread ws[64];
+	struct wl_result res = { 0, 0, 0.0 };
+	double t0 = wl_now();
+	for (int t = 0; t < args->threads; t++) {
+		ws[t] = (struct wl_thread){ args, ops, t, 0, 0 };
+		pthread_create(&tid[t], NULL, wl_thread_main, &ws[t]);
+	}
+	for (int t = 0; t < args->threads; t++) {
+		pthread_join(tid[t], NULL);
+		res.inserts += ws[t].inserts;
+		res.deletes += ws[t].deletes;
+	}
+	res.seconds = wl_now() - t0;
+	return res;
+}
+
+/* wl_report -- print the result line (see the top of this file) */
+static inline void
+wl_report(const char *name, const struct wl_args *args,
+	const struct wl_result *res, uint64_t present, uint64_t sum)
+{
+	long ops = args->ops * args->threads;
+	printf("workload=%s threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
+		name, args->threads, ops, res->inserts, res->deletes,
+		(unsigned long)present, (unsigned long)sum, res->seconds,
+		ops / res->seconds);
 }
 
 #endif /* PMLAB_WL_COMMON_H */
