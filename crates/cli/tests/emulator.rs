@@ -4,11 +4,13 @@
 //! temporary directory. Timing-based checks compare injected delays
 //! (hundreds of ms) with generous margins; they never assert speed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
+use common::{TempDir, PMLAB};
 
 /// Tests that compare durations take this exclusively; the others share it,
 /// so that no test of this file runs beside a timing comparison.
@@ -26,32 +28,6 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A fresh directory per test.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("pmlab-emu-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-    fn write(&self, f: &str, text: &str) -> PathBuf {
-        let p = self.path(f);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn runtime_dir() -> PathBuf {
     let dir = Path::new(PMLAB).parent().unwrap().to_path_buf();
     assert!(
@@ -62,7 +38,7 @@ fn runtime_dir() -> PathBuf {
 }
 
 /// Compile a C file (from tests/c or workloads) into `dir`.
-fn cc(dir: &Dir, src: &Path, name: &str, with_pmlab: bool) -> PathBuf {
+fn cc(dir: &TempDir, src: &Path, name: &str, with_pmlab: bool) -> PathBuf {
     let out = dir.path(name);
     let mut c = Command::new("cc");
     c.args(["-O2", "-std=gnu11", "-o"])
@@ -86,7 +62,7 @@ fn cc(dir: &Dir, src: &Path, name: &str, with_pmlab: bool) -> PathBuf {
     out
 }
 
-fn test_c(dir: &Dir, name: &str) -> PathBuf {
+fn test_c(dir: &TempDir, name: &str) -> PathBuf {
     cc(
         dir,
         &root().join(format!("crates/cli/tests/c/{name}.c")),
@@ -95,7 +71,7 @@ fn test_c(dir: &Dir, name: &str) -> PathBuf {
     )
 }
 
-fn workload(dir: &Dir, name: &str) -> PathBuf {
+fn workload(dir: &TempDir, name: &str) -> PathBuf {
     cc(
         dir,
         &root().join(format!("workloads/{name}.c")),
@@ -104,7 +80,7 @@ fn workload(dir: &Dir, name: &str) -> PathBuf {
     )
 }
 
-fn pmlab(dir: &Dir, args: &[&str]) -> Output {
+fn pmlab(dir: &TempDir, args: &[&str]) -> Output {
     Command::new(PMLAB)
         .args(args)
         .current_dir(&dir.0)
@@ -119,7 +95,7 @@ fn text(b: &[u8]) -> String {
 }
 
 /// `pmlab run --json ...`: the program's stdout lines and the stats.
-fn run_json(dir: &Dir, flags: &[&str], prog: &[&str]) -> (Output, serde_json::Value) {
+fn run_json(dir: &TempDir, flags: &[&str], prog: &[&str]) -> (Output, serde_json::Value) {
     let mut a = vec!["run", "--json", "--quiet", "--dram-latency", "100ns"];
     a.extend_from_slice(flags);
     a.push("--");
@@ -148,7 +124,7 @@ fn field(line: &str, key: &str) -> f64 {
 #[test]
 fn hw_source_fails_before_the_program_with_one_line_where_there_is_no_pmu() {
     let _serial = shared();
-    let d = Dir::new("nopmu");
+    let d = TempDir::new("nopmu");
     let marker = d.path("started");
     let t = Instant::now();
     let o = pmlab(
@@ -194,7 +170,7 @@ fn hw_source_fails_before_the_program_with_one_line_where_there_is_no_pmu() {
 #[test]
 fn synthetic_delay_measured_around_memlat_matches_the_script_within_2_percent() {
     let _serial = exclusive();
-    let d = Dir::new("delay");
+    let d = TempDir::new("delay");
     let memlat = workload(&d, "memlat");
     // Two epochs of 2,500,000 serial PM accesses x (200 - 100) ns = 250 ms
     // each, then nothing: 500 ms in all, whatever the number of epochs
@@ -290,7 +266,7 @@ fn synthetic_delay_measured_around_memlat_matches_the_script_within_2_percent() 
 #[test]
 fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
     let _serial = exclusive();
-    let d = Dir::new("sync");
+    let d = TempDir::new("sync");
     let mtlat = workload(&d, "mtlat");
     // 2,000 x 100 ns = 200 us per epoch.
     d.write("s.txt", "pm=2000\nloop\n");
@@ -396,7 +372,7 @@ fn synthetic_flags() -> Vec<&'static str> {
 #[test]
 fn fork_child_reinitialises_and_reports_separately() {
     let _serial = shared();
-    let d = Dir::new("fork");
+    let d = TempDir::new("fork");
     let p = test_c(&d, "fork");
     d.write("s.txt", "pm=100\nloop\n");
     let mut f = synthetic_flags();
@@ -427,7 +403,7 @@ fn fork_child_reinitialises_and_reports_separately() {
 #[test]
 fn exec_keeps_the_runtime_through_the_environment() {
     let _serial = shared();
-    let d = Dir::new("exec");
+    let d = TempDir::new("exec");
     let p = test_c(&d, "exec");
     d.write("s.txt", "pm=100\nloop\n");
     let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
@@ -439,7 +415,7 @@ fn exec_keeps_the_runtime_through_the_environment() {
 #[test]
 fn thousands_of_threads_are_registered() {
     let _serial = shared();
-    let d = Dir::new("threads");
+    let d = TempDir::new("threads");
     let p = test_c(&d, "threads");
     d.write("s.txt", "pm=1\nloop\n");
     let (o, v) = run_json(
@@ -457,7 +433,7 @@ fn thousands_of_threads_are_registered() {
 #[test]
 fn programs_with_their_own_signal_handling_keep_working() {
     let _serial = shared();
-    let d = Dir::new("signals");
+    let d = TempDir::new("signals");
     let p = test_c(&d, "signals");
     d.write("s.txt", "pm=100\nloop\n");
     let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
@@ -476,7 +452,7 @@ fn programs_with_their_own_signal_handling_keep_working() {
 #[test]
 fn blocking_system_calls_are_not_interrupted() {
     let _serial = shared();
-    let d = Dir::new("eintr");
+    let d = TempDir::new("eintr");
     let p = test_c(&d, "eintr");
     d.write("s.txt", "pm=100\nloop\n");
     let (o, _v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
@@ -492,7 +468,7 @@ fn blocking_system_calls_are_not_interrupted() {
 #[test]
 fn api_works_linked_directly_and_under_the_emulator() {
     let _serial = shared();
-    let d = Dir::new("api");
+    let d = TempDir::new("api");
     let p = cc(&d, &root().join("crates/cli/tests/c/api.c"), "api", true);
     let o = Command::new(&p).env_remove("LD_PRELOAD").output().unwrap();
     assert!(o.status.success(), "{}", text(&o.stdout));
@@ -580,7 +556,7 @@ fn exported_symbols_match_the_header_and_the_hook_list() {
 #[test]
 fn no_inject_computes_but_does_not_inject() {
     let _serial = shared();
-    let d = Dir::new("noinject");
+    let d = TempDir::new("noinject");
     let p = test_c(&d, "threads");
     d.write("s.txt", "pm=1000\nloop\n");
     let mut f = synthetic_flags();
@@ -598,7 +574,7 @@ fn no_inject_computes_but_does_not_inject() {
 #[test]
 fn bandwidth_target_stretches_epochs_that_move_too_much() {
     let _serial = shared();
-    let d = Dir::new("bw");
+    let d = TempDir::new("bw");
     let p = test_c(&d, "threads");
     // Each epoch moves 1 MB; at 1 GB/s that needs 1 ms.
     d.write("s.txt", "pm=0 bytes=1000000\nloop\n");
@@ -618,7 +594,7 @@ fn bandwidth_target_stretches_epochs_that_move_too_much() {
 #[test]
 fn bad_settings_give_one_line_and_do_not_start_the_program() {
     let _serial = shared();
-    let d = Dir::new("bad");
+    let d = TempDir::new("bad");
     let marker = d.path("started");
     let touch = format!("touch {}", marker.display());
     d.write("bad.txt", "pm=1\nstall=3 pm=2\n");
@@ -702,7 +678,7 @@ fn bad_settings_give_one_line_and_do_not_start_the_program() {
 #[test]
 fn config_file_is_used_and_flags_win() {
     let _serial = shared();
-    let d = Dir::new("config");
+    let d = TempDir::new("config");
     d.write("s.txt", "pm=1\nloop\n");
     d.write(
         "c.toml",
@@ -717,7 +693,7 @@ fn config_file_is_used_and_flags_win() {
 #[test]
 fn exit_status_and_signals_of_the_program_are_forwarded() {
     let _serial = shared();
-    let d = Dir::new("exit");
+    let d = TempDir::new("exit");
     d.write("s.txt", "pm=1\nloop\n");
     let o = pmlab(
         &d,
@@ -756,7 +732,7 @@ fn exit_status_and_signals_of_the_program_are_forwarded() {
 #[test]
 fn calibrate_measures_and_caches_per_machine() {
     let _serial = shared();
-    let d = Dir::new("calib");
+    let d = TempDir::new("calib");
     let o = pmlab(
         &d,
         &[

@@ -3,56 +3,9 @@
 //! the file runs in a few seconds; the full suites are benchmarks
 //! (`bench/probe-suite.sh`). No test asserts a timing.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
-
-/// A fresh directory per test, removed afterwards.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("pmlab-probe-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn pmlab(dir: &Path, args: &[&str]) -> Output {
-    Command::new(PMLAB)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run pmlab")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Exit code 2 and one line `pmlab: error: ...` containing `needle`.
-fn assert_usage_error(o: &Output, needle: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "not one line: {err}");
-    assert!(err.starts_with("pmlab: error: "), "{err}");
-    assert!(err.contains(needle), "'{needle}' not in: {err}");
-}
+use common::{assert_one_line_error, pmlab, stderr, stdout, TempDir};
 
 /// (x, y) rows of the text output of a single probe.
 fn rows(out: &str) -> Vec<(f64, f64)> {
@@ -70,7 +23,7 @@ fn rows(out: &str) -> Vec<(f64, f64)> {
 
 #[test]
 fn ptrchase_on_the_simulator_shows_the_16k_read_buffer() {
-    let d = Dir::new("ptr");
+    let d = TempDir::new("ptr");
     let o = pmlab(
         &d.0,
         &[
@@ -95,7 +48,7 @@ fn ptrchase_on_the_simulator_shows_the_16k_read_buffer() {
 
 #[test]
 fn block_sweep_and_stride_and_overwrite_run_on_the_simulator() {
-    let d = Dir::new("misc");
+    let d = TempDir::new("misc");
     let o = pmlab(
         &d.0,
         &[
@@ -155,7 +108,7 @@ fn block_sweep_and_stride_and_overwrite_run_on_the_simulator() {
 
 #[test]
 fn small_suite_writes_results_plots_and_report_then_infer_reads_them() {
-    let d = Dir::new("all");
+    let d = TempDir::new("all");
     let o = pmlab(
         &d.0,
         &[
@@ -201,14 +154,14 @@ fn small_suite_writes_results_plots_and_report_then_infer_reads_them() {
     assert_eq!(v["inclusive"].as_bool(), Some(true));
     // One read buffer only: no NVRAM profile can be written, and it says why.
     let o = pmlab(&d.0, &["probe", "infer", "res"]);
-    assert_usage_error(&o, "fewer than two read buffers");
+    assert_one_line_error(&o, "fewer than two read buffers");
 }
 
 #[test]
 fn infer_writes_a_profile_the_simulator_accepts() {
     // A result set with two buffers (16 KiB, 1 MiB) and 256 B entries,
     // small enough for the fit to simulate quickly.
-    let d = Dir::new("infer");
+    let d = TempDir::new("infer");
     let load: Vec<String> = (10..=22)
         .map(|e| {
             let x = 1u64 << e;
@@ -272,7 +225,7 @@ fn infer_writes_a_profile_the_simulator_accepts() {
 
 #[test]
 fn host_ptrchase_runs_and_reports_spread() {
-    let d = Dir::new("host");
+    let d = TempDir::new("host");
     let o = pmlab(
         &d.0,
         &[
@@ -305,7 +258,7 @@ fn host_ptrchase_runs_and_reports_spread() {
 
 #[test]
 fn bad_input_gets_one_line_errors() {
-    let d = Dir::new("bad");
+    let d = TempDir::new("bad");
     let cases: &[(&[&str], &str)] = &[
         (
             &["probe", "ptrchase", "--target", "gpu"],
@@ -395,9 +348,9 @@ fn bad_input_gets_one_line_errors() {
     ];
     for (args, needle) in cases {
         let o = pmlab(&d.0, args);
-        assert_usage_error(&o, needle);
+        assert_one_line_error(&o, needle);
     }
     std::fs::write(d.path("junk.json"), "{not json").unwrap();
     let o = pmlab(&d.0, &["probe", "infer", "junk.json"]);
-    assert_usage_error(&o, "not a pmlab probe result set");
+    assert_one_line_error(&o, "not a pmlab probe result set");
 }

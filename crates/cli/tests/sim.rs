@@ -1,44 +1,11 @@
 //! Integration tests of `pmlab sim` (issue 4): each test works in a fresh
 //! temporary directory and runs the built `pmlab` binary.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::{Command, Output};
 
-const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("pmlab-sim-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn file(&self, name: &str, content: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, content).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn pmlab(dir: &Path, args: &[&str]) -> Output {
-    Command::new(PMLAB)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run pmlab")
-}
+use common::{assert_one_line_error, pmlab, TempDir, PMLAB};
 
 fn ok(out: &Output) -> String {
     assert!(
@@ -47,15 +14,6 @@ fn ok(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-/// Exit code 2 and exactly one line `pmlab: error: ...` containing `needle`.
-fn fails_with(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.starts_with("pmlab: error: "), "{err}");
-    assert!(err.contains(needle), "expected '{needle}' in: {err}");
 }
 
 fn json(out: &Output) -> serde_json::Value {
@@ -106,7 +64,7 @@ fn show_prints_every_parameter_with_its_source() {
     let cl = params.iter().find(|p| p["name"] == "cl").unwrap();
     assert_eq!(cl["value"], "19");
     assert!(cl["source"].as_str().unwrap().contains("19-19-19"));
-    fails_with(
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "show", "optane"]),
         "unknown preset 'optane'",
     );
@@ -115,7 +73,7 @@ fn show_prints_every_parameter_with_its_source() {
 #[test]
 fn replays_a_text_trace_on_every_preset_and_mode() {
     let d = TempDir::new("replay");
-    let t = d.file("t.txt", TEXT_TRACE.as_bytes());
+    let t = d.write("t.txt", TEXT_TRACE.as_bytes());
     for preset in [
         "ddr4-2666",
         "optane-1dimm",
@@ -202,7 +160,7 @@ fn binary_traces_from_gen_replay_and_parse() {
     assert!(v["stats"].to_string().contains("media"));
     let p = json(&pmlab(&d.0, &["sim", "r.pmt", "--parse-only", "--json"]));
     assert_eq!(p["records"], 5000);
-    fails_with(
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "gen", "zigzag", "z.pmt"]),
         "unknown pattern 'zigzag'",
     );
@@ -212,7 +170,7 @@ fn binary_traces_from_gen_replay_and_parse() {
 #[test]
 fn imports_lackey_and_dram_simulator_traces() {
     let d = TempDir::new("import");
-    let l = d.file(
+    let l = d.write(
         "t.lackey",
         b"==1== Lackey\nI  04016e9a,3\n S 1ffefffd68,8\n L 04228e58,8\n M 0422a010,4\n",
     );
@@ -229,7 +187,7 @@ fn imports_lackey_and_dram_simulator_traces() {
         ],
     ));
     assert_eq!(v["requests"], 4);
-    let t = d.file("t.trc", b"0x1f40 READ 12\n0x1f80 WRITE 15\nLD 0x2040\n");
+    let t = d.write("t.trc", b"0x1f40 READ 12\n0x1f80 WRITE 15\nLD 0x2040\n");
     let v = json(&pmlab(
         &d.0,
         &[
@@ -297,13 +255,13 @@ fn imports_lackey_and_dram_simulator_traces() {
 #[test]
 fn malformed_traces_get_file_and_line_or_offset() {
     let d = TempDir::new("badtrace");
-    d.file("bad.txt", b"0 0 R 0x1000 64\n1 0 JUMP 0x1000 64\n");
-    fails_with(
+    d.write("bad.txt", b"0 0 R 0x1000 64\n1 0 JUMP 0x1000 64\n");
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "bad.txt"]),
         "bad.txt:2",
     );
-    let l = d.file("bad.lackey", b"I  0401,3\n Q 0401,3\n");
-    fails_with(
+    let l = d.write("bad.lackey", b"I  0401,3\n Q 0401,3\n");
+    assert_one_line_error(
         &pmlab(
             &d.0,
             &[
@@ -317,8 +275,8 @@ fn malformed_traces_get_file_and_line_or_offset() {
         ),
         "bad.lackey:2: unknown access kind 'Q'",
     );
-    let r = d.file("bad.trc", b"0x10 READ 1\nnonsense here\n");
-    fails_with(
+    let r = d.write("bad.trc", b"0x10 READ 1\nnonsense here\n");
+    assert_one_line_error(
         &pmlab(
             &d.0,
             &[
@@ -338,15 +296,15 @@ fn malformed_traces_get_file_and_line_or_offset() {
         &["sim", "gen", "random-read", "r.pmt", "--count", "100"],
     ));
     let bytes = std::fs::read(d.0.join("r.pmt")).unwrap();
-    d.file("cut.pmt", &bytes[..bytes.len() - 1]);
-    fails_with(
+    d.write("cut.pmt", &bytes[..bytes.len() - 1]);
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "cut.pmt"]),
         "offset",
     );
     let mut corrupt = bytes.clone();
     corrupt[8] = 99; // version
-    d.file("v.pmt", &corrupt);
-    fails_with(
+    d.write("v.pmt", &corrupt);
+    assert_one_line_error(
         &pmlab(
             &d.0,
             &[
@@ -360,11 +318,11 @@ fn malformed_traces_get_file_and_line_or_offset() {
         ),
         "version 99",
     );
-    fails_with(
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "missing.pmt"]),
         "missing.pmt",
     );
-    fails_with(
+    assert_one_line_error(
         &pmlab(
             &d.0,
             &[
@@ -383,48 +341,48 @@ fn malformed_traces_get_file_and_line_or_offset() {
 #[test]
 fn bad_configs_and_flags_get_one_line_errors() {
     let d = TempDir::new("badcfg");
-    let t = d.file("t.txt", TEXT_TRACE.as_bytes());
+    let t = d.write("t.txt", TEXT_TRACE.as_bytes());
     let t = t.to_str().unwrap();
     let base = "[controller]\nimpl = \"imc\"\n[controller.dimm]\nimpl = \"ddr4\"\n";
-    d.file("good.toml", base.as_bytes());
+    d.write("good.toml", base.as_bytes());
     ok(&pmlab(&d.0, &["sim", "--config", "good.toml", t]));
-    d.file("key.toml", format!("{base}tcl = 3\n").as_bytes());
-    fails_with(
+    d.write("key.toml", format!("{base}tcl = 3\n").as_bytes());
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--config", "key.toml", t]),
         "unknown parameter 'controller.dimm.tcl'",
     );
-    d.file("impl.toml", base.replace("ddr4", "ddr5").as_bytes());
-    fails_with(
+    d.write("impl.toml", base.replace("ddr4", "ddr5").as_bytes());
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--config", "impl.toml", t]),
         "valid ones are ddr4, nvram, cxl, fixed-latency",
     );
-    d.file("type.toml", format!("{base}row_bytes = true\n").as_bytes());
-    fails_with(
+    d.write("type.toml", format!("{base}row_bytes = true\n").as_bytes());
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--config", "type.toml", t]),
         "'controller.dimm.row_bytes'",
     );
-    d.file("syntax.toml", b"[controller\nimpl = 1\n");
-    fails_with(
+    d.write("syntax.toml", b"[controller\nimpl = 1\n");
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--config", "syntax.toml", t]),
         "syntax.toml: line 1",
     );
-    fails_with(
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--config", "nope.toml", t]),
         "cannot read config nope.toml",
     );
-    fails_with(
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--preset", "optane-9dimm", t]),
         "valid presets are",
     );
-    fails_with(&pmlab(&d.0, &["sim", t]), "pass --preset NAME");
-    fails_with(
+    assert_one_line_error(&pmlab(&d.0, &["sim", t]), "pass --preset NAME");
+    assert_one_line_error(
         &pmlab(
             &d.0,
             &["sim", "--preset", "ddr4-2666", "--mode", "open:0", t],
         ),
         "open:N",
     );
-    fails_with(
+    assert_one_line_error(
         &pmlab(&d.0, &["sim", "--preset", "ddr4-2666"]),
         "no trace given",
     );
@@ -477,7 +435,7 @@ fn reads_a_trace_from_a_pipe() {
 #[test]
 fn cached_stores_write_back_at_flushes() {
     let d = TempDir::new("stores");
-    d.file(
+    d.write(
         "c.txt",
         b"0 0 W 0x40 8\n1 0 W 0x48 8\n2 0 CLWB 0x40 64\n3 0 SFENCE 0 0\n",
     );
@@ -496,7 +454,7 @@ fn cached_stores_write_back_at_flushes() {
         64.0,
         "one write-back at the clwb"
     );
-    fails_with(
+    assert_one_line_error(
         &pmlab(
             &d.0,
             &[
