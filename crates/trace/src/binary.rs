@@ -420,13 +420,9 @@ impl<R: Read> Iterator for Reader<R> {
         if self.failed {
             return None;
         }
-        match self.decode() {
-            Ok(r) => r.map(Ok),
-            Err(e) => {
-                self.failed = true;
-                Some(Err(e))
-            }
-        }
+        let next = self.decode();
+        self.failed = next.is_err();
+        next.transpose()
     }
 }
 

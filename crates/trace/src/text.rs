@@ -115,6 +115,38 @@ impl<R: BufRead> Reader<R> {
         self.name = name.into();
         self
     }
+
+    fn read_next(&mut self) -> Result<Option<Record>, Error> {
+        loop {
+            self.line.clear();
+            self.line_no += 1;
+            match self.inner.read_line(&mut self.line) {
+                Ok(0) => return Ok(None),
+                Ok(_) => {}
+                Err(e) => {
+                    let kind = if e.kind() == std::io::ErrorKind::InvalidData {
+                        ErrorKind::Malformed
+                    } else {
+                        ErrorKind::Io
+                    };
+                    return Err(Error::new(
+                        kind,
+                        format!("{}:{}: {e}", self.name, self.line_no),
+                    ));
+                }
+            }
+            match parse_line(&self.line) {
+                Ok(None) => continue,
+                Ok(Some(r)) => return Ok(Some(r)),
+                Err(msg) => {
+                    return Err(Error::new(
+                        ErrorKind::Malformed,
+                        format!("{}:{}: {msg}", self.name, self.line_no),
+                    ))
+                }
+            }
+        }
+    }
 }
 
 impl<R: BufRead> Iterator for Reader<R> {
@@ -124,37 +156,9 @@ impl<R: BufRead> Iterator for Reader<R> {
         if self.failed {
             return None;
         }
-        loop {
-            self.line.clear();
-            self.line_no += 1;
-            match self.inner.read_line(&mut self.line) {
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(e) => {
-                    self.failed = true;
-                    let kind = if e.kind() == std::io::ErrorKind::InvalidData {
-                        ErrorKind::Malformed
-                    } else {
-                        ErrorKind::Io
-                    };
-                    return Some(Err(Error::new(
-                        kind,
-                        format!("{}:{}: {e}", self.name, self.line_no),
-                    )));
-                }
-            }
-            match parse_line(&self.line) {
-                Ok(None) => continue,
-                Ok(Some(r)) => return Some(Ok(r)),
-                Err(msg) => {
-                    self.failed = true;
-                    return Some(Err(Error::new(
-                        ErrorKind::Malformed,
-                        format!("{}:{}: {msg}", self.name, self.line_no),
-                    )));
-                }
-            }
-        }
+        let next = self.read_next();
+        self.failed = next.is_err();
+        next.transpose()
     }
 }
 

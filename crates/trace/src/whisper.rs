@@ -59,12 +59,32 @@ impl<R: BufRead> Reader<R> {
         self.skipped
     }
 
-    fn err(&mut self, msg: String) -> Option<Result<Record, Error>> {
-        self.failed = true;
-        Some(Err(Error::new(
+    fn err(&self, msg: String) -> Error {
+        Error::new(
             ErrorKind::Malformed,
             format!("{}:{}: {msg}", self.name, self.line_no),
-        )))
+        )
+    }
+
+    fn read_next(&mut self) -> Result<Option<Record>, Error> {
+        loop {
+            self.line.clear();
+            self.line_no += 1;
+            match self.inner.read_line(&mut self.line) {
+                Ok(0) => return Ok(None),
+                Ok(_) => {}
+                Err(e) => return Err(self.err(format!("cannot read: {e}"))),
+            }
+            match parse_line(&self.line) {
+                Ok(None) => self.skipped += 1,
+                Ok(Some((tid, mut rec))) => {
+                    let next = self.threads.len() as u32;
+                    rec.thread = *self.threads.entry(tid).or_insert(next);
+                    return Ok(Some(rec));
+                }
+                Err(msg) => return Err(self.err(msg)),
+            }
+        }
     }
 }
 
@@ -154,24 +174,9 @@ impl<R: BufRead> Iterator for Reader<R> {
         if self.failed {
             return None;
         }
-        loop {
-            self.line.clear();
-            self.line_no += 1;
-            match self.inner.read_line(&mut self.line) {
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(e) => return self.err(format!("cannot read: {e}")),
-            }
-            match parse_line(&self.line) {
-                Ok(None) => self.skipped += 1,
-                Ok(Some((tid, mut rec))) => {
-                    let next = self.threads.len() as u32;
-                    rec.thread = *self.threads.entry(tid).or_insert(next);
-                    return Some(Ok(rec));
-                }
-                Err(msg) => return self.err(msg),
-            }
-        }
+        let next = self.read_next();
+        self.failed = next.is_err();
+        next.transpose()
     }
 }
 

@@ -112,13 +112,9 @@ impl<R: BufRead> Iterator for Reader<R> {
         if self.failed {
             return None;
         }
-        match self.read_next() {
-            Ok(r) => r.map(Ok),
-            Err(e) => {
-                self.failed = true;
-                Some(Err(e))
-            }
-        }
+        let next = self.read_next();
+        self.failed = next.is_err();
+        next.transpose()
     }
 }
 
