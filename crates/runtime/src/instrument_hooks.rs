@@ -21,18 +21,20 @@
 //!
 //! * While `pmlab trace` records (`PMLAB_TRACE_STORES=1`), every access is
 //!   also classified as PM or DRAM: a PM store becomes a `W` record; DRAM
-//!   loads and stores and PM loads are counted per thread (two thread-local
-//!   counters) and recorded as one `UNTRACED` count every
+//!   loads and stores and PM loads are counted in the thread's state and
+//!   recorded as one `UNTRACED` count every
 //!   [`TRACE_COUNT_EVERY`] and when the thread ends or the trace finishes,
 //!   so that `pmlab analyze` can report the PM share of all accesses. When
-//!   not tracing this costs one relaxed atomic load.
+//!   not tracing this costs a bit test of the state the hook loads anyway;
+//!   when tracing, an out-of-line call that classifies the access (about
+//!   2 ns per access on this VM).
 //!
 //! Accesses that straddle two lines are counted on their first line only.
 
 use pmlab_model::cache::{CacheConfig, CompactCache, Hierarchy};
 use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
-use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// One slow call in this many reads the TSC around itself (reading it costs
 /// tens of cycles in a VM); the mean of the timed calls stands for all.
@@ -42,7 +44,11 @@ pub const TIME_EVERY: u64 = 8;
 pub const FILTER_LINES: usize = 256;
 const LINE_SHIFT: u32 = 6;
 
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// [`ON`] while the hooks count, plus [`TRACING`] while they also feed the
+/// tracer: one load tells the hook both.
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+const ON: u8 = 1;
+const TRACING: u8 = 2;
 
 /// Which accesses count as PM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,17 +92,27 @@ pub fn activate(cfg: HookConfig) {
     FILL_BUFFERS.store(cfg.overlap.fill_buffers as u64, Ordering::Relaxed);
     WINDOW.store(cfg.overlap.window_accesses, Ordering::Relaxed);
     PM_MODE.store(cfg.pm_mode as u8, Ordering::Relaxed);
-    ACTIVE.store(true, Ordering::Release);
+    ACTIVE.fetch_or(ON, Ordering::Release);
 }
 
 /// Turn the hooks off (they return immediately again).
 pub fn deactivate() {
-    ACTIVE.store(false, Ordering::Release);
+    ACTIVE.fetch_and(!ON, Ordering::Release);
 }
 
 /// True while the hooks count.
 pub fn active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
+    ACTIVE.load(Ordering::Relaxed) & ON != 0
+}
+
+/// Offer every access to the tracer (`on`, once a trace is recording) or
+/// stop doing so; see the module's documentation.
+pub fn trace_accesses(on: bool) {
+    if on {
+        ACTIVE.fetch_or(TRACING, Ordering::Release);
+    } else {
+        ACTIVE.fetch_and(!TRACING, Ordering::Release);
+    }
 }
 
 /// Register `[start, start + len)` as emulated PM (the PM pool calls this
@@ -193,6 +209,10 @@ struct Tls {
     /// `line << 1 | dirty`; 0 is empty (line 0 is never accessed).
     filter: [usize; FILTER_LINES],
     accesses: u64,
+    /// DRAM loads and stores not yet recorded (tracing only).
+    trace_dram: u64,
+    /// PM loads not yet recorded (tracing only).
+    trace_pm_loads: u64,
     slow: *mut Slow,
     busy: bool,
     retired: bool,
@@ -203,6 +223,8 @@ thread_local! {
         UnsafeCell::new(Tls {
             filter: [0; FILTER_LINES],
             accesses: 0,
+            trace_dram: 0,
+            trace_pm_loads: 0,
             slow: std::ptr::null_mut(),
             busy: false,
             retired: false,
@@ -212,17 +234,18 @@ thread_local! {
 
 #[inline(always)]
 fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
-    if !ACTIVE.load(Ordering::Relaxed) {
+    let state = ACTIVE.load(Ordering::Relaxed);
+    if state & ON == 0 {
         return;
-    }
-    if crate::tracer::enabled() {
-        trace_access(addr, size, write);
     }
     TLS.with(|t| {
         let t = t.get();
         // SAFETY: the state belongs to this thread; a signal handler only
         // reads it through raw pointers (see `totals`).
         unsafe {
+            if state & TRACING != 0 {
+                trace_access(t, addr, size, write);
+            }
             (*t).accesses += 1;
             let line = addr >> LINE_SHIFT;
             let e = (*t).filter[line % FILTER_LINES];
@@ -238,47 +261,32 @@ fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
 /// `UNTRACED` record.
 pub const TRACE_COUNT_EVERY: u64 = 4096;
 
-/// The calling thread's accesses not recorded one by one while tracing:
-/// DRAM loads and stores, PM loads. Recorded as `UNTRACED` counts every
-/// [`TRACE_COUNT_EVERY`] and when the thread ends (the destructor runs
-/// before `exit`'s handlers finish the trace, for the main thread too).
-struct TraceCounts {
-    dram: Cell<u64>,
-    pm_loads: Cell<u64>,
-}
+/// Records the calling thread's pending `UNTRACED` counts when the thread
+/// ends. Registered (a TLS destructor) at the thread's first slow call
+/// while tracing; the main thread's runs before `exit`'s handlers finish
+/// the trace.
+struct FlushAtExit;
 
-impl TraceCounts {
-    fn flush(&self) {
-        for (n, space) in [
-            (self.dram.replace(0), pmlab_trace::Space::Dram),
-            (self.pm_loads.replace(0), pmlab_trace::Space::Pm),
-        ] {
-            if n > 0 {
-                crate::tracer::record(pmlab_trace::Op::Untraced, space, n, 0);
-            }
-        }
-    }
-}
-
-impl Drop for TraceCounts {
+impl Drop for FlushAtExit {
     fn drop(&mut self) {
-        self.flush();
+        flush_trace_counts();
     }
 }
 
 thread_local! {
-    static TRACE_COUNTS: TraceCounts = const {
-        TraceCounts {
-            dram: Cell::new(0),
-            pm_loads: Cell::new(0),
-        }
-    };
+    static FLUSH_AT_EXIT: FlushAtExit = const { FlushAtExit };
 }
 
 /// Offer one access to the tracer (tracing is on): a PM store is recorded,
-/// anything else counted.
-#[inline(always)]
-fn trace_access(addr: usize, size: u32, write: bool) {
+/// anything else counted in the thread's state.
+///
+/// # Safety
+///
+/// `t` is the calling thread's state.
+// Out of line: inlined, it makes the whole hook too big for `TLS.with` to
+// be inlined, which slows the hook down when not tracing too.
+#[inline(never)]
+unsafe fn trace_access(t: *mut Tls, addr: usize, size: u32, write: bool) {
     let pm = is_pm(addr);
     if pm && write {
         crate::tracer::record(
@@ -289,29 +297,36 @@ fn trace_access(addr: usize, size: u32, write: bool) {
         );
         return;
     }
-    let counted = TRACE_COUNTS.try_with(|c| {
-        let n = if pm { &c.pm_loads } else { &c.dram };
-        let v = n.get() + 1;
-        n.set(v);
-        if v >= TRACE_COUNT_EVERY {
-            c.flush();
+    let n = if pm {
+        &mut (*t).trace_pm_loads
+    } else {
+        &mut (*t).trace_dram
+    };
+    *n += 1;
+    if *n >= TRACE_COUNT_EVERY {
+        flush_counts(t);
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn flush_counts(t: *mut Tls) {
+    for (n, space) in [
+        (&mut (*t).trace_dram, pmlab_trace::Space::Dram),
+        (&mut (*t).trace_pm_loads, pmlab_trace::Space::Pm),
+    ] {
+        let v = std::mem::take(n);
+        if v > 0 {
+            crate::tracer::record(pmlab_trace::Op::Untraced, space, v, 0);
         }
-    });
-    if counted.is_err() {
-        // The thread's counts are already gone (thread teardown).
-        let space = if pm {
-            pmlab_trace::Space::Pm
-        } else {
-            pmlab_trace::Space::Dram
-        };
-        crate::tracer::record(pmlab_trace::Op::Untraced, space, 1, 0);
     }
 }
 
 /// Record the calling thread's pending `UNTRACED` counts now (the tracer
 /// calls this before it finishes the trace).
 pub fn flush_trace_counts() {
-    let _ = TRACE_COUNTS.try_with(|c| c.flush());
+    // SAFETY: own thread's state.
+    TLS.with(|t| unsafe { flush_counts(t.get()) });
 }
 
 #[cold]
@@ -349,6 +364,9 @@ unsafe fn slow_path(t: *mut Tls, addr: usize, line: usize, write: bool, value: O
             (*t).retired = true;
             (*t).busy = false;
             return;
+        }
+        if crate::tracer::enabled() {
+            let _ = FLUSH_AT_EXIT.try_with(|_| ());
         }
     }
     let s = &mut *(*t).slow;

@@ -452,6 +452,9 @@ fn init_from_env() {
     };
     match start(&path, &[("pmdk", pmdk)]) {
         Ok(()) => {
+            if crate::instrument_hooks::active() {
+                crate::instrument_hooks::trace_accesses(true);
+            }
             // SAFETY: registering plain extern "C" handlers.
             unsafe {
                 libc::atexit(at_exit);
