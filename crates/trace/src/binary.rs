@@ -413,18 +413,7 @@ impl<R: Read> Reader<R> {
     }
 }
 
-impl<R: Read> Iterator for Reader<R> {
-    type Item = Result<Record, Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        let next = self.decode();
-        self.failed = next.is_err();
-        next.transpose()
-    }
-}
+crate::text::stop_after_first_error!(Reader, Read, decode);
 
 fn read_exact_or<R: Read>(r: &mut R, buf: &mut [u8], name: &str, offset: u64) -> Result<(), Error> {
     r.read_exact(buf).map_err(|e| {

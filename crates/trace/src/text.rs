@@ -89,6 +89,30 @@ pub fn parse_u64(s: &str) -> Option<u64> {
     }
 }
 
+/// Implements `Iterator` for a trace reader `$reader<R: $bound>` that has a
+/// `failed: bool` field and a method `$read(&mut self) ->
+/// Result<Option<Record>, Error>`. Every reader of this crate follows the
+/// same rule: records until the end of the input or until the first
+/// error, which is yielded once; then nothing, because malformed input
+/// leaves no reliable place to resume.
+macro_rules! stop_after_first_error {
+    ($reader:ident, $bound:path, $read:ident) => {
+        impl<R: $bound> Iterator for $reader<R> {
+            type Item = Result<$crate::Record, $crate::Error>;
+
+            fn next(&mut self) -> Option<Self::Item> {
+                if self.failed {
+                    return None;
+                }
+                let next = self.$read();
+                self.failed = next.is_err();
+                next.transpose()
+            }
+        }
+    };
+}
+pub(crate) use stop_after_first_error;
+
 /// Streams records from a text trace, one line at a time.
 pub struct Reader<R: BufRead> {
     inner: R,
@@ -149,18 +173,7 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for Reader<R> {
-    type Item = Result<Record, Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        let next = self.read_next();
-        self.failed = next.is_err();
-        next.transpose()
-    }
-}
+stop_after_first_error!(Reader, BufRead, read_next);
 
 #[cfg(test)]
 mod tests {

@@ -105,18 +105,7 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for Reader<R> {
-    type Item = Result<Record, Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        let next = self.read_next();
-        self.failed = next.is_err();
-        next.transpose()
-    }
-}
+crate::text::stop_after_first_error!(Reader, BufRead, read_next);
 
 #[cfg(test)]
 mod tests {
