@@ -29,6 +29,7 @@ validate-emu: build workloads
 
 bench: build workloads
 	PMLAB=$(PMLAB) bench/runtime.sh 7
+	PMLAB=$(PMLAB) bench/synthetic-delay.sh 5
 	PMLAB=$(PMLAB) bench/instr.sh
 	PMLAB=$(PMLAB) bench/sim-speed.sh 5
 	PMLAB=$(PMLAB) bench/probe-suite.sh

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The emulator's end-to-end delay accuracy with a scripted counter source:
+# two epochs of 2,500,000 serial PM accesses at (200 - 100) ns = 500 ms are
+# injected into memlat; the delay measured around it (best of 3 runs with
+# the delay minus best of 3 with --no-inject) is compared with 500 ms.
+# Goal (issue 2): within 2%.
+# Usage: bench/synthetic-delay.sh [ROUNDS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
+MEMLAT=${MEMLAT:-$ROOT/workloads/build/memlat}
+ROUNDS=${1:-5}
+[ -x "$PMLAB" ] || { echo "synthetic-delay.sh: $PMLAB not found: cargo build --release --workspace, or set PMLAB" >&2; exit 2; }
+[ -x "$MEMLAT" ] || { echo "synthetic-delay.sh: $MEMLAT not found: make -C workloads, or set MEMLAT" >&2; exit 2; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+printf 'pm=2500000 *2\n' > "$TMP/s.txt"
+run() { # prints wall ns of one run
+    local t0 t1
+    t0=$(date +%s%N)
+    "$PMLAB" run -q --dram-latency 100ns --pm-latency 200ns --epoch-max 1ms \
+        --source "synthetic:$TMP/s.txt" "$@" -- "$MEMLAT" -r 8 -n 100000 >/dev/null
+    t1=$(date +%s%N)
+    echo $((t1 - t0))
+}
+best() { # best of 3
+    local b=999999999999 v
+    for _ in 1 2 3; do v=$(run "$@"); [ "$v" -lt "$b" ] && b=$v; done
+    echo "$b"
+}
+echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+errs=()
+for r in $(seq "$ROUNDS"); do
+    base=$(best --no-inject)
+    with=$(best)
+    err=$(python3 -c "m=($with-$base)/1e6; print(f'{m:.1f} {(m-500)/5:+.2f}')")
+    echo "round $r: measured $(echo "$err" | cut -d' ' -f1) ms for 500 ms scripted, error $(echo "$err" | cut -d' ' -f2)%"
+    errs+=("$(echo "$err" | cut -d' ' -f2)")
+done
+python3 -c "
+import statistics, sys
+e=[float(x) for x in sys.argv[1:]]
+print(f'delay error: median {statistics.median(e):+.2f}% (min {min(e):+.2f}, max {max(e):+.2f}, n={len(e)}); goal within 2%')
+" "${errs[@]}"
