@@ -470,38 +470,70 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     Ok(())
 }
 
+/// What [`scaled_point`] measures: `prog` with `args` at target latency
+/// `lat`, reading `key` from its result line.
+struct Scaled<'a> {
+    prog: &'a str,
+    key: &'a str,
+    args: &'a [String],
+    lat: f64,
+    label: &'a str,
+    study: &'a str,
+    unit: &'a str,
+}
+
+/// One point whose expectation scales the native result by target / DRAM
+/// latency (the overlap the hardware achieves on DRAM carries over to
+/// slower memory): runs natively and emulated, each `--reps` times; 5%
+/// bound. `config` names the point from the native median.
+fn scaled_point(
+    ctx: &Ctx,
+    out: &mut Vec<Point>,
+    w: Scaled<'_>,
+    config: impl FnOnce(f64) -> String,
+) -> Result<()> {
+    ctx.say(&format!("{}, native", w.label));
+    let native = summarize(&ctx.reps(|| need(w.prog, &ctx.native(w.prog, w.args)?, w.key))?);
+    ctx.say(&format!("{}, {} ns", w.label, w.lat));
+    let runs = ctx.reps(|| need(w.prog, &ctx.emulated(w.prog, w.args, w.lat, false)?, w.key))?;
+    let m = summarize(&runs);
+    let expected = native.median * w.lat / ctx.dram_ns;
+    push(
+        ctx,
+        out,
+        Point {
+            study: s(w.study),
+            config: config(native.median),
+            target_ns: w.lat,
+            unit: s(w.unit),
+            expected,
+            measured: m,
+            error_pct: error_pct(m.median, expected),
+            bound_pct: 5.0,
+            runs,
+        },
+    );
+    Ok(())
+}
+
 fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.chains_lat;
     for &k in &p.chains {
         let args = memlat_args(p, k);
-        ctx.say(&format!("memlat, {k} chains, native"));
-        let native =
-            summarize(&ctx.reps(|| need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY))?);
-        ctx.say(&format!("memlat, {k} chains, {lat} ns"));
-        let runs = ctx.reps(|| {
-            need(
-                "memlat",
-                &ctx.emulated("memlat", &args, lat, false)?,
-                MEMLAT_KEY,
-            )
-        })?;
-        let m = summarize(&runs);
-        let expected = native.median * lat / ctx.dram_ns;
-        push(
+        scaled_point(
             ctx,
             out,
-            Point {
-                study: s("chains"),
-                config: format!("chains={k} native={:.1}ns", native.median),
-                target_ns: lat,
-                unit: s("ns/access"),
-                expected,
-                measured: m,
-                error_pct: error_pct(m.median, expected),
-                bound_pct: 5.0,
-                runs,
+            Scaled {
+                prog: "memlat",
+                key: MEMLAT_KEY,
+                args: &args,
+                lat,
+                label: &format!("memlat, {k} chains"),
+                study: "chains",
+                unit: "ns/access",
             },
-        );
+            |native| format!("chains={k} native={native:.1}ns"),
+        )?;
     }
     Ok(())
 }
@@ -586,34 +618,20 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             } else {
                 "cs only"
             };
-            ctx.say(&format!("mtlat {n} threads, {what}, native"));
-            let native =
-                summarize(&ctx.reps(|| need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY))?);
-            ctx.say(&format!("mtlat {n} threads, {what}, {lat} ns"));
-            let runs = ctx.reps(|| {
-                need(
-                    "mtlat",
-                    &ctx.emulated("mtlat", &args, lat, false)?,
-                    MTLAT_KEY,
-                )
-            })?;
-            let m = summarize(&runs);
-            let expected = native.median * lat / ctx.dram_ns;
-            push(
+            scaled_point(
                 ctx,
                 out,
-                Point {
-                    study: s("mtlat"),
-                    config: format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
-                    target_ns: lat,
-                    unit: s("ns"),
-                    expected,
-                    measured: m,
-                    error_pct: error_pct(m.median, expected),
-                    bound_pct: 5.0,
-                    runs,
+                Scaled {
+                    prog: "mtlat",
+                    key: MTLAT_KEY,
+                    args: &args,
+                    lat,
+                    label: &format!("mtlat {n} threads, {what}"),
+                    study: "mtlat",
+                    unit: "ns",
                 },
-            );
+                |_| format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
+            )?;
         }
     }
     Ok(())
