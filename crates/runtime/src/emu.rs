@@ -374,6 +374,15 @@ pub fn init() {
     }
     STATE.store(State::Active as u8, Ordering::Release);
     register_current();
+    // An exec from a runtime'd image blocks the signal across it (see
+    // `exec`); the handler is in place now, so take it again.
+    // SAFETY: sigset operations on a local; the real pthread_sigmask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, g.cfg.signal_offset + libc::SIGRTMIN());
+        real::pthread_sigmask()(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
     start_monitor();
     let took = clock::monotonic_ns() - t0;
     INIT_NS.store(took, Ordering::Relaxed);

@@ -16,6 +16,8 @@
 //! * [`source`]: the counter-source interface ([`source::Source`],
 //!   [`source::ThreadCounters`]) and its implementations `hw`,
 //!   `synthetic:FILE` and `instrumented`.
+//! * [`exec`]: the exec family, which keeps the epoch signal from
+//!   killing the new image before its runtime is up.
 //! * [`config`]: the `PMLAB_*` options, read once.
 //! * [`pool`], [`persist`], [`clock`], [`mba`], [`stats`]: the PM pool
 //!   allocator, flush instructions, the TSC, the bandwidth throttle, the
@@ -34,6 +36,7 @@ pub mod clock;
 pub mod config;
 pub mod emu;
 mod error;
+pub mod exec;
 pub mod instrument_hooks;
 pub mod mba;
 pub mod persist;

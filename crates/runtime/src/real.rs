@@ -35,6 +35,7 @@ macro_rules! real {
         /// Resolve every real function now (at initialisation).
         pub fn resolve_all() {
             $( let _ = $name(); )*
+            let _ = execveat_opt();
         }
     };
 }
@@ -58,4 +59,33 @@ real! {
     signal: fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
     sigprocmask: fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
     pthread_sigmask: fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+    execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+}
+
+/// The real `execveat`, `None` where the C library has none (before
+/// glibc 2.34). Resolved with the others at initialisation.
+pub fn execveat_opt() -> Option<
+    unsafe extern "C" fn(
+        c_int,
+        *const c_char,
+        *const *const c_char,
+        *const *const c_char,
+        c_int,
+    ) -> c_int,
+> {
+    static CACHE: AtomicUsize = AtomicUsize::new(0);
+    const ABSENT: usize = 1;
+    let mut f = CACHE.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: NUL-terminated name; dlsym is safe to call.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"execveat".as_ptr()) } as usize;
+        if f == 0 {
+            f = ABSENT;
+        }
+        CACHE.store(f, Ordering::Relaxed);
+    }
+    // SAFETY: dlsym returned the address of this very function.
+    (f != ABSENT).then(|| unsafe { std::mem::transmute(f) })
 }
