@@ -47,6 +47,7 @@
 
 use pmlab_model::cache::{CacheConfig, CompactCache, Hierarchy};
 use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
+#[cfg(not(target_arch = "x86_64"))]
 use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -264,6 +265,45 @@ struct Tls {
     retired: bool,
 }
 
+// The thread's `Tls` lives in this library's static TLS block, reached with
+// the initial-exec model (the thread pointer plus an offset the loader
+// fixes): two instructions, no call to `__tls_get_addr` and no closure, so
+// that the whole hook inlines into each callback. All-zero bytes are the
+// valid initial state. The library is always loaded at start-up (preloaded
+// or linked), which the initial-exec model requires.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 6",
+    ".globl pmlab_hooks_tls",
+    ".hidden pmlab_hooks_tls",
+    ".type pmlab_hooks_tls, @object",
+    ".size pmlab_hooks_tls, {size}",
+    "pmlab_hooks_tls:",
+    ".zero {size}",
+    ".popsection",
+    size = const std::mem::size_of::<Tls>(),
+);
+
+/// The calling thread's hook state.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tls() -> *mut Tls {
+    let p: *mut Tls;
+    // SAFETY: reads the thread pointer and the GOT slot the loader filled
+    // with our TLS block's offset; no other effect.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + pmlab_hooks_tls@GOTTPOFF]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        );
+    }
+    p
+}
+
+#[cfg(not(target_arch = "x86_64"))]
 thread_local! {
     static TLS: UnsafeCell<Tls> = const {
         UnsafeCell::new(Tls {
@@ -281,29 +321,34 @@ thread_local! {
     };
 }
 
+/// The calling thread's hook state.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn tls() -> *mut Tls {
+    TLS.with(|t| t.get())
+}
+
 #[inline(always)]
 fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
     let state = ACTIVE.load(Ordering::Relaxed);
     if state & ON == 0 {
         return;
     }
-    TLS.with(|t| {
-        let t = t.get();
-        // SAFETY: the state belongs to this thread; a signal handler only
-        // reads it through raw pointers (see `totals`).
-        unsafe {
-            if state & TRACING != 0 {
-                trace_access(t, addr, size, write);
-            }
-            (*t).accesses += 1;
-            let line = addr >> LINE_SHIFT;
-            let e = (*t).filter[line % FILTER_LINES];
-            if e >> 1 == line && (e & 1) >= write as usize {
-                return;
-            }
-            log_miss(t, addr, line, write, value);
+    let t = tls();
+    // SAFETY: the state belongs to this thread; a signal handler only
+    // works on it through raw pointers (see `totals`).
+    unsafe {
+        if state & TRACING != 0 {
+            trace_access(t, addr, size, write);
         }
-    })
+        (*t).accesses += 1;
+        let line = addr >> LINE_SHIFT;
+        let e = (*t).filter[line % FILTER_LINES];
+        if e >> 1 == line && (e & 1) >= write as usize {
+            return;
+        }
+        log_miss(t, addr, line, write, value);
+    }
 }
 
 /// Accesses of one kind a thread counts before it records them as one
@@ -332,8 +377,7 @@ thread_local! {
 /// # Safety
 ///
 /// `t` is the calling thread's state.
-// Out of line: inlined, it makes the whole hook too big for `TLS.with` to
-// be inlined, which slows the hook down when not tracing too.
+// Out of line: the hook stays small when not tracing.
 #[inline(never)]
 unsafe fn trace_access(t: *mut Tls, addr: usize, size: u32, write: bool) {
     let pm = is_pm(addr);
@@ -375,7 +419,7 @@ unsafe fn flush_counts(t: *mut Tls) {
 /// calls this before it finishes the trace).
 pub fn flush_trace_counts() {
     // SAFETY: own thread's state.
-    TLS.with(|t| unsafe { flush_counts(t.get()) });
+    unsafe { flush_counts(tls()) };
 }
 
 /// Log an access that missed the filter (see the module's documentation).
@@ -614,65 +658,59 @@ fn tsc_after(_dep: u64) -> u64 {
 /// yet processed count at the next reading (totals are cumulative, nothing
 /// is lost).
 pub fn totals() -> ThreadTotals {
-    TLS.with(|t| {
-        let t = t.get();
-        // SAFETY: own thread; raw reads; `process` runs only when no batch
-        // is under way on this thread.
-        unsafe {
-            if std::ptr::read_volatile(&(*t).busy) {
-                std::ptr::write_volatile(&mut (*t).interrupted, true);
-            } else if !std::ptr::read_volatile(&(*t).slow).is_null()
-                && (*t).processed < std::ptr::read_volatile(&(*t).logged)
-            {
-                process(t, false);
-            }
-            let accesses = std::ptr::read_volatile(&(*t).accesses);
-            let s = std::ptr::read_volatile(&(*t).slow);
-            let mut out = if s.is_null() {
-                ThreadTotals::default()
-            } else {
-                std::ptr::read_volatile(&(*s).totals)
-            };
-            out.accesses = accesses;
-            out
+    let t = tls();
+    // SAFETY: own thread; raw reads; `process` runs only when no batch
+    // is under way on this thread.
+    unsafe {
+        if std::ptr::read_volatile(&(*t).busy) {
+            std::ptr::write_volatile(&mut (*t).interrupted, true);
+        } else if !std::ptr::read_volatile(&(*t).slow).is_null()
+            && (*t).processed < std::ptr::read_volatile(&(*t).logged)
+        {
+            process(t, false);
         }
-    })
+        let accesses = std::ptr::read_volatile(&(*t).accesses);
+        let s = std::ptr::read_volatile(&(*t).slow);
+        let mut out = if s.is_null() {
+            ThreadTotals::default()
+        } else {
+            std::ptr::read_volatile(&(*s).totals)
+        };
+        out.accesses = accesses;
+        out
+    }
 }
 
 /// Forget the calling thread's model state after a fork (the child starts
 /// with a cold model) or before reuse. Not async-signal-safe.
 pub fn thread_reset() {
-    TLS.with(|t| {
-        let t = t.get();
-        // SAFETY: own thread, not in a hook (hooks never call this).
-        unsafe {
-            (*t).filter = [0; FILTER_LINES];
-        }
-    });
+    let t = tls();
+    // SAFETY: own thread, not in a hook (hooks never call this).
+    unsafe {
+        (*t).filter = [0; FILTER_LINES];
+    }
 }
 
 /// Free the calling thread's model (thread exit). Later accesses of this
 /// thread are no longer counted. Not async-signal-safe.
 pub fn thread_exit() {
-    TLS.with(|t| {
-        let t = t.get();
-        // SAFETY: own thread; `busy` keeps a nested hook away while freeing.
-        unsafe {
-            if !(*t).busy && !(*t).slow.is_null() {
-                process(t, false);
-            }
-            (*t).busy = true;
-            (*t).retired = true;
-            (*t).logged = 0;
-            (*t).processed = 0;
-            let s = std::mem::replace(&mut (*t).slow, std::ptr::null_mut());
-            (*t).filter = [0; FILTER_LINES];
-            if !s.is_null() {
-                drop(Box::from_raw(s));
-            }
-            (*t).busy = false;
+    let t = tls();
+    // SAFETY: own thread; `busy` keeps a nested hook away while freeing.
+    unsafe {
+        if !(*t).busy && !(*t).slow.is_null() {
+            process(t, false);
         }
-    });
+        (*t).busy = true;
+        (*t).retired = true;
+        (*t).logged = 0;
+        (*t).processed = 0;
+        let s = std::mem::replace(&mut (*t).slow, std::ptr::null_mut());
+        (*t).filter = [0; FILTER_LINES];
+        if !s.is_null() {
+            drop(Box::from_raw(s));
+        }
+        (*t).busy = false;
+    }
 }
 
 /// Measured costs of the hooks, used to account their overhead.
