@@ -4,23 +4,30 @@
 # on libpmemobj and on pmlab.h with redo logging), plus the tracing
 # overhead. Figures go to docs/whisper.md and docs/benchmarks.md.
 #
-# usage: bench/trace-whisper.sh [THREADS] [OPS_PER_THREAD] [PRESET]
-#        (default 2 threads, 20000 operations each, 20 % deletes, optane-1dimm)
+# usage: bench/trace-whisper.sh [THREADS] [OPS_PER_THREAD] [PRESETS]
+#        (default 2 threads, 20000 operations each, 20 % deletes; the replay
+#        runs on each preset of PRESETS, default "optane-1dimm hops-paper":
+#        our Optane model, and the HOPS paper's own 80 ns PM timing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PMLAB=${PMLAB:-target/release/pmlab}
 THREADS=${1:-2}
 OPS=${2:-20000}
-PRESET=${3:-optane-1dimm}
+PRESETS=${3:-optane-1dimm hops-paper}
 [ -x "$PMLAB" ] || { echo "trace-whisper: $PMLAB not built: run 'cargo build --release -p pmlab-cli -p pmlab-runtime'" >&2; exit 2; }
 [ -f "$(dirname "$PMLAB")/libpmlab.so" ] || [ -n "${PMLAB_RUNTIME:-}" ] || { echo "trace-whisper: libpmlab.so not built: run 'cargo build --release -p pmlab-runtime'" >&2; exit 2; }
 make -s -C workloads all
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+# TRACE_DIR=DIR keeps the traces (and pools) there for further replays.
+if [ -n "${TRACE_DIR:-}" ]; then
+    dir=$TRACE_DIR; mkdir -p "$dir"
+else
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+fi
 field() { grep "\"$1\"" | head -1 | sed 's/.*: *//; s/,$//'; }
 
 echo "machine: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "workloads: $THREADS threads x $OPS operations, 20 % deletes; replay on $PRESET"
+echo "workloads: $THREADS threads x $OPS operations, 20 % deletes; replay on $PRESETS"
 printf '\n%-14s %8s %6s %6s %7s %8s %6s %6s %8s %8s %8s\n' workload records tx "ep/tx" single "self-dep" cross "NT B" "amplif." "ep/s" tracing
 for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
     t=$("$PMLAB" trace -o "$dir/$w.pmt" --overhead --json -- workloads/build/$w "$dir/$w.pool" "$THREADS" "$OPS" 20 | tail -1)
@@ -38,13 +45,16 @@ if t["dropped"]:
 PY
 done
 echo "(tracing: traced over untraced wall time of the whole program, one run each: noisy on short runs)"
-echo
-echo "persistency replay on $PRESET: run time normalised to x86-nvm (HOPS: 32-entry buffers draining from 16; hops@1 drains from 1)"
-printf '%-14s %9s %9s %9s %9s %9s\n' workload x86-nvm x86-adr hops hops@1 ideal
-for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
-    "$PMLAB" sim --preset "$PRESET" --persistency x86-nvm,x86-adr,hops,hops@1,ideal --json "$dir/$w.pmt" |
-        python3 -c '
+models=x86-nvm,x86-adr,hops,hops-adr,hops@1,hops-adr@1,ideal
+for preset in $PRESETS; do
+    echo
+    echo "persistency replay on $preset: run time normalised to x86-nvm (HOPS: 32-entry buffers draining from 16; @1: from 1)"
+    printf '%-14s' workload; printf ' %10s' ${models//,/ }; echo
+    for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
+        "$PMLAB" sim --preset "$preset" --persistency "$models" --json "$dir/$w.pmt" |
+            python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-print("%-14s" % sys.argv[1] + "".join(" %9.3f" % m["normalised_to_x86_nvm"] for m in j["models"]))' "$w"
+print("%-14s" % sys.argv[1] + "".join(" %10.3f" % m["normalised_to_x86_nvm"] for m in j["models"]))' "$w"
+    done
 done

@@ -31,7 +31,7 @@ const TEXT_TRACE: &str = "# time thread op addr size\n\
 31 0 TXBEGIN 1 0\n";
 
 #[test]
-fn presets_lists_the_five_presets() {
+fn presets_lists_the_six_presets() {
     let d = TempDir::new("presets");
     let out = ok(&pmlab(&d.0, &["sim", "presets"]));
     for p in [
@@ -40,11 +40,12 @@ fn presets_lists_the_five_presets() {
         "optane-6dimm",
         "cxl-type3",
         "slow-dram",
+        "hops-paper",
     ] {
         assert!(out.contains(p), "{p} missing from: {out}");
     }
     let v = json(&pmlab(&d.0, &["sim", "presets", "--json"]));
-    assert_eq!(v.as_array().unwrap().len(), 5);
+    assert_eq!(v.as_array().unwrap().len(), 6);
 }
 
 #[test]
@@ -80,6 +81,7 @@ fn replays_a_text_trace_on_every_preset_and_mode() {
         "optane-6dimm",
         "cxl-type3",
         "slow-dram",
+        "hops-paper",
     ] {
         for mode in ["closed", "open:4", "timed"] {
             let v = json(&pmlab(

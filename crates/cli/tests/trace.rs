@@ -434,7 +434,7 @@ fn sim_persistency_compares_models() {
             "--preset",
             "optane-1dimm",
             "--persistency",
-            "x86-nvm,x86-adr,hops,hops@1,ideal",
+            "x86-nvm,x86-adr,hops,hops-adr,hops@1,ideal",
             "--json",
             "t.txt",
         ],
@@ -460,6 +460,15 @@ fn sim_persistency_compares_models() {
     assert_eq!(hops["durability_points"], 200);
     assert_eq!(hops["epochs_drained"], 1000);
     assert!(run("hops@1") < nvm && run("hops@1") >= ideal, "{v}");
+    // With the controller's persistent write queue acknowledging epochs,
+    // the commit's round trips end at the controller.
+    let hops_adr = model("hops-adr");
+    assert_eq!(hops_adr["durability_points"], 200);
+    assert_eq!(hops_adr["epochs_drained"], 1000);
+    assert!(
+        run("hops-adr") < run("hops") && run("hops-adr") >= ideal,
+        "{v}"
+    );
     let o = pmlab(
         &d,
         &[
@@ -471,7 +480,21 @@ fn sim_persistency_compares_models() {
             "t.txt",
         ],
     );
-    assert_one_line_error(&o, "x86-nvm, x86-adr, hops, ideal");
+    assert_one_line_error(&o, "x86-nvm, x86-adr, hops, hops-adr, ideal");
+    let o = pmlab(
+        &d,
+        &[
+            "sim",
+            "--preset",
+            "hops-paper",
+            "--persistency",
+            "hops",
+            "--infer-stores",
+            "maybe",
+            "t.txt",
+        ],
+    );
+    assert_one_line_error(&o, "--infer-stores 'maybe': expected on, off or auto");
     let o = pmlab(&d, &["sim", "--persistency", "hops", "t.txt"]);
     assert_one_line_error(&o, "--preset");
 }

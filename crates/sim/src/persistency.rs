@@ -4,8 +4,10 @@
 //! Each thread of the trace gets a simulated clock. Between two of its
 //! records the thread computes for the gap the trace shows (the *compute
 //! gap*); its PM operations then cost what the model and the memory system
-//! say. Threads are interleaved by always advancing the one whose clock is
-//! smallest, so the memory system sees requests in time order.
+//! say. Threads are interleaved by always advancing the one whose next
+//! record comes first on the simulated clocks (its clock plus the gap
+//! before the record), so the memory system sees requests in time order;
+//! persist buffers drain in the background up to that time first.
 //!
 //! Models ([`Model`]):
 //!
@@ -14,22 +16,31 @@
 //!   earlier write-back and non-temporal store of the thread is on the
 //!   media (accepted by the memory controller, plus the media write time).
 //! * `x86-adr`: the same, but durable once accepted into the controller's
-//!   write pending queue (ADR / HOPS's persistent write queue).
-//! * `hops`: stores go to a per-thread persist buffer (32 entries; stores
-//!   to one line within one epoch share an entry); flushes are not needed
-//!   and cost nothing. The buffer starts draining at 16 entries, one epoch
-//!   at a time: all lines of the oldest epoch are written together, the
-//!   next epoch starts when the previous one is acknowledged by the media.
-//!   `ofence` ends an epoch (cost: nothing); `dfence` waits until the
-//!   buffer is empty and acknowledged; a full buffer stalls stores. A
-//!   store to a line still buffered by another thread makes its epoch wait
-//!   for that thread's epoch to be durable (cross-thread dependency). In
-//!   traces of x86 programs, an `sfence` inside a transaction is read as
-//!   `ofence` and the transaction's end as `dfence` (WHISPER: durability is
-//!   needed only at commit); an `sfence` outside transactions is a
-//!   `dfence`. Traces that use `ofence`/`dfence` themselves (programs on
-//!   `pmlab.h`) are replayed as written: their `sfence`s are `dfence`s and
-//!   transaction ends add nothing.
+//!   write pending queue (ADR / HOPS's persistent write queue, PWQ).
+//! * `hops`: every store takes an entry of a per-thread persist buffer (32
+//!   entries; HOPS Table 2, no coalescing); flushes are not needed and
+//!   cost nothing. The buffer starts draining at 16 entries (in use:
+//!   buffered or awaiting acknowledgement) and then drains until empty:
+//!   the lines of one epoch are written together, an epoch's lines start
+//!   only when every line of the earlier epochs is acknowledged, and a
+//!   line never leaves before its store. An epoch is acknowledged when its
+//!   lines are on the media. `ofence` ends an epoch (cost: nothing);
+//!   `dfence` ends it and waits until the buffer is empty and
+//!   acknowledged; a full buffer stalls stores. A store to a line whose
+//!   last store, by another thread, is not yet acknowledged depends on
+//!   that thread's current epoch (HOPS's conservative source timestamp):
+//!   the source epoch ends there (split, so no dependency cycle forms) and
+//!   the dependent epoch drains only once it is acknowledged, forcing it
+//!   out if needed. In traces of x86 programs, an `sfence` inside a
+//!   transaction is read as `ofence` and the transaction's end as `dfence`
+//!   (WHISPER: durability is needed only at commit); an `sfence` outside
+//!   transactions is a `dfence`. Traces that use `ofence`/`dfence`
+//!   themselves (programs on `pmlab.h`) are replayed as written: their
+//!   `sfence`s are `dfence`s and transaction ends add nothing.
+//! * `hops-adr`: the same, but the controller acknowledges an epoch's
+//!   lines once they are in its write pending queue (HOPS's "PWQ"
+//!   configuration: "the MC ACK may be sent ... earlier, if the MC request
+//!   queues are automatically flushed on failures").
 //! * `ideal`: no ordering and no durability: flushes and fences cost
 //!   nothing; written lines still go to memory (bandwidth), without
 //!   waiting.
@@ -51,18 +62,28 @@ pub enum Model {
     X86Nvm,
     /// clwb + sfence, durable at the controller's write pending queue.
     X86Adr,
-    /// HOPS persist buffers with ofence/dfence.
+    /// HOPS persist buffers with ofence/dfence; an epoch is acknowledged
+    /// when it is on the media (HOPS's "NVM" configuration).
     Hops,
+    /// HOPS persist buffers, an epoch acknowledged by the controller's
+    /// persistent write queue (HOPS's "PWQ" configuration).
+    HopsAdr,
     /// No ordering, no durability.
     Ideal,
 }
 
 impl Model {
     /// Every model, in the order reports list them.
-    pub const ALL: [Model; 4] = [Model::X86Nvm, Model::X86Adr, Model::Hops, Model::Ideal];
+    pub const ALL: [Model; 5] = [
+        Model::X86Nvm,
+        Model::X86Adr,
+        Model::Hops,
+        Model::HopsAdr,
+        Model::Ideal,
+    ];
 
     /// Names accepted by [`Model::from_name`].
-    pub const NAMES: &'static str = "x86-nvm, x86-adr, hops, ideal";
+    pub const NAMES: &'static str = "x86-nvm, x86-adr, hops, hops-adr, ideal";
 
     /// The model's command-line name.
     pub fn name(self) -> &'static str {
@@ -70,8 +91,15 @@ impl Model {
             Model::X86Nvm => "x86-nvm",
             Model::X86Adr => "x86-adr",
             Model::Hops => "hops",
+            Model::HopsAdr => "hops-adr",
             Model::Ideal => "ideal",
         }
+    }
+
+    /// Whether the model has HOPS's persist buffers (and so a drain
+    /// threshold).
+    pub fn is_hops(self) -> bool {
+        matches!(self, Model::Hops | Model::HopsAdr)
     }
 
     /// Parse a model name.
@@ -178,16 +206,30 @@ pub struct Report {
     pub lines_written: u64,
     /// Durability points (fences that waited for durability, dfences).
     pub durability_points: u64,
-    /// Epochs drained from persist buffers (hops).
+    /// Epochs (or parts of epochs) drained from persist buffers (hops).
     pub epochs_drained: u64,
-    /// Epochs that waited for another thread's epoch (hops).
+    /// Cross-thread dependencies recorded on buffered stores (hops).
+    pub cross_deps: u64,
+    /// Drains that waited for another thread's epoch (hops).
     pub cross_waits: u64,
     /// Media write time used (ns).
     pub media_write_ns: f64,
 }
 
+/// A buffered store (HOPS's persist buffer front end).
 struct PbEntry {
     line: u64,
+    epoch: u64,
+    /// When the store was made: its line cannot be written earlier.
+    at: f64,
+    /// Cross-thread dependency: (thread index, epoch) that must be durable
+    /// before this entry's epoch drains.
+    dep: Option<(usize, u64)>,
+}
+
+/// A drained line awaiting its acknowledgement.
+struct Inflight {
+    ack: f64,
     epoch: u64,
 }
 
@@ -201,22 +243,96 @@ struct Thread {
     /// x86: latest durability time of the writes since the last fence.
     pending_durable: f64,
     has_pending: bool,
-    /// Lines stored in the current epoch (for flush inference and
-    /// coalescing).
+    /// Lines stored since the last fence (for flush inference, and the
+    /// write-combining of `ideal`).
     epoch_lines: Vec<u64>,
     tx_depth: u32,
     // hops
+    /// The thread's epoch timestamp (the current, open epoch).
     epoch: u64,
     pb: VecDeque<PbEntry>,
-    /// Acknowledgement times of drained but not yet acknowledged lines.
-    inflight: VecDeque<f64>,
-    /// When the next epoch may start draining.
-    next_drain: f64,
-    /// Highest epoch fully durable, and when.
-    durable_epoch: Option<u64>,
-    durable_at: f64,
+    /// Drained lines not yet acknowledged, in acknowledgement order.
+    inflight: VecDeque<Inflight>,
+    /// The epoch drained last (more of it may drain at once: stores of one
+    /// epoch are unordered).
+    launched_epoch: Option<u64>,
+    /// When every drained line of `launched_epoch` is acknowledged.
+    epoch_ack: f64,
+    /// When every drained line of the epochs before it is acknowledged.
+    before_ack: f64,
+    /// The latest acknowledgement of each recently retired epoch, oldest
+    /// first (at most [`RETIRED_KEPT`]).
+    retired: VecDeque<(u64, f64)>,
+    /// The buffer drains in the background (it reached the threshold).
     draining: bool,
+    /// Since when.
+    drain_since: f64,
     b: Breakdown,
+}
+
+impl Thread {
+    /// When the thread's next queued record happens on its simulated
+    /// clock: the clock plus the compute gap before that record.
+    fn next_start(&self) -> f64 {
+        let r = self.queue.front().expect("a queued record");
+        if self.started {
+            self.clk + r.time_ns.saturating_sub(self.last_trace_ns) as f64
+        } else {
+            r.time_ns as f64
+        }
+    }
+
+    /// An upper bound on when every store of epochs up to `epoch` is
+    /// acknowledged: infinite while some is still buffered.
+    fn ack_bound(&self, epoch: u64) -> f64 {
+        if self.pb.front().is_some_and(|e| e.epoch <= epoch) {
+            return f64::INFINITY;
+        }
+        // Epochs are acknowledged in order: the last retired epoch up to
+        // `epoch` holds the latest acknowledgement (an epoch older than the
+        // history is bounded by its oldest entry).
+        let retired = self
+            .retired
+            .iter()
+            .rev()
+            .find(|r| r.0 <= epoch)
+            .or(self.retired.front())
+            .map_or(f64::NEG_INFINITY, |r| r.1);
+        self.inflight
+            .iter()
+            .filter(|i| i.epoch <= epoch)
+            .map(|i| i.ack)
+            .fold(retired, f64::max)
+    }
+
+    /// Record an acknowledged line.
+    fn retire(&mut self, i: Inflight) {
+        match self.retired.back_mut() {
+            Some(r) if r.0 == i.epoch => r.1 = r.1.max(i.ack),
+            _ => {
+                if self.retired.len() == RETIRED_KEPT {
+                    self.retired.pop_front();
+                }
+                self.retired.push_back((i.epoch, i.ack));
+            }
+        }
+    }
+
+    /// The earliest time lines of `epoch` may drain: after every line of
+    /// the earlier epochs is acknowledged.
+    fn epoch_may_drain(&self, epoch: u64) -> f64 {
+        if self.launched_epoch == Some(epoch) {
+            self.before_ack
+        } else {
+            self.before_ack.max(self.epoch_ack)
+        }
+    }
+
+    /// End the current epoch early (HOPS splits epochs to avoid
+    /// dependency cycles): later stores start a new one.
+    fn split_epoch(&mut self) {
+        self.epoch += 1;
+    }
 }
 
 /// A replay in progress. Feed it a record stream with [`Replay::run`].
@@ -225,8 +341,11 @@ pub struct Replay {
     sys: System,
     threads: Vec<Thread>,
     index: HashMap<u32, usize>,
-    /// hops: the last buffered writer of each line, (thread index, epoch).
+    /// hops: the last writer of each line whose store may not be durable
+    /// yet, (thread index, epoch of the store).
     owners: HashMap<u64, (usize, u64)>,
+    /// Size of `owners` at which stale entries are swept.
+    owners_sweep_at: usize,
     first_ns: Option<u64>,
     /// The trace uses ofence/dfence itself (a program written for HOPS):
     /// no translation of sfences and transaction ends.
@@ -235,8 +354,15 @@ pub struct Replay {
     lines_written: u64,
     durability_points: u64,
     epochs_drained: u64,
+    cross_deps: u64,
     cross_waits: u64,
 }
+
+/// Retired epochs whose acknowledgement a thread remembers.
+const RETIRED_KEPT: usize = 64;
+
+/// `owners` is swept of durable entries when it grows past this.
+const OWNERS_SWEEP_MIN: usize = 1 << 16;
 
 impl Replay {
     /// A replay of `cfg.model` on `sys`. The replay models the cache
@@ -251,12 +377,14 @@ impl Replay {
             threads: Vec::new(),
             index: HashMap::new(),
             owners: HashMap::new(),
+            owners_sweep_at: OWNERS_SWEEP_MIN,
             first_ns: None,
             native_fences: false,
             records: 0,
             lines_written: 0,
             durability_points: 0,
             epochs_drained: 0,
+            cross_deps: 0,
             cross_waits: 0,
         }
     }
@@ -280,6 +408,12 @@ impl Replay {
 
     /// Replay every record of `records` and report. Memory stays bounded
     /// by the read-ahead limit ([`Config::lookahead`]).
+    ///
+    /// The thread whose next record comes first on the simulated clocks
+    /// (its clock plus the compute gap before the record) goes next, so
+    /// the memory system sees the threads' requests in time order; before
+    /// it goes, every persist buffer drains in the background up to that
+    /// time.
     pub fn run<I>(mut self, records: I) -> Result<(Report, System), pmlab_trace::Error>
     where
         I: IntoIterator<Item = Result<Record, pmlab_trace::Error>>,
@@ -289,7 +423,7 @@ impl Replay {
         let mut buffered = 0usize;
         loop {
             // Read until every known thread has a record queued (so the
-            // one with the smallest clock can go), or the limit, or EOF.
+            // one whose record comes first can go), or the limit, or EOF.
             while !eof
                 && buffered < self.cfg.lookahead
                 && (self.threads.is_empty() || self.threads.iter().any(|t| t.queue.is_empty()))
@@ -309,18 +443,23 @@ impl Replay {
                 .iter()
                 .enumerate()
                 .filter(|(_, t)| !t.queue.is_empty())
-                .min_by(|a, b| a.1.clk.total_cmp(&b.1.clk))
-                .map(|(i, _)| i);
-            let Some(ti) = next else { break };
+                .map(|(i, t)| (i, t.next_start()))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let Some((ti, at)) = next else { break };
+            if self.cfg.model.is_hops() {
+                for tj in 0..self.threads.len() {
+                    self.advance_pb(tj, at);
+                }
+            }
             let r = self.threads[ti].queue.pop_front().expect("non-empty queue");
             buffered -= 1;
             self.step(ti, &r);
         }
         // Whatever is still buffered becomes durable at the end.
         for ti in 0..self.threads.len() {
-            if self.cfg.model == Model::Hops && !self.threads[ti].pb.is_empty() {
+            if self.cfg.model.is_hops() && !self.threads[ti].pb.is_empty() {
                 let t = self.threads[ti].clk;
-                self.drain_pb(ti, None, t);
+                self.drain_pb(ti, t);
             }
         }
         let first = self.first_ns.unwrap_or(0) as f64;
@@ -346,6 +485,7 @@ impl Replay {
             lines_written: self.lines_written,
             durability_points: self.durability_points,
             epochs_drained: self.epochs_drained,
+            cross_deps: self.cross_deps,
             cross_waits: self.cross_waits,
             media_write_ns: self.cfg.media_write_ns,
         };
@@ -428,11 +568,9 @@ impl Replay {
                 if r.op != Op::SFence {
                     self.native_fences = true;
                 }
-                let durable = match (model, r.op) {
-                    (Model::Hops, Op::OFence) => false,
-                    (Model::Hops, Op::SFence) => {
-                        self.native_fences || self.threads[ti].tx_depth == 0
-                    }
+                let durable = match (model.is_hops(), r.op) {
+                    (true, Op::OFence) => false,
+                    (true, Op::SFence) => self.native_fences || self.threads[ti].tx_depth == 0,
                     _ => true,
                 };
                 self.fence(ti, durable);
@@ -441,7 +579,7 @@ impl Replay {
             Op::TxEnd => {
                 let t = &mut self.threads[ti];
                 t.tx_depth = t.tx_depth.saturating_sub(1);
-                if model == Model::Hops && t.tx_depth == 0 && !self.native_fences {
+                if model.is_hops() && t.tx_depth == 0 && !self.native_fences {
                     self.fence(ti, true);
                 }
             }
@@ -474,42 +612,86 @@ impl Replay {
                     self.write_line(th, line, t0, nt, false);
                 }
             }
-            Model::Hops => {
-                if !first_in_epoch {
-                    return;
-                }
-                let now = self.threads[ti].clk;
-                self.advance_pb(ti, now);
-                // A full buffer stalls the store until an entry frees.
-                while self.occupancy(ti) >= self.cfg.pb_entries {
-                    let t = &mut self.threads[ti];
-                    t.draining = true;
-                    let free_at = if let Some(&a) = t.inflight.front() {
-                        a
-                    } else {
-                        t.next_drain.max(t.clk)
-                    };
-                    let wait = (free_at - t.clk).max(0.0);
-                    t.clk += wait;
-                    t.b.buffer_full_ns += wait;
-                    let now = t.clk;
-                    self.advance_pb(ti, now);
-                    if wait == 0.0 && self.occupancy(ti) >= self.cfg.pb_entries {
-                        // Nothing in flight and the drain start is now:
-                        // launch the oldest epoch.
-                        self.drain_one_epoch(ti, now);
-                    }
-                }
-                let t = &mut self.threads[ti];
-                let epoch = t.epoch;
-                t.pb.push_back(PbEntry { line, epoch });
-                t.clk += self.cfg.issue_ns;
-                t.b.issue_ns += self.cfg.issue_ns;
-                if self.occupancy(ti) >= self.cfg.pb_drain_at {
-                    self.threads[ti].draining = true;
-                }
+            Model::Hops | Model::HopsAdr => self.buffer_store(ti, line),
+        }
+    }
+
+    /// HOPS: put a store into the thread's persist buffer. Every store
+    /// takes an entry (HOPS Table 2; coalescing stores is left to future
+    /// work there).
+    fn buffer_store(&mut self, ti: usize, line: u64) {
+        let now = self.threads[ti].clk;
+        // A store to a line whose last buffered writer is another thread
+        // (a lost exclusive permission in HOPS) depends on that thread's
+        // current epoch (HOPS's conservative source timestamp), which
+        // ends there so that no dependency cycle can form.
+        let mut dep = None;
+        if let Some(&(src, src_epoch)) = self.owners.get(&line) {
+            if src != ti && self.threads[src].ack_bound(src_epoch) > now {
+                let s = &mut self.threads[src];
+                dep = Some((src, s.epoch));
+                s.split_epoch();
+                self.cross_deps += 1;
             }
         }
+        self.advance_pb(ti, now);
+        // A full buffer stalls the store until an entry frees.
+        while self.occupancy(ti) >= self.cfg.pb_entries {
+            let t = &mut self.threads[ti];
+            if !t.draining {
+                t.draining = true;
+                t.drain_since = t.clk;
+            }
+            let free_at = match t.inflight.front() {
+                Some(i) => i.ack,
+                None => self.batch_start(ti, f64::NEG_INFINITY),
+            };
+            let t = &mut self.threads[ti];
+            let wait = (free_at - t.clk).max(0.0);
+            t.clk += wait;
+            t.b.buffer_full_ns += wait;
+            let now = t.clk;
+            let before = (t.pb.len(), t.inflight.len());
+            self.advance_pb(ti, now);
+            let t = &self.threads[ti];
+            if wait == 0.0 && before == (t.pb.len(), t.inflight.len()) {
+                // No progress possible by waiting: launch the oldest epoch.
+                self.launch_batch(ti, now);
+            }
+        }
+        let t = &mut self.threads[ti];
+        let epoch = t.epoch;
+        t.pb.push_back(PbEntry {
+            line,
+            epoch,
+            at: t.clk,
+            dep,
+        });
+        t.clk += self.cfg.issue_ns;
+        t.b.issue_ns += self.cfg.issue_ns;
+        self.owners.insert(line, (ti, epoch));
+        if !self.threads[ti].draining && self.occupancy(ti) >= self.cfg.pb_drain_at {
+            let t = &mut self.threads[ti];
+            t.draining = true;
+            t.drain_since = t.clk;
+        }
+        if self.owners.len() >= self.owners_sweep_at {
+            self.sweep_owners();
+        }
+    }
+
+    /// Forget line owners whose stores are durable before every thread's
+    /// clock (no later store can depend on them).
+    fn sweep_owners(&mut self) {
+        let now = self
+            .threads
+            .iter()
+            .map(|t| t.clk)
+            .fold(f64::INFINITY, f64::min);
+        let threads = &self.threads;
+        self.owners
+            .retain(|_, &mut (src, epoch)| threads[src].ack_bound(epoch) > now);
+        self.owners_sweep_at = (2 * self.owners.len()).max(OWNERS_SWEEP_MIN);
     }
 
     fn occupancy(&self, ti: usize) -> usize {
@@ -517,106 +699,115 @@ impl Replay {
         t.pb.len() + t.inflight.len()
     }
 
-    /// Retire acknowledged lines and launch epochs whose turn has come,
-    /// up to time `now`.
+    /// The earliest time the oldest buffered epoch may start draining, no
+    /// earlier than `from`: after every line of earlier epochs is
+    /// acknowledged, and after the stores it holds were made.
+    fn batch_start(&self, ti: usize, from: f64) -> f64 {
+        let t = &self.threads[ti];
+        let Some(epoch) = t.pb.front().map(|e| e.epoch) else {
+            return from;
+        };
+        t.pb.iter()
+            .take_while(|e| e.epoch == epoch)
+            .map(|e| e.at)
+            .fold(from.max(t.epoch_may_drain(epoch)), f64::max)
+    }
+
+    /// Retire acknowledged lines and launch, one epoch after the other,
+    /// the epochs whose turn has come by time `now` (background draining).
     fn advance_pb(&mut self, ti: usize, now: f64) {
         loop {
             let t = &mut self.threads[ti];
-            while t.inflight.front().is_some_and(|&a| a <= now) {
-                t.inflight.pop_front();
+            while t.inflight.front().is_some_and(|i| i.ack <= now) {
+                let i = t.inflight.pop_front().expect("front");
+                t.retire(i);
             }
-            let start = t.next_drain.max(t.durable_at);
-            if !t.draining || t.pb.is_empty() || start > now || !t.inflight.is_empty() {
+            if !t.draining || t.pb.is_empty() {
                 return;
             }
-            self.drain_one_epoch(ti, start);
+            let since = t.drain_since;
+            let start = self.batch_start(ti, since);
+            if start > now {
+                return;
+            }
+            self.launch_batch(ti, start);
             let t = &mut self.threads[ti];
-            if t.pb.len() + t.inflight.len() < self.cfg.pb_drain_at && t.pb.is_empty() {
+            if t.pb.is_empty() {
                 t.draining = false;
             }
         }
     }
 
-    /// Launch every entry of the oldest buffered epoch at `start` (later
-    /// if it depends on another thread's epoch).
-    fn drain_one_epoch(&mut self, ti: usize, start: f64) {
+    /// Write every buffered line of the oldest epoch, together, from
+    /// `start` (or later: after the epoch's stores, after the
+    /// acknowledgements of earlier epochs' lines, after the epochs of other
+    /// threads it depends on).
+    fn launch_batch(&mut self, ti: usize, start: f64) {
         let Some(epoch) = self.threads[ti].pb.front().map(|e| e.epoch) else {
             return;
         };
+        let mut s = self.batch_start(ti, start);
         let th = self.threads[ti].id;
         let mut batch = Vec::new();
+        let mut deps = Vec::new();
         while self.threads[ti]
             .pb
             .front()
             .is_some_and(|e| e.epoch == epoch)
         {
-            batch.push(self.threads[ti].pb.pop_front().expect("front").line);
+            let e = self.threads[ti].pb.pop_front().expect("front");
+            batch.push(e.line);
+            deps.extend(e.dep);
         }
         // Cross-thread dependencies: wait for the source epochs.
-        let mut s = start;
-        for &line in &batch {
-            if let Some(&(src, src_epoch)) = self.owners.get(&line) {
-                if src != ti {
-                    let done = self.durable_time(src, src_epoch, s);
-                    if done > s {
-                        self.cross_waits += 1;
-                        s = done;
-                    }
-                }
+        for (src, src_epoch) in deps {
+            let done = self.durable_time(src, src_epoch, s);
+            if done > s {
+                self.cross_waits += 1;
+                s = done;
             }
         }
+        let media = self.cfg.model == Model::Hops;
         let mut last = s;
-        for &line in &batch {
-            let a = self.write_line(th, line, s, false, true);
-            last = last.max(a);
-            self.threads[ti].inflight.push_back(a);
-            if self
-                .owners
-                .get(&line)
-                .is_some_and(|&(o, e)| o == ti && e == epoch)
-            {
-                self.owners.remove(&line);
-            }
+        for line in batch {
+            let ack = self.write_line(th, line, s, false, media);
+            last = last.max(ack);
+            let t = &mut self.threads[ti];
+            let pos = t.inflight.partition_point(|i| i.ack <= ack);
+            t.inflight.insert(pos, Inflight { ack, epoch });
         }
         self.epochs_drained += 1;
         let t = &mut self.threads[ti];
-        let mut v: Vec<f64> = t.inflight.drain(..).collect();
-        v.sort_by(f64::total_cmp);
-        t.inflight.extend(v);
-        t.next_drain = last;
-        t.durable_epoch = Some(epoch);
-        t.durable_at = last;
+        if t.launched_epoch != Some(epoch) {
+            t.before_ack = t.before_ack.max(t.epoch_ack);
+            t.epoch_ack = last;
+            t.launched_epoch = Some(epoch);
+        } else {
+            t.epoch_ack = t.epoch_ack.max(last);
+        }
     }
 
-    /// When thread `src`'s epoch `epoch` is durable, draining it from
-    /// `from` on if it is still buffered.
+    /// When thread `src`'s epochs up to `epoch` are all acknowledged,
+    /// draining the buffered ones from `from` on.
     fn durable_time(&mut self, src: usize, epoch: u64, from: f64) -> f64 {
-        if self.threads[src].durable_epoch.is_some_and(|d| d >= epoch) {
-            return self.threads[src].durable_at;
-        }
         while self.threads[src]
             .pb
             .front()
             .is_some_and(|e| e.epoch <= epoch)
         {
-            let start = self.threads[src].next_drain.max(from);
-            self.drain_one_epoch(src, start);
+            self.launch_batch(src, from);
         }
-        self.threads[src].durable_at
+        self.threads[src].ack_bound(epoch)
     }
 
     /// Drain the whole persist buffer from `now`; returns when it is
-    /// acknowledged. `upto` limits the epochs drained.
-    fn drain_pb(&mut self, ti: usize, upto: Option<u64>, now: f64) -> f64 {
-        while let Some(e) = self.threads[ti].pb.front().map(|e| e.epoch) {
-            if upto.is_some_and(|u| e > u) {
-                break;
-            }
-            let start = self.threads[ti].next_drain.max(now);
-            self.drain_one_epoch(ti, start);
+    /// acknowledged.
+    fn drain_pb(&mut self, ti: usize, now: f64) -> f64 {
+        while !self.threads[ti].pb.is_empty() {
+            self.launch_batch(ti, now);
         }
         let t = &self.threads[ti];
-        t.inflight.iter().copied().fold(now, f64::max)
+        t.inflight.iter().map(|i| i.ack).fold(now, f64::max)
     }
 
     fn fence(&mut self, ti: usize, durable: bool) {
@@ -640,28 +831,26 @@ impl Replay {
                 t.clk += issue;
                 t.b.issue_ns += issue;
             }
-            Model::Hops => {
+            Model::Hops | Model::HopsAdr => {
                 // Every fence ends the epoch.
                 let t = &mut self.threads[ti];
                 t.epoch += 1;
                 t.clk += issue;
                 t.b.issue_ns += issue;
                 let now = t.clk;
-                for e in &self.threads[ti].pb {
-                    self.owners.insert(e.line, (ti, e.epoch));
-                }
+                // What drained in the background up to now.
+                self.advance_pb(ti, now);
                 if durable {
                     self.durability_points += 1;
-                    self.threads[ti].draining = true;
-                    let done = self.drain_pb(ti, None, now);
+                    let done = self.drain_pb(ti, now);
                     let t = &mut self.threads[ti];
                     let wait = (done - t.clk).max(0.0);
                     t.clk += wait;
                     t.b.durability_ns += wait;
-                    t.inflight.clear();
+                    while let Some(i) = t.inflight.pop_front() {
+                        t.retire(i);
+                    }
                     t.draining = false;
-                } else {
-                    self.advance_pb(ti, now);
                 }
             }
         }
@@ -801,7 +990,221 @@ mod tests {
     #[test]
     fn unknown_model_names_the_valid_ones() {
         let e = Model::from_name("tso").unwrap_err().to_string();
-        assert!(e.contains("x86-nvm, x86-adr, hops, ideal"), "{e}");
+        assert!(e.contains("x86-nvm, x86-adr, hops, hops-adr, ideal"), "{e}");
         assert_eq!(Model::from_name("hops").unwrap(), Model::Hops);
+        assert_eq!(Model::from_name("hops-adr").unwrap(), Model::HopsAdr);
+        assert!(Model::HopsAdr.is_hops() && !Model::X86Adr.is_hops());
+    }
+
+    fn hops_at(drain_at: usize) -> impl Fn(f64) -> Config {
+        move |m| Config {
+            pb_drain_at: drain_at,
+            ..Config::new(Model::Hops, m)
+        }
+    }
+
+    fn rec(t: u64, th: u32, op: Op, addr: u64) -> Record {
+        let size = if matches!(op, Op::Write | Op::NtWrite | Op::Clwb) {
+            8
+        } else {
+            0
+        };
+        Record::new(t, th, op, addr, size)
+    }
+
+    #[test]
+    fn requests_reach_memory_in_the_time_order_of_the_threads_next_records() {
+        // Thread 1 computes for 1 ms before its second record; thread 0
+        // fences every microsecond meanwhile. Thread 1's write belongs at
+        // 1 ms: replayed first, it would sit at the head of the controller's
+        // queue and hold thread 0's writes back until then.
+        let mut v = vec![rec(0, 1, Op::Write, 0x9000)];
+        v.push(rec(1_000_000, 1, Op::NtWrite, 0x9040));
+        v.push(rec(1_000_010, 1, Op::SFence, 0));
+        for i in 0..1000u64 {
+            let t = 1 + i * 1000;
+            v.push(rec(t, 0, Op::Write, 0x10_0000 + (i % 64) * 64));
+            v.push(rec(t + 2, 0, Op::Clwb, 0x10_0000 + (i % 64) * 64));
+            v.push(rec(t + 4, 0, Op::SFence, 0));
+        }
+        v.sort_by_key(|r| r.time_ns);
+        let adr = run(Model::X86Adr, &v);
+        assert_eq!(adr.durability_points, 1001);
+        // Each fence waits for one write to reach the controller (~60 ns),
+        // never for the 1 ms write.
+        assert!(
+            adr.breakdown.durability_ns < 1001.0 * 200.0,
+            "{:?}",
+            adr.breakdown
+        );
+    }
+
+    #[test]
+    fn hops_epochs_drain_in_order_and_an_epochs_lines_together() {
+        // Three lines in three epochs, then a dfence: three round trips.
+        // The same three lines in one epoch: one round trip.
+        let apart = [0x1000, 0x2000, 0x3000]
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &a)| {
+                let t = i as u64 * 10;
+                [rec(t, 0, Op::Write, a), rec(t + 5, 0, Op::OFence, 0)]
+            })
+            .chain([rec(40, 0, Op::DFence, 0)])
+            .collect::<Vec<_>>();
+        let together = vec![
+            rec(0, 0, Op::Write, 0x1000),
+            rec(10, 0, Op::Write, 0x2000),
+            rec(20, 0, Op::Write, 0x3000),
+            rec(40, 0, Op::DFence, 0),
+        ];
+        let a = run(Model::Hops, &apart);
+        let t = run(Model::Hops, &together);
+        assert_eq!((a.epochs_drained, t.epochs_drained), (3, 1));
+        let one_trip = t.breakdown.durability_ns;
+        assert!(one_trip > a.media_write_ns, "{one_trip}");
+        assert!(a.breakdown.durability_ns > 2.5 * one_trip, "{a:?}");
+    }
+
+    #[test]
+    fn hops_buffer_drains_in_the_background_from_16_entries() {
+        // n stores in one epoch, 100 us of compute, then a dfence: from 16
+        // entries the buffer drained meanwhile, below it waits for the
+        // dfence.
+        let mk = |n: u64, same_line: bool| {
+            let mut v: Vec<Record> = (0..n)
+                .map(|i| {
+                    let a = if same_line { 0x1000 } else { 0x1000 + i * 64 };
+                    rec(i * 10, 0, Op::Write, a)
+                })
+                .collect();
+            v.push(rec(100_000, 0, Op::DFence, 0));
+            v
+        };
+        let below = run(Model::Hops, &mk(15, false));
+        let at = run(Model::Hops, &mk(16, false));
+        assert!(below.breakdown.durability_ns > 0.0, "{below:?}");
+        assert_eq!(at.breakdown.durability_ns, 0.0, "{at:?}");
+        // Every store takes an entry, also to a line already buffered in
+        // the epoch (HOPS Table 2: no coalescing).
+        let same = run(Model::Hops, &mk(16, true));
+        assert_eq!(same.breakdown.durability_ns, 0.0, "{same:?}");
+        assert_eq!(same.lines_written, 16);
+    }
+
+    #[test]
+    fn hops_epoch_drains_no_earlier_than_its_stores() {
+        // Draining from the first entry, the second epoch's line is stored
+        // 100 us after the first epoch was acknowledged: it cannot be on
+        // the media before then, so the dfence right after it waits.
+        let v = vec![
+            rec(0, 0, Op::Write, 0x1000),
+            rec(10, 0, Op::OFence, 0),
+            rec(100_000, 0, Op::Write, 0x2000),
+            rec(100_010, 0, Op::OFence, 0),
+            rec(100_020, 0, Op::DFence, 0),
+        ];
+        let r = run_cfg(hops_at(1), &v);
+        assert!(
+            r.breakdown.durability_ns > r.media_write_ns,
+            "{:?}",
+            r.breakdown
+        );
+    }
+
+    #[test]
+    fn hops_dfence_keeps_what_drained_in_the_background() {
+        // Three epochs drain one after the other from the first entry
+        // during 10 us of compute: the dfence finds them acknowledged.
+        let mut v = Vec::new();
+        for (i, a) in [0x1000u64, 0x2000, 0x3000].iter().enumerate() {
+            let t = i as u64 * 20;
+            v.push(rec(t, 0, Op::Write, *a));
+            v.push(rec(t + 10, 0, Op::OFence, 0));
+        }
+        v.push(rec(10_000, 0, Op::DFence, 0));
+        let r = run_cfg(hops_at(1), &v);
+        assert_eq!(r.breakdown.durability_ns, 0.0, "{:?}", r.breakdown);
+        assert_eq!(r.epochs_drained, 3);
+    }
+
+    #[test]
+    fn hops_cross_thread_dependency_orders_the_dependent_epoch_after_its_source() {
+        // Thread 0 stores a line and keeps it buffered; thread 1 stores
+        // the same line and commits: its dfence waits for thread 0's epoch
+        // (forced out) and then for its own. (Thread 0's buffer drains at
+        // the end of the run, which no fence waits for.)
+        let mk = |line1: u64| {
+            vec![
+                rec(0, 0, Op::Write, 0x1000),
+                rec(100, 1, Op::Write, line1),
+                rec(200, 1, Op::DFence, 0),
+            ]
+        };
+        let dep = run(Model::Hops, &mk(0x1000));
+        let free = run(Model::Hops, &mk(0x2000));
+        assert_eq!((dep.cross_deps, dep.cross_waits), (1, 1));
+        assert_eq!((free.cross_deps, free.cross_waits), (0, 0));
+        assert!(
+            dep.breakdown.durability_ns > 1.5 * free.breakdown.durability_ns,
+            "dep {:?} free {:?}",
+            dep.breakdown,
+            free.breakdown
+        );
+    }
+
+    #[test]
+    fn hops_dependency_points_from_the_later_store_to_the_earlier() {
+        // Thread 1 stores first, thread 0 second: thread 1's commit does
+        // not wait for thread 0 (whose epoch depends on thread 1's).
+        let v = vec![
+            rec(0, 1, Op::Write, 0x1000),
+            rec(100, 0, Op::Write, 0x1000),
+            rec(200, 1, Op::DFence, 0),
+            rec(300_000, 0, Op::DFence, 0),
+        ];
+        let r = run(Model::Hops, &v);
+        assert_eq!((r.cross_deps, r.cross_waits), (1, 0));
+    }
+
+    #[test]
+    fn hops_dependency_splits_the_source_epoch() {
+        // After thread 1 depends on thread 0's open epoch, thread 0's next
+        // store belongs to a new epoch: thread 1's commit forces out only
+        // the store it depends on, thread 0's own commit drains the other.
+        let v = vec![
+            rec(0, 0, Op::Write, 0x1000),
+            rec(100, 1, Op::Write, 0x1000),
+            rec(150, 0, Op::Write, 0x2000),
+            rec(200, 1, Op::DFence, 0),
+            rec(300_000, 0, Op::DFence, 0),
+        ];
+        let r = run(Model::Hops, &v);
+        assert_eq!(r.cross_deps, 1);
+        assert_eq!(r.epochs_drained, 3);
+    }
+
+    #[test]
+    fn hops_adr_acknowledges_epochs_at_the_controller() {
+        // Three epochs and a dfence: HOPS waits for each epoch on the
+        // media, HOPS with a persistent write queue only for its
+        // acceptance; the epochs still go one after the other.
+        let mut v = Vec::new();
+        for (i, a) in [0x1000u64, 0x2000, 0x3000].iter().enumerate() {
+            let t = i as u64 * 10;
+            v.push(rec(t, 0, Op::Write, *a));
+            v.push(rec(t + 5, 0, Op::OFence, 0));
+        }
+        v.push(rec(40, 0, Op::DFence, 0));
+        let nvm = run(Model::Hops, &v);
+        let adr = run(Model::HopsAdr, &v);
+        assert_eq!((nvm.epochs_drained, adr.epochs_drained), (3, 3));
+        assert!(adr.breakdown.durability_ns > 0.0);
+        assert!(
+            adr.breakdown.durability_ns + 2.5 * nvm.media_write_ns < nvm.breakdown.durability_ns,
+            "adr {:?} nvm {:?}",
+            adr.breakdown,
+            nvm.breakdown
+        );
     }
 }

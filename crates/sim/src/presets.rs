@@ -40,6 +40,12 @@ pub const ALL: &[Preset] = &[
         about: "Quartz's model: DDR4 plus a fixed read latency, no buffers",
         toml: include_str!("../../../configs/slow-dram.toml"),
     },
+    Preset {
+        name: "hops-paper",
+        about:
+            "PM timing of the HOPS evaluation (gem5: 80 ns PM reads and writes, two controllers)",
+        toml: include_str!("../../../configs/hops-paper.toml"),
+    },
 ];
 
 /// The preset called `name`.
@@ -103,6 +109,22 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{}: {e}", p.name));
             assert_eq!(s.name(), p.name);
         }
+    }
+
+    #[test]
+    fn hops_paper_preset_has_the_papers_80_ns_pm() {
+        // WHISPER Table 3: PM reads and writes take 160 cycles at 2 GHz.
+        let mut probe = crate::System::preset("hops-paper").unwrap();
+        let media = crate::persistency::media_write_ns(&mut probe);
+        assert!((media - 80.0).abs() < 0.5, "media write {media} ns");
+        let mut s = crate::System::preset("hops-paper").unwrap();
+        let r = s.submit(&crate::Request::new(0.0, crate::Op::Read, 1 << 30, 64));
+        // Plus the core-to-controller path (cpu.read_ns = 60 ns).
+        assert!((r.done_ns - 140.0).abs() < 0.5, "read {} ns", r.done_ns);
+        assert_eq!(
+            source_of_in(find("hops-paper").unwrap().toml, "controller", "channels").as_deref(),
+            Some("HOPS section 6.4: \"two memory controllers\"")
+        );
     }
 
     #[test]

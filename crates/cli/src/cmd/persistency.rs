@@ -2,8 +2,8 @@
 //! under persistency models (`pmlab_sim::persistency`) and compare their
 //! run times, normalised to x86-nvm, with where the time goes.
 //!
-//! A model may carry a persist-buffer drain threshold: `hops@1` drains from
-//! the first buffered entry instead of HOPS's 16.
+//! A HOPS model may carry a persist-buffer drain threshold: `hops@1` (or
+//! `hops-adr@1`) drains from the first buffered entry instead of HOPS's 16.
 
 use anyhow::{bail, Context};
 use pmlab_sim::persistency::{media_write_ns, Config, Model, Replay, Report};
@@ -22,7 +22,7 @@ struct Choice {
 
 fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
     let spec = if spec == "all" {
-        "x86-nvm,x86-adr,hops,ideal"
+        "x86-nvm,x86-adr,hops,hops-adr,ideal"
     } else {
         spec
     };
@@ -39,8 +39,8 @@ fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
         };
         let model =
             Model::from_name(name).map_err(|e| anyhow::anyhow!("--persistency: {e} (or 'all')"))?;
-        if drain.is_some() && model != Model::Hops {
-            bail!("--persistency {part}: only hops takes a drain threshold (hops@N)");
+        if drain.is_some() && !model.is_hops() {
+            bail!("--persistency {part}: only hops and hops-adr take a drain threshold (hops@N)");
         }
         v.push(Choice {
             model,
@@ -65,17 +65,45 @@ fn build(preset: Option<&str>, config: Option<&Path>) -> anyhow::Result<System> 
     })
 }
 
+/// What to replay, and how (from `pmlab sim`'s arguments).
+pub struct Options<'a> {
+    /// The trace.
+    pub trace: &'a Path,
+    /// `--trace-format`.
+    pub format: Option<&'a str>,
+    /// `--preset`.
+    pub preset: Option<&'a str>,
+    /// `--config`.
+    pub config: Option<&'a Path>,
+    /// `--persistency`: the models.
+    pub models: &'a str,
+    /// `--infer-stores`: on, off or auto.
+    pub infer_stores: &'a str,
+    /// `--json`.
+    pub json: bool,
+    /// `--progress`.
+    pub progress: bool,
+}
+
 /// Run the replays and print the comparison.
-pub fn run(
-    trace: &Path,
-    format: Option<&str>,
-    preset: Option<&str>,
-    config: Option<&Path>,
-    models: &str,
-    json_out: bool,
-    progress: bool,
-) -> anyhow::Result<u8> {
+pub fn run(o: &Options) -> anyhow::Result<u8> {
+    let Options {
+        trace,
+        format,
+        preset,
+        config,
+        models,
+        infer_stores,
+        json: json_out,
+        progress,
+    } = *o;
     let choices = parse_models(models)?;
+    let infer = match infer_stores {
+        "on" => Some(true),
+        "off" => Some(false),
+        "auto" => None,
+        other => bail!("--infer-stores '{other}': expected on, off or auto"),
+    };
     let format = match format {
         Some(f) => Some(
             pmlab_trace::Format::from_name(f)
@@ -93,7 +121,7 @@ pub fn run(
         let media = media_write_ns(&mut probe);
         let (stream, meta) = super::analyze::open(trace, format)?;
         let mut cfg = Config::new(c.model, media);
-        cfg.flushes_as_stores = super::analyze::stores_unseen(&meta);
+        cfg.flushes_as_stores = infer.unwrap_or_else(|| super::analyze::stores_unseen(&meta));
         if let Some(d) = c.drain_at {
             cfg.pb_drain_at = d;
         }
@@ -127,6 +155,7 @@ pub fn run(
                     "lines_written": r.lines_written,
                     "durability_points": r.durability_points,
                     "epochs_drained": r.epochs_drained,
+                    "cross_deps": r.cross_deps,
                     "cross_waits": r.cross_waits,
                     "media_write_ns": r.media_write_ns,
                 })
@@ -205,13 +234,15 @@ mod tests {
     #[test]
     fn model_lists_parse_and_reject_nonsense() {
         let v = parse_models("all").unwrap();
-        assert_eq!(v.len(), 4);
+        assert_eq!(v.len(), 5);
+        assert!(v.iter().any(|c| c.model == Model::HopsAdr));
         let v = parse_models("hops@1,x86-adr").unwrap();
         assert_eq!(v[0].drain_at, Some(1));
         assert!(parse_models("hops@0").is_err());
         assert!(parse_models("x86-adr@4").is_err());
+        assert_eq!(parse_models("hops-adr@8").unwrap()[0].drain_at, Some(8));
         let e = parse_models("tso").unwrap_err().to_string();
-        assert!(e.contains("x86-nvm, x86-adr, hops, ideal"), "{e}");
+        assert!(e.contains("x86-nvm, x86-adr, hops, hops-adr, ideal"), "{e}");
         assert!(parse_models("").is_err());
     }
 }

@@ -47,10 +47,15 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Replay under persistency models instead (docs/whisper.md): x86-nvm,
-    /// x86-adr, hops, ideal, a comma-separated list, or all; hops@N drains
-    /// the persist buffers from N entries.
+    /// x86-adr, hops, hops-adr, ideal, a comma-separated list, or all;
+    /// hops@N (hops-adr@N) drains the persist buffers from N entries.
     #[arg(long)]
     persistency: Option<String>,
+    /// With --persistency: count flushed lines as stored, on, off or auto
+    /// (on for traces whose header says plain stores were not recorded),
+    /// as in `pmlab analyze`.
+    #[arg(long, default_value = "auto")]
+    infer_stores: String,
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -171,15 +176,16 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
         bail!("no trace given: pmlab sim --preset NAME TRACE (or 'pmlab sim presets', 'pmlab sim show NAME', 'pmlab sim validate')");
     };
     if let Some(models) = &args.persistency {
-        return super::persistency::run(
+        return super::persistency::run(&super::persistency::Options {
             trace,
-            args.trace_format.as_deref(),
-            args.preset.as_deref(),
-            args.config.as_deref(),
+            format: args.trace_format.as_deref(),
+            preset: args.preset.as_deref(),
+            config: args.config.as_deref(),
             models,
-            args.json,
-            args.progress,
-        );
+            infer_stores: &args.infer_stores,
+            json: args.json,
+            progress: args.progress,
+        });
     }
     let mode = Mode::parse(&args.mode)?;
     let records = open_trace(trace, args.trace_format.as_deref())?;
