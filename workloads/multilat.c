@@ -8,7 +8,9 @@
  * `pmlab run` or linked with -lpmlab; otherwise the "PM" array is plain
  * memory and the line says pm=malloc). A single chain visits them in the
  * pattern given with -p (e.g. "DP": alternate, "DDDP": one PM access in
- * four), each array in its own random order. Prints one line:
+ * four), each array in its own random order. A count may precede a letter
+ * ("200D100P" is 200 D then 100 P), so that long patterns stay short on
+ * the command line. Prints one line:
  *
  *   multilat: pattern=DP pm=pmalloc region=... dram_accesses=...
  *             pm_accesses=... elapsed_ns=... ns_per_access=...
@@ -48,8 +50,8 @@ static void shuffle(uint32_t *o, size_t n, uint64_t s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: multilat [-p PATTERN of D and P] [-r REGION_MIB] "
-			"[-n ACCESSES]\n");
+	fprintf(stderr, "usage: multilat [-p PATTERN of D and P, each letter may "
+			"have a count before it: 200D100P] [-r REGION_MIB] [-n ACCESSES]\n");
 	exit(2);
 }
 
@@ -71,12 +73,36 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	size_t plen = strlen(pattern), nd = 0, np = 0;
-	for (size_t i = 0; i < plen; i++) {
-		if (pattern[i] == 'D') nd++;
-		else if (pattern[i] == 'P') np++;
-		else usage();
+	/* Expand counts: "200D100P" -> 200 D then 100 P. */
+	size_t plen = 0, cap = 0, nd = 0, np = 0;
+	char *expanded = NULL;
+	for (const char *c = pattern; *c;) {
+		unsigned long n = 1;
+		if (*c >= '0' && *c <= '9') {
+			n = strtoul(c, &end, 10);
+			c = end;
+			if (n == 0 || n > 100000000ul) {
+				fprintf(stderr, "multilat: a count in the pattern must be 1..100000000\n");
+				return 2;
+			}
+		}
+		if (*c != 'D' && *c != 'P')
+			usage();
+		if (plen + n > cap) {
+			cap = (plen + n) * 2;
+			expanded = realloc(expanded, cap);
+			if (!expanded) {
+				fprintf(stderr, "multilat: out of memory for the pattern\n");
+				return 1;
+			}
+		}
+		memset(expanded + plen, *c, n);
+		plen += n;
+		if (*c == 'D') nd += n; else np += n;
+		c++;
 	}
+	if (plen == 0)
+		usage();
 	if (nd == 0 || np == 0) {
 		fprintf(stderr, "multilat: the pattern needs at least one D and one P\n");
 		return 2;
@@ -115,7 +141,7 @@ int main(int argc, char **argv)
 	void **first = NULL, **prev = NULL;
 	size_t id = 0, ip = 0;
 	for (size_t k = 0; k < steps; k++) {
-		char c = pattern[k % plen];
+		char c = expanded[k % plen];
 		void **node = c == 'D' ? (void **)(dram + (size_t)od[id++] * LINE)
 				: (void **)(pm + (size_t)op[ip++] * LINE);
 		if (prev)
@@ -129,17 +155,22 @@ int main(int argc, char **argv)
 	free(op);
 
 	void **p = first;
-	for (size_t k = 0; k < steps && k < 100000; k++)
+	size_t warm = steps < 100000 ? steps : 100000;
+	for (size_t k = 0; k < warm; k++)
 		p = (void **)*p;
 	uint64_t t0 = now_ns();
 	for (long k = 0; k < accesses; k++)
 		p = (void **)*p;
 	uint64_t t1 = now_ns();
+	/* Exact counts of the timed accesses: step k of the chain is pattern
+	 * position k % plen (steps is a multiple of plen). */
+	long dram_done = 0;
+	for (long k = 0; k < accesses; k++)
+		dram_done += expanded[((size_t)k + warm) % steps % plen] == 'D';
 	printf("multilat: pattern=%s pm=%s region=%zu dram_accesses=%ld pm_accesses=%ld "
 			"elapsed_ns=%llu ns_per_access=%.2f sink=%lu\n",
 			pattern, pm_alloc ? "pmalloc" : "malloc", bytes,
-			(long)((double)accesses * (double)nd / (double)plen),
-			(long)((double)accesses * (double)np / (double)plen),
+			dram_done, accesses - dram_done,
 			(unsigned long long)(t1 - t0), (double)(t1 - t0) / (double)accesses,
 			(unsigned long)((uintptr_t)p & 1));
 	return 0;

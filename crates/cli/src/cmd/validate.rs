@@ -293,9 +293,8 @@ impl Plan {
                 multilat_mib: 128,
                 multilat_accesses: 2_000_000,
                 multilat_ratio: vec![(1, 1), (2, 1)],
-                // 200000:100000 would need a 300 KB argument (over Linux's
-                // 128 KiB limit per argument): the largest is 20000:10000.
-                multilat_scale: vec![100, 1_000, 10_000],
+                // 200:100 to 200000:100000 for 2:1, as Quartz section 4.6.
+                multilat_scale: vec![100, 1_000, 10_000, 100_000],
                 multilat_lat: vec![200.0, 400.0, 700.0],
                 mtlat_threads: vec![1, 2, 4, 8],
                 mtlat_cs: 100,
@@ -538,11 +537,10 @@ fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     Ok(())
 }
 
-/// A multilat pattern of `d` DRAM accesses followed by `p` PM accesses.
+/// A multilat pattern of `d` DRAM accesses followed by `p` PM accesses
+/// (multilat's counted form, `200D100P`).
 fn pattern(d: u64, p: u64) -> String {
-    let mut s = "D".repeat(d as usize);
-    s.push_str(&"P".repeat(p as usize));
-    s
+    format!("{d}D{p}P")
 }
 
 fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
