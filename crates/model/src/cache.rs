@@ -448,17 +448,28 @@ pub struct CompactAccess {
 /// Victims are reported by their dirty and PM bits only (the tag is
 /// hashed), which is what counting write-backs per memory needs. The number
 /// of sets must be a power of two.
+///
+/// The tag table is a `Vec` by default; [`with_table`](Self::with_table)
+/// takes any other storage (the runtime puts it on huge pages, so that the
+/// model does not cost the program TLB entries).
 #[derive(Debug, Clone)]
-pub struct CompactCache {
+pub struct CompactCache<T = Vec<u32>> {
     set_bits: u32,
     ways: usize,
-    slots: Vec<u32>,
+    slots: T,
 }
 
 impl CompactCache {
     /// An empty cache of the given geometry; the set count must be a
     /// power of two.
     pub fn new(config: CacheConfig) -> Result<CompactCache, Error> {
+        let n = CompactCache::table_len(config)?;
+        CompactCache::with_table(config, vec![0; n])
+    }
+
+    /// Number of 32-bit slots the table of this geometry needs; an error
+    /// when the set count is not a power of two.
+    pub fn table_len(config: CacheConfig) -> Result<usize, Error> {
         let sets = config.sets()?;
         if !sets.is_power_of_two() {
             return Err(Error::new(
@@ -466,10 +477,27 @@ impl CompactCache {
                 format!("the compact cache model needs a power-of-two set count, not {sets}"),
             ));
         }
+        Ok(sets as usize * config.ways as usize)
+    }
+}
+
+impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
+    /// An empty cache of the given geometry on the storage `table`, which
+    /// must hold [`table_len`](Self::table_len) slots (it is cleared).
+    pub fn with_table(config: CacheConfig, mut table: T) -> Result<CompactCache<T>, Error> {
+        let n = CompactCache::table_len(config)?;
+        let have = table.as_ref().len();
+        if have != n {
+            return Err(Error::new(
+                ErrorKind::Inconsistent,
+                format!("the compact cache model needs a table of {n} slots, not {have}"),
+            ));
+        }
+        table.as_mut().fill(0);
         Ok(CompactCache {
-            set_bits: sets.trailing_zeros(),
+            set_bits: (config.sets()?).trailing_zeros(),
             ways: config.ways as usize,
-            slots: vec![0; sets as usize * config.ways as usize],
+            slots: table,
         })
     }
 
@@ -490,7 +518,7 @@ impl CompactCache {
     #[inline]
     pub fn set_addr(&self, line: u64) -> *const u32 {
         let set = (line & ((1 << self.set_bits) - 1)) as usize;
-        self.slots[set * self.ways..].as_ptr()
+        self.slots.as_ref()[set * self.ways..].as_ptr()
     }
 
     /// Access `line`: a write marks it dirty; `pm` tags a newly installed
@@ -500,7 +528,7 @@ impl CompactCache {
         let set = (line & ((1 << self.set_bits) - 1)) as usize;
         let tag = self.tag(line);
         let ways = self.ways;
-        let set = &mut self.slots[set * ways..(set + 1) * ways];
+        let set = &mut self.slots.as_mut()[set * ways..(set + 1) * ways];
         for i in 0..ways {
             let s = set[i];
             if s & !3 == tag {
@@ -536,6 +564,18 @@ impl CompactCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_cache_takes_outside_storage_of_the_right_size() {
+        let cfg = CacheConfig::new(64 * 16 * 64, 16);
+        assert_eq!(CompactCache::table_len(cfg).unwrap(), 64 * 16);
+        let mut table = vec![7u32; 64 * 16];
+        let mut c = CompactCache::with_table(cfg, &mut table[..]).unwrap();
+        assert!(!c.access(5, false, false).hit, "the table was cleared");
+        assert!(c.access(5, false, false).hit);
+        let e = CompactCache::with_table(cfg, vec![0u32; 10]).unwrap_err();
+        assert!(e.to_string().contains("1024 slots"), "{e}");
+    }
 
     fn small(sets: u64, ways: u32) -> Cache {
         Cache::new(CacheConfig::new(sets * ways as u64 * 64, ways)).unwrap()

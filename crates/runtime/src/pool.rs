@@ -180,7 +180,7 @@ const HUGE: usize = 2 << 20;
 /// # Safety
 ///
 /// Plain mmap/munmap/madvise calls.
-unsafe fn map_anonymous_huge(size: usize) -> *mut libc::c_void {
+pub(crate) unsafe fn map_anonymous_huge(size: usize) -> *mut libc::c_void {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let Some(over) = size.checked_add(HUGE) else {
