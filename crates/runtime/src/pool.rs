@@ -394,9 +394,10 @@ mod tests {
         assert_eq!(big, big2, "large free block is reused first-fit");
         assert!(!free(8), "foreign pointers are refused");
         assert!(alloc(1 << 40, &cfg).is_null());
+        // The pool is process-wide: another test may have created it.
         let (base, size) = range();
         assert_eq!(base % HUGE, 0, "the anonymous pool starts on a huge page");
-        assert_eq!(size, 64 << 20);
+        assert!(size >= 64 << 20);
     }
 
     #[test]
