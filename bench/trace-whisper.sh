@@ -4,16 +4,19 @@
 # on libpmemobj and on pmlab.h with redo logging), plus the tracing
 # overhead. Figures go to docs/whisper.md and docs/benchmarks.md.
 #
-# usage: bench/trace-whisper.sh [THREADS] [OPS_PER_THREAD] [PRESETS]
-#        (default 2 threads, 20000 operations each, 20 % deletes; the replay
-#        runs on each preset of PRESETS, default "optane-1dimm hops-paper":
-#        our Optane model, and the HOPS paper's own 80 ns PM timing)
+# usage: bench/trace-whisper.sh [THREADS] [OPS_PER_THREAD] [PRESETS] [OPS_PER_TX]
+#        (default 2 threads, 20000 operations each, 20 % deletes, one
+#        operation per transaction; the replay runs on each preset of
+#        PRESETS, default "optane-1dimm hops-paper": our Optane model, and
+#        the HOPS paper's own 80 ns PM timing. bench/hops-groupcommit.sh
+#        sweeps OPS_PER_TX, three traces per point)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PMLAB=${PMLAB:-target/release/pmlab}
 THREADS=${1:-2}
 OPS=${2:-20000}
 PRESETS=${3:-optane-1dimm hops-paper}
+PER_TX=${4:-1}
 [ -x "$PMLAB" ] || { echo "trace-whisper: $PMLAB not built: run 'cargo build --release -p pmlab-cli -p pmlab-runtime'" >&2; exit 2; }
 [ -f "$(dirname "$PMLAB")/libpmlab.so" ] || [ -n "${PMLAB_RUNTIME:-}" ] || { echo "trace-whisper: libpmlab.so not built: run 'cargo build --release -p pmlab-runtime'" >&2; exit 2; }
 make -s -C workloads all
@@ -27,10 +30,10 @@ fi
 field() { grep "\"$1\"" | head -1 | sed 's/.*: *//; s/,$//'; }
 
 echo "machine: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "workloads: $THREADS threads x $OPS operations, 20 % deletes; replay on $PRESETS"
+echo "workloads: $THREADS threads x $OPS operations, 20 % deletes, $PER_TX per transaction; replay on $PRESETS"
 printf '\n%-14s %8s %6s %6s %7s %8s %6s %6s %8s %8s %8s\n' workload records tx "ep/tx" single "self-dep" cross "NT B" "amplif." "ep/s" tracing
 for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
-    t=$("$PMLAB" trace -o "$dir/$w.pmt" --overhead --json -- workloads/build/$w "$dir/$w.pool" "$THREADS" "$OPS" 20 | tail -1)
+    t=$("$PMLAB" trace -o "$dir/$w.pmt" --overhead --json -- workloads/build/$w "$dir/$w.pool" "$THREADS" "$OPS" 20 "$PER_TX" | tail -1)
     "$PMLAB" analyze "$dir/$w.pmt" --json > "$dir/$w.json"
     T="$t" python3 - "$w" "$dir/$w.json" <<'PY'
 import json, os, sys

@@ -11,6 +11,11 @@
  * directly and flushed before the commit. One DRAM lock serialises the
  * threads. Key and value bytes are annotated as user data.
  *
+ * A transaction holds OPS_PER_TX operations (default 1), which share its
+ * write set: a node changed by several of them is logged once. The write
+ * set and the log have room for 8 nodes per operation (at least 64 nodes
+ * and 64 KiB); a transaction that changes more fails with an error.
+ *
  * Usage and output: see wl_common.h (the pool file argument is ignored).
  */
 #include <pthread.h>
@@ -20,7 +25,8 @@
 
 #define ORDER 8
 #define MAXK (ORDER - 1)
-#define WSET 64
+#define WSET 64          /* the write set of a one-operation transaction */
+#define WSET_PER_OP 8    /* write-set room per operation beyond that */
 
 struct node {
 	uint32_t n;
@@ -34,14 +40,34 @@ struct bt_root {
 	struct node *top;
 };
 
-/* the write set of the running transaction (DRAM) */
+/* the write set of the running transaction (DRAM; ws_init sizes it) */
 static struct {
-	int n, nfresh;
-	struct node *pm[WSET];
-	struct node copy[WSET];
-	struct node *fresh[WSET];
-	struct node *top; /* new root, or NULL */
+	int n, nfresh, cap;
+	struct node **pm;    /* [cap] */
+	struct node *copy;   /* [cap] */
+	struct node **fresh; /* [cap] */
+	struct node *top;    /* new root, or NULL */
 } ws;
+
+/* ws_init -- room for the nodes of transactions of ops_per_tx operations */
+static int
+ws_init(int ops_per_tx)
+{
+	ws.cap = ops_per_tx * WSET_PER_OP > WSET ? ops_per_tx * WSET_PER_OP : WSET;
+	ws.pm = malloc((size_t)ws.cap * sizeof(*ws.pm));
+	ws.copy = malloc((size_t)ws.cap * sizeof(*ws.copy));
+	ws.fresh = malloc((size_t)ws.cap * sizeof(*ws.fresh));
+	return ws.pm && ws.copy && ws.fresh ? 0 : -1;
+}
+
+/* ws_full -- the error of a transaction that changes too many nodes */
+static void
+ws_full(void)
+{
+	fprintf(stderr, "pm_btree: error: a transaction changes more than %d nodes (use a smaller OPS_PER_TX)\n",
+		ws.cap);
+	exit(1);
+}
 
 static struct bt_root *root; /* in PM */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -75,8 +101,8 @@ W(struct node *p)
 	for (int i = 0; i < ws.n; i++)
 		if (ws.pm[i] == p)
 			return &ws.copy[i];
-	if (ws.n == WSET)
-		abort(); /* a transaction touches at most a few nodes per level */
+	if (ws.n == ws.cap)
+		ws_full();
 	ws.pm[ws.n] = p;
 	ws.copy[ws.n] = *p;
 	return &ws.copy[ws.n++];
@@ -85,8 +111,10 @@ W(struct node *p)
 static struct node *
 fresh_node(int leaf)
 {
+	if (ws.nfresh == ws.cap)
+		ws_full();
 	struct node *p = wl_pm_alloc(sizeof(*p));
-	if (!p || ws.nfresh == WSET) {
+	if (!p) {
 		fprintf(stderr, "pm_btree: error: the PM pool is full (raise PMLAB_PM_POOL_SIZE)\n");
 		exit(1);
 	}
@@ -150,11 +178,10 @@ split_child(struct node *xp, uint32_t i)
 	y->n = mid;
 }
 
+/* bt_put -- insert or update, inside the running transaction */
 static void
-bt_put(int t, uint64_t key, uint64_t val)
+bt_put(uint64_t key, uint64_t val)
 {
-	(void)t; /* one lock serialises the threads */
-	tx_begin();
 	struct node *xp = top();
 	if (R(xp)->n == MAXK) {
 		struct node *s = fresh_node(0);
@@ -199,7 +226,6 @@ bt_put(int t, uint64_t key, uint64_t val)
 		}
 		xp = R(xp)->child[i];
 	}
-	tx_commit();
 }
 
 /*
@@ -226,12 +252,11 @@ remove_at(struct node *xp, uint32_t i)
 	x->n--;
 }
 
+/* bt_del -- delete inside the running transaction; 1 if key was present */
 static int
-bt_del(int t, uint64_t key)
+bt_del(uint64_t key)
 {
-	(void)t;
 	int found = 0;
-	tx_begin();
 	struct node *xp = top();
 	while (xp) {
 		struct node *x = R(xp);
@@ -259,6 +284,22 @@ bt_del(int t, uint64_t key)
 		}
 		xp = x->leaf ? NULL : x->child[i];
 	}
+	return found;
+}
+
+/* bt_tx -- op[0..n) as one transaction (one lock serialises the threads) */
+static int
+bt_tx(int t, const struct wl_op *op, int n)
+{
+	(void)t;
+	int found = 0;
+	tx_begin();
+	for (int i = 0; i < n; i++) {
+		if (op[i].del)
+			found += bt_del(op[i].key);
+		else
+			bt_put(op[i].key, op[i].val);
+	}
 	tx_commit();
 	return found;
 }
@@ -285,8 +326,13 @@ int
 main(int argc, char **argv)
 {
 	struct wl_args args = wl_parse(argc, argv);
+	if (ws_init(args.ops_per_tx)) {
+		fprintf(stderr, "pm_btree: error: out of memory for the write set\n");
+		return 1;
+	}
 	root = wl_pm_alloc(sizeof(*root));
-	if (!root || redo_init(&tx, 0)) {
+	/* the log holds the whole write set and the root pointer */
+	if (!root || redo_init(&tx, 0, (size_t)ws.cap * REDO_REC_BYTES(sizeof(struct node)) + REDO_REC_BYTES(sizeof(struct node *)))) {
 		fprintf(stderr, "pm_btree: error: cannot allocate the root or the redo log in PM\n");
 		return 1;
 	}
@@ -294,7 +340,7 @@ main(int argc, char **argv)
 	ws.top = fresh_node(1);
 	tx_commit();
 
-	struct wl_ops ops = { bt_put, bt_del, &lock };
+	struct wl_ops ops = { bt_tx, &lock };
 	struct wl_result res = wl_run(&args, &ops);
 	uint64_t sum = 0, present = 0, last = 0;
 	int sorted = 1;

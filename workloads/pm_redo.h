@@ -10,7 +10,15 @@
  * before the log is cleared. Recovery (not exercised by the drivers) would
  * replay a committed log. Objects allocated in the transaction are written
  * directly and flushed before the commit (they are unreachable until the
- * commit applies), as libraries do for fresh allocations.
+ * commit applies), as libraries do for fresh allocations; later changes to
+ * them in the same transaction go through the log like any other.
+ *
+ * A transaction may stage many writes (group commit: several operations
+ * per transaction). A write to the same destination and length as an
+ * earlier one replaces it in the stage, and redo_read gives the
+ * transaction its own staged writes (read your writes). The log's
+ * capacity is chosen at redo_init; a transaction that stages more fails
+ * with an error message (the drivers size the log for OPS_PER_TX).
  *
  * The pmlab.h functions are weak references: under `pmlab run` or `pmlab
  * trace` (libpmlab preloaded) or when linked with -lpmlab they are
@@ -22,6 +30,7 @@
 
 #include <pmlab.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,15 +97,15 @@ wl_user(const void *p, size_t n)
 		pm_annotate_user_data(p, n);
 }
 
+/* the smallest log capacity: what one-operation transactions always had */
 #define REDO_LOG_BYTES (64 * 1024)
-#define REDO_MAX_STAGED 64
 
 /* the persistent part: a header line, then records */
 struct redo_log {
 	uint64_t committed; /* 1 while records must be replayed */
 	uint64_t used;      /* bytes of records */
 	uint8_t pad[48];
-	uint8_t data[REDO_LOG_BYTES];
+	uint8_t data[];     /* the log's capacity (redo_init) */
 };
 
 /* a record in the log: destination, length, then the bytes (8-aligned) */
@@ -105,22 +114,32 @@ struct redo_rec {
 	uint64_t len;
 };
 
+/* REDO_REC_BYTES -- log bytes of a record of len bytes */
+#define REDO_REC_BYTES(len) (sizeof(struct redo_rec) + (((size_t)(len) + 7) & ~(size_t)7))
+
 /* one thread's transaction state (DRAM) */
 struct redo_tx {
 	struct redo_log *log; /* in PM */
+	size_t cap;           /* bytes of records the log holds */
 	uint64_t id;
 	size_t used;
-	uint8_t stage[REDO_LOG_BYTES];
+	uint8_t *stage;       /* cap bytes */
 };
 
-/* redo_init -- allocate the thread's log; 0 on success */
+/*
+ * redo_init -- allocate the thread's log, with room for `need` bytes of
+ * records (at least REDO_LOG_BYTES); 0 on success, -1 when PM or DRAM is
+ * short
+ */
 static inline int
-redo_init(struct redo_tx *tx, uint64_t first_id)
+redo_init(struct redo_tx *tx, uint64_t first_id, size_t need)
 {
-	tx->log = wl_pm_alloc(sizeof(struct redo_log));
+	tx->cap = need > REDO_LOG_BYTES ? need : REDO_LOG_BYTES;
+	tx->log = wl_pm_alloc(sizeof(struct redo_log) + tx->cap);
+	tx->stage = malloc(tx->cap);
 	tx->id = first_id;
 	tx->used = 0;
-	return tx->log ? 0 : -1;
+	return tx->log && tx->stage ? 0 : -1;
 }
 
 /* redo_begin -- start a transaction */
@@ -133,17 +152,59 @@ redo_begin(struct redo_tx *tx)
 		pm_tx_begin(tx->id);
 }
 
-/* redo_write -- stage `len` bytes for `dst` (applied at commit) */
+/*
+ * redo_write -- stage `len` bytes for `dst` (applied at commit); replaces
+ * the staged write of the same destination and length when no other
+ * staged write overlaps it after it
+ */
 static inline void
 redo_write(struct redo_tx *tx, void *dst, const void *src, size_t len)
 {
-	size_t need = sizeof(struct redo_rec) + ((len + 7) & ~(size_t)7);
-	if (tx->used + need > REDO_LOG_BYTES)
-		abort(); /* transactions of the drivers are far smaller */
-	struct redo_rec r = { (uint64_t)(uintptr_t)dst, len };
+	uint64_t d = (uint64_t)(uintptr_t)dst;
+	size_t same = SIZE_MAX;
+	for (size_t off = 0; off < tx->used;) {
+		struct redo_rec r;
+		memcpy(&r, tx->stage + off, sizeof(r));
+		if (r.dst == d && r.len == len)
+			same = off;
+		else if (r.dst < d + len && d < r.dst + r.len)
+			same = SIZE_MAX; /* a later partial overlap: keep the order */
+		off += REDO_REC_BYTES(r.len);
+	}
+	if (same != SIZE_MAX) {
+		memcpy(tx->stage + same + sizeof(struct redo_rec), src, len);
+		return;
+	}
+	if (tx->used + REDO_REC_BYTES(len) > tx->cap) {
+		fprintf(stderr, "pm_redo: error: a transaction stages more than the redo log's %zu bytes (use a smaller OPS_PER_TX)\n",
+			tx->cap);
+		exit(1);
+	}
+	struct redo_rec r = { d, len };
 	memcpy(tx->stage + tx->used, &r, sizeof(r));
 	memcpy(tx->stage + tx->used + sizeof(r), src, len);
-	tx->used += need;
+	tx->used += REDO_REC_BYTES(len);
+}
+
+/*
+ * redo_read -- copy `len` bytes at `src` into `out` as the transaction
+ * sees them: memory, overlaid with the staged writes in their order
+ */
+static inline void
+redo_read(const struct redo_tx *tx, void *out, const void *src, size_t len)
+{
+	uint64_t s = (uint64_t)(uintptr_t)src;
+	memcpy(out, src, len);
+	for (size_t off = 0; off < tx->used;) {
+		struct redo_rec r;
+		memcpy(&r, tx->stage + off, sizeof(r));
+		uint64_t lo = r.dst > s ? r.dst : s;
+		uint64_t hi = r.dst + r.len < s + len ? r.dst + r.len : s + len;
+		if (lo < hi)
+			memcpy((uint8_t *)out + (lo - s),
+				tx->stage + off + sizeof(r) + (lo - r.dst), hi - lo);
+		off += REDO_REC_BYTES(r.len);
+	}
 }
 
 /* redo_commit -- log, commit durably, apply, clear */
@@ -169,7 +230,7 @@ redo_commit(struct redo_tx *tx)
 			void *dst = (void *)(uintptr_t)r.dst;
 			memcpy(dst, tx->stage + off + sizeof(r), r.len);
 			wl_flush(dst, r.len);
-			off += sizeof(r) + ((r.len + 7) & ~(uint64_t)7);
+			off += REDO_REC_BYTES(r.len);
 		}
 		wl_ofence();
 		log->committed = 0;

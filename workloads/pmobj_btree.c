@@ -8,7 +8,8 @@
  * pmemobj_tx_zalloc. Deletes take the key out of its node (an inner
  * node's key is replaced by its predecessor from a leaf) and do not
  * rebalance: leaves may become empty, which searches and inserts handle.
- * One DRAM lock serialises the threads' transactions.
+ * With OPS_PER_TX > 1 that many operations share one transaction (group
+ * commit). One DRAM lock serialises the threads' transactions.
  *
  * Usage and output: see wl_common.h.
  */
@@ -88,58 +89,52 @@ split_child(struct node *x, uint32_t i)
 	y->n = mid;
 }
 
-/* bt_put -- insert or update, in one transaction */
+/* bt_put -- insert or update, inside the running transaction */
 static void
-bt_put(int t, uint64_t key, uint64_t val)
+bt_put(uint64_t key, uint64_t val)
 {
-	(void)t; /* one lock serialises the threads */
-	TX_BEGIN(pop) {
-		struct node *r = N(root->top);
-		if (r->n == MAXK) {
-			PMEMoid so = new_node(0);
-			N(so)->child[0] = root->top;
-			pmemobj_tx_add_range_direct(&root->top, sizeof(PMEMoid));
-			root->top = so;
-			split_child(N(so), 0);
-			r = N(so);
+	struct node *r = N(root->top);
+	if (r->n == MAXK) {
+		PMEMoid so = new_node(0);
+		N(so)->child[0] = root->top;
+		pmemobj_tx_add_range_direct(&root->top, sizeof(PMEMoid));
+		root->top = so;
+		split_child(N(so), 0);
+		r = N(so);
+	}
+	struct node *x = r;
+	for (;;) {
+		uint32_t i = 0;
+		while (i < x->n && key > x->keys[i])
+			i++;
+		if (i < x->n && key == x->keys[i]) {
+			pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
+			x->vals[i] = val;
+			return;
 		}
-		struct node *x = r;
-		for (;;) {
-			uint32_t i = 0;
-			while (i < x->n && key > x->keys[i])
-				i++;
-			if (i < x->n && key == x->keys[i]) {
+		if (x->leaf) {
+			snap(x);
+			for (uint32_t j = x->n; j > i; j--) {
+				x->keys[j] = x->keys[j - 1];
+				x->vals[j] = x->vals[j - 1];
+			}
+			x->keys[i] = key;
+			x->vals[i] = val;
+			x->n++;
+			return;
+		}
+		if (N(x->child[i])->n == MAXK) {
+			split_child(x, i);
+			if (key == x->keys[i]) {
 				pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
 				x->vals[i] = val;
-				break;
+				return;
 			}
-			if (x->leaf) {
-				snap(x);
-				for (uint32_t j = x->n; j > i; j--) {
-					x->keys[j] = x->keys[j - 1];
-					x->vals[j] = x->vals[j - 1];
-				}
-				x->keys[i] = key;
-				x->vals[i] = val;
-				x->n++;
-				break;
-			}
-			if (N(x->child[i])->n == MAXK) {
-				split_child(x, i);
-				if (key == x->keys[i]) {
-					pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
-					x->vals[i] = val;
-					break;
-				}
-				if (key > x->keys[i])
-					i++;
-			}
-			x = N(x->child[i]);
+			if (key > x->keys[i])
+				i++;
 		}
-	} TX_ONABORT {
-		fprintf(stderr, "pmobj_btree: error: insert aborted: %s\n", pmemobj_errormsg());
-		exit(1);
-	} TX_END
+		x = N(x->child[i]);
+	}
 }
 
 /* remove_at -- take key i out of node x (keys and values shift left) */
@@ -169,43 +164,56 @@ pred_leaf(struct node *x, uint32_t i)
 	return y->n > 0 ? y : NULL;
 }
 
-/* bt_del -- delete key if present, in one transaction; 1 if deleted */
+/* bt_del -- delete key inside the running transaction; 1 if deleted */
 static int
-bt_del(int t, uint64_t key)
+bt_del(uint64_t key)
 {
-	(void)t;
+	struct node *x = N(root->top);
+	while (x) {
+		uint32_t i = 0;
+		while (i < x->n && key > x->keys[i])
+			i++;
+		if (i < x->n && key == x->keys[i]) {
+			if (x->vals[i] == 0)
+				return 0; /* a tombstone: already deleted */
+			struct node *p = x->leaf ? NULL : pred_leaf(x, i);
+			if (p) {
+				snap(x);
+				x->keys[i] = p->keys[p->n - 1];
+				x->vals[i] = p->vals[p->n - 1];
+				remove_at(p, p->n - 1);
+			} else if (x->leaf) {
+				remove_at(x, i);
+			} else {
+				/* no leaf holds the predecessor: removal would
+				 * need a merge; keep the key as a tombstone
+				 * (value 0) instead */
+				pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
+				x->vals[i] = 0;
+			}
+			return 1;
+		}
+		x = x->leaf ? NULL : N(x->child[i]);
+	}
+	return 0;
+}
+
+/* bt_tx -- op[0..n) as one transaction; how many deletes found their key */
+static int
+bt_tx(int t, const struct wl_op *op, int n)
+{
+	(void)t; /* one lock serialises the threads */
 	volatile int found = 0;
 	TX_BEGIN(pop) {
-		struct node *x = N(root->top);
-		while (x) {
-			uint32_t i = 0;
-			while (i < x->n && key > x->keys[i])
-				i++;
-			if (i < x->n && key == x->keys[i]) {
-				if (x->vals[i] == 0)
-					break; /* a tombstone: already deleted */
-				found = 1;
-				struct node *p = x->leaf ? NULL : pred_leaf(x, i);
-				if (p) {
-					snap(x);
-					x->keys[i] = p->keys[p->n - 1];
-					x->vals[i] = p->vals[p->n - 1];
-					remove_at(p, p->n - 1);
-				} else if (x->leaf) {
-					remove_at(x, i);
-				} else {
-					/* no leaf holds the predecessor: removal
-					 * would need a merge; keep the key as a
-					 * tombstone (value 0) instead */
-					pmemobj_tx_add_range_direct(&x->vals[i], sizeof(uint64_t));
-					x->vals[i] = 0;
-				}
-				break;
-			}
-			x = x->leaf ? NULL : N(x->child[i]);
+		for (int i = 0; i < n; i++) {
+			if (op[i].del)
+				found += bt_del(op[i].key);
+			else
+				bt_put(op[i].key, op[i].val);
 		}
 	} TX_ONABORT {
-		fprintf(stderr, "pmobj_btree: error: delete aborted: %s\n", pmemobj_errormsg());
+		fprintf(stderr, "pmobj_btree: error: a transaction of %d operations aborted: %s\n",
+			n, pmemobj_errormsg());
 		exit(1);
 	} TX_END
 	return found;
@@ -246,7 +254,7 @@ main(int argc, char **argv)
 		root->top = new_node(1);
 	} TX_END
 
-	struct wl_ops ops = { bt_put, bt_del, &lock };
+	struct wl_ops ops = { bt_tx, &lock };
 	struct wl_result res = wl_run(&args, &ops);
 	uint64_t sum = 0, present = 0, last = 0;
 	int sorted = 1;

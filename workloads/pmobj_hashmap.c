@@ -5,8 +5,10 @@
  * entries allocated in transactions. Every insert, update and delete is
  * one libpmemobj transaction (undo logging: snapshot with
  * pmemobj_tx_add_range_direct, allocate with pmemobj_tx_alloc, free with
- * pmemobj_tx_free). Threads work on disjoint keys and take a DRAM lock
- * per bucket around their transaction.
+ * pmemobj_tx_free), or OPS_PER_TX of them share one (group commit).
+ * Threads work on disjoint keys and take a DRAM lock per bucket around
+ * their transaction: the locks of all its keys' buckets, in bucket order,
+ * held until it ends.
  *
  * Usage and output: see wl_common.h. Run it under `pmlab trace` to record
  * its PM behaviour through libpmem's entry points.
@@ -41,71 +43,76 @@ bucket_of(uint64_t key)
 	return (key * 0x9E3779B97F4A7C15ULL) >> 52; /* 12 bits: NBUCKETS */
 }
 
-/* hm_put -- insert or update key in one transaction */
+/* hm_put -- insert or update key, inside the running transaction */
 static void
-hm_put(int t, uint64_t key, uint64_t value)
+hm_put(uint64_t key, uint64_t value)
 {
-	(void)t; /* the bucket locks serialise the threads */
 	uint64_t b = bucket_of(key);
-	pthread_mutex_lock(&locks[b]);
-	TX_BEGIN(pop) {
-		PMEMoid cur = buckets[b];
-		struct entry *e = NULL;
-		while (!OID_IS_NULL(cur)) {
-			e = pmemobj_direct(cur);
-			if (e->key == key)
-				break;
-			cur = e->next;
-			e = NULL;
-		}
-		if (e) {
-			pmemobj_tx_add_range_direct(&e->value, sizeof(e->value));
-			e->value = value;
-		} else {
-			PMEMoid n = pmemobj_tx_alloc(sizeof(struct entry), 1);
-			struct entry *ne = pmemobj_direct(n);
-			ne->key = key;
-			ne->value = value;
-			ne->next = buckets[b];
-			pmemobj_tx_add_range_direct(&buckets[b], sizeof(PMEMoid));
-			buckets[b] = n;
-		}
-	} TX_ONABORT {
-		fprintf(stderr, "pmobj_hashmap: error: insert aborted: %s\n",
-			pmemobj_errormsg());
-		exit(1);
-	} TX_END
-	pthread_mutex_unlock(&locks[b]);
+	PMEMoid cur = buckets[b];
+	struct entry *e = NULL;
+	while (!OID_IS_NULL(cur)) {
+		e = pmemobj_direct(cur);
+		if (e->key == key)
+			break;
+		cur = e->next;
+		e = NULL;
+	}
+	if (e) {
+		pmemobj_tx_add_range_direct(&e->value, sizeof(e->value));
+		e->value = value;
+	} else {
+		PMEMoid n = pmemobj_tx_alloc(sizeof(struct entry), 1);
+		struct entry *ne = pmemobj_direct(n);
+		ne->key = key;
+		ne->value = value;
+		ne->next = buckets[b];
+		pmemobj_tx_add_range_direct(&buckets[b], sizeof(PMEMoid));
+		buckets[b] = n;
+	}
 }
 
-/* hm_del -- delete key if present, in one transaction; 1 if deleted */
+/* hm_del -- delete key inside the running transaction; 1 if deleted */
 static int
-hm_del(int t, uint64_t key)
+hm_del(uint64_t key)
 {
-	(void)t;
-	uint64_t b = bucket_of(key);
+	PMEMoid *link = &buckets[bucket_of(key)];
+	while (!OID_IS_NULL(*link)) {
+		struct entry *e = pmemobj_direct(*link);
+		if (e->key == key) {
+			PMEMoid victim = *link;
+			pmemobj_tx_add_range_direct(link, sizeof(PMEMoid));
+			*link = e->next;
+			pmemobj_tx_free(victim);
+			return 1;
+		}
+		link = &e->next;
+	}
+	return 0;
+}
+
+/* hm_tx -- op[0..n) as one transaction; how many deletes found their key */
+static int
+hm_tx(int t, const struct wl_op *op, int n)
+{
+	(void)t; /* the bucket locks serialise the threads */
+	uint64_t held[WL_MAX_OPS_PER_TX];
 	volatile int found = 0;
-	pthread_mutex_lock(&locks[b]);
+	for (int i = 0; i < n; i++)
+		held[i] = bucket_of(op[i].key);
+	volatile int m = wl_lock_set(locks, held, n); /* live across setjmp */
 	TX_BEGIN(pop) {
-		PMEMoid *link = &buckets[b];
-		while (!OID_IS_NULL(*link)) {
-			struct entry *e = pmemobj_direct(*link);
-			if (e->key == key) {
-				PMEMoid victim = *link;
-				pmemobj_tx_add_range_direct(link, sizeof(PMEMoid));
-				*link = e->next;
-				pmemobj_tx_free(victim);
-				found = 1;
-				break;
-			}
-			link = &e->next;
+		for (int i = 0; i < n; i++) {
+			if (op[i].del)
+				found += hm_del(op[i].key);
+			else
+				hm_put(op[i].key, op[i].val);
 		}
 	} TX_ONABORT {
-		fprintf(stderr, "pmobj_hashmap: error: delete aborted: %s\n",
-			pmemobj_errormsg());
+		fprintf(stderr, "pmobj_hashmap: error: a transaction of %d operations aborted: %s\n",
+			n, pmemobj_errormsg());
 		exit(1);
 	} TX_END
-	pthread_mutex_unlock(&locks[b]);
+	wl_unlock_set(locks, held, m);
 	return found;
 }
 
@@ -130,7 +137,7 @@ main(int argc, char **argv)
 	for (int i = 0; i < NBUCKETS; i++)
 		pthread_mutex_init(&locks[i], NULL);
 
-	struct wl_ops ops = { hm_put, hm_del, NULL };
+	struct wl_ops ops = { hm_tx, NULL };
 	struct wl_result res = wl_run(&args, &ops);
 
 	uint64_t sum = 0, present = 0;

@@ -5,12 +5,15 @@
  * driver (wl_run, wl_report) that runs the threads and prints the result.
  *
  * Every driver takes the same arguments:
- *   prog POOL_FILE [THREADS] [OPS_PER_THREAD] [DELETE_PERCENT]
+ *   prog POOL_FILE [THREADS] [OPS_PER_THREAD] [DELETE_PERCENT] [OPS_PER_TX]
  * and prints one line of key=value pairs, for example
  *   workload=pmobj_hashmap threads=2 ops=20000 inserts=16000 deletes=4000
  *   present=12345 checksum=0x... seconds=0.123 ops_per_sec=162000
- * The checksum depends only on the arguments, never on timing or on
- * whether the program runs under a tracer.
+ * OPS_PER_TX (default 1) groups each thread's operations N at a time into
+ * one crash-consistent transaction (group commit: all N or none); the
+ * line then also says ops_per_tx=N after ops=. The checksum depends only
+ * on THREADS, OPS_PER_THREAD and DELETE_PERCENT, never on OPS_PER_TX, on
+ * timing or on whether the program runs under a tracer.
  */
 #ifndef PMLAB_WL_COMMON_H
 #define PMLAB_WL_COMMON_H
@@ -23,19 +26,27 @@
 #include <string.h>
 #include <time.h>
 
+/* the largest OPS_PER_TX: bounds the transactions' logs and write sets */
+#define WL_MAX_OPS_PER_TX 4096
+
+#define WL_STR_(x) #x
+#define WL_STR(x) WL_STR_(x)
+
 struct wl_args {
+	const char *prog; /* argv[0], for messages */
 	const char *path;
 	int threads;
 	long ops;
 	int delete_pct;
+	int ops_per_tx;
 };
 
 /* wl_usage -- print the usage line and exit with status 2 */
 static inline void
 wl_usage(const char *prog, const char *why)
 {
-	fprintf(stderr, "%s: error: %s\nusage: %s POOL_FILE [THREADS 1-64] [OPS_PER_THREAD] [DELETE_PERCENT 0-100]\n",
-		prog, why, prog);
+	fprintf(stderr, "%s: error: %s\nusage: %s POOL_FILE [THREADS 1-64] [OPS_PER_THREAD] [DELETE_PERCENT 0-100] [OPS_PER_TX 1-%d]\n",
+		prog, why, prog, WL_MAX_OPS_PER_TX);
 	exit(2);
 }
 
@@ -43,9 +54,9 @@ wl_usage(const char *prog, const char *why)
 static inline struct wl_args
 wl_parse(int argc, char **argv)
 {
-	struct wl_args a = { NULL, 1, 10000, 20 };
+	struct wl_args a = { argv[0], NULL, 1, 10000, 20, 1 };
 	char *end;
-	if (argc < 2 || argc > 5)
+	if (argc < 2 || argc > 6)
 		wl_usage(argv[0], "wrong number of arguments");
 	a.path = argv[1];
 	if (argc > 2) {
@@ -62,6 +73,12 @@ wl_parse(int argc, char **argv)
 		a.delete_pct = (int)strtol(argv[4], &end, 10);
 		if (*end || a.delete_pct < 0 || a.delete_pct > 100)
 			wl_usage(argv[0], "DELETE_PERCENT must be a number from 0 to 100");
+	}
+	if (argc > 5) {
+		long n = strtol(argv[5], &end, 10);
+		if (*end || n < 1 || n > WL_MAX_OPS_PER_TX)
+			wl_usage(argv[0], "OPS_PER_TX must be a number from 1 to " WL_STR(WL_MAX_OPS_PER_TX));
+		a.ops_per_tx = (int)n;
 	}
 	return a;
 }
@@ -113,17 +130,59 @@ wl_mix(uint64_t key, uint64_t val)
 	return x * 0xBF58476D1CE4E5B9ULL;
 }
 
+/* struct wl_op -- one operation: delete key, or insert (update) key=val */
+struct wl_op {
+	uint64_t key;
+	uint64_t val; /* not 0; unused by a delete */
+	int del;
+};
+
 /*
- * struct wl_ops -- what a workload gives wl_run: its insert and delete
- * (delete returns 1 when the key was present), both called with the
- * calling thread's number, and the lock wl_run holds around each
- * operation (NULL when the operations lock for themselves).
+ * struct wl_ops -- what a workload gives wl_run: tx runs thread t's
+ * operations op[0..n) in order as one crash-consistent transaction (all
+ * of them take effect or none; n is 1 to OPS_PER_TX) and returns how
+ * many of its deletes found their key; lock is the lock wl_run holds
+ * around each call (NULL when tx locks for itself).
  */
 struct wl_ops {
-	void (*put)(int t, uint64_t key, uint64_t val);
-	int (*del)(int t, uint64_t key);
+	int (*tx)(int t, const struct wl_op *op, int n);
 	pthread_mutex_t *lock;
 };
+
+/* wl_cmp_u64 -- qsort order of uint64_t */
+static inline int
+wl_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/*
+ * wl_lock_set -- lock locks[idx[i]] for every i < n, each lock once and
+ * in ascending index order (so that threads locking overlapping sets
+ * cannot deadlock); sorts idx, drops its duplicates and returns how many
+ * remain, for wl_unlock_set
+ */
+static inline int
+wl_lock_set(pthread_mutex_t *locks, uint64_t *idx, int n)
+{
+	int m = 0;
+	qsort(idx, (size_t)n, sizeof(*idx), wl_cmp_u64);
+	for (int i = 0; i < n; i++)
+		if (m == 0 || idx[m - 1] != idx[i])
+			idx[m++] = idx[i];
+	for (int i = 0; i < m; i++)
+		pthread_mutex_lock(&locks[idx[i]]);
+	return m;
+}
+
+/* wl_unlock_set -- unlock what wl_lock_set locked */
+static inline void
+wl_unlock_set(pthread_mutex_t *locks, const uint64_t *idx, int m)
+{
+	for (int i = m - 1; i >= 0; i--)
+		pthread_mutex_unlock(&locks[idx[i]]);
+}
 
 /* struct wl_result -- what the threads did, and how long they took */
 struct wl_result {
@@ -140,7 +199,8 @@ struct wl_thread {
 
 /*
  * wl_thread_main -- one thread's run: args->ops operations on its own keys,
- * DELETE_PERCENT of them deletes, the rest inserts
+ * DELETE_PERCENT of them deletes, the rest inserts, in transactions of
+ * OPS_PER_TX operations (the last one takes what remains)
  */
 static inline void *
 wl_thread_main(void *arg)
@@ -150,20 +210,31 @@ wl_thread_main(void *arg)
 	const struct wl_ops *o = w->ops;
 	uint64_t s = wl_seed(w->id);
 	long keys = a->ops / 2 > 0 ? a->ops / 2 : 1;
+	struct wl_op *batch = malloc((size_t)a->ops_per_tx * sizeof(*batch));
+	int n = 0;
+	if (!batch) {
+		fprintf(stderr, "%s: error: out of memory for a transaction of %d operations\n",
+			a->prog, a->ops_per_tx);
+		exit(1);
+	}
 	for (long i = 0; i < a->ops; i++) {
 		uint64_t r = wl_next(&s);
-		uint64_t key = wl_key(w->id, r >> 8, keys);
+		struct wl_op *op = &batch[n++];
+		op->key = wl_key(w->id, r >> 8, keys);
+		op->val = r | 1;
+		op->del = (long)(r % 100) < a->delete_pct;
+		if (!op->del)
+			w->inserts++;
+		if (n < a->ops_per_tx && i + 1 < a->ops)
+			continue;
 		if (o->lock)
 			pthread_mutex_lock(o->lock);
-		if ((long)(r % 100) < a->delete_pct) {
-			w->deletes += o->del(w->id, key);
-		} else {
-			o->put(w->id, key, r | 1);
-			w->inserts++;
-		}
+		w->deletes += o->tx(w->id, batch, n);
 		if (o->lock)
 			pthread_mutex_unlock(o->lock);
+		n = 0;
 	}
+	free(batch);
 	return NULL;
 }
 
@@ -194,8 +265,11 @@ wl_report(const char *name, const struct wl_args *args,
 	const struct wl_result *res, uint64_t present, uint64_t sum)
 {
 	long ops = args->ops * args->threads;
-	printf("workload=%s threads=%d ops=%ld inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
-		name, args->threads, ops, res->inserts, res->deletes,
+	char per_tx[32] = "";
+	if (args->ops_per_tx > 1)
+		snprintf(per_tx, sizeof(per_tx), " ops_per_tx=%d", args->ops_per_tx);
+	printf("workload=%s threads=%d ops=%ld%s inserts=%ld deletes=%ld present=%lu checksum=0x%016lx seconds=%.6f ops_per_sec=%.0f\n",
+		name, args->threads, ops, per_tx, res->inserts, res->deletes,
 		(unsigned long)present, (unsigned long)sum, res->seconds,
 		ops / res->seconds);
 }

@@ -255,6 +255,104 @@ fn workloads_agree_on_their_results() {
     assert!(results[0].contains("deletes="), "{}", results[0]);
 }
 
+/// The result line without its run-time and transaction-size fields.
+fn result_fields(line: &str) -> String {
+    line.split_whitespace()
+        .filter(|f| {
+            !f.starts_with("seconds=")
+                && !f.starts_with("ops_per_sec=")
+                && !f.starts_with("ops_per_tx=")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Group commit (OPS_PER_TX, the drivers' fifth argument): N operations
+/// per transaction give the same map as one per transaction, including
+/// an N that does not divide the operations and an N above them; a bad
+/// N is refused with the usage error and status 2; traced, a redo-log
+/// workload makes one transaction with one durability point per N
+/// operations.
+#[test]
+fn group_commit_keeps_results_and_rejects_bad_ops_per_tx() {
+    let d = tempdir("groupcommit");
+    let rt = runtime_lib();
+    for name in ["pmobj_hashmap", "pmobj_btree", "pm_hashmap", "pm_btree"] {
+        let Some(prog) = build_workload(&d, name) else {
+            eprintln!("skipped: cannot build workloads/{name}.c (cc, libpmemobj-dev)");
+            return;
+        };
+        let run = |per_tx: &str| {
+            Command::new(&prog)
+                .arg(d.join("pool"))
+                .args(["2", "3000", "30", per_tx])
+                .env("PMEM_IS_PMEM_FORCE", "1")
+                .output()
+                .unwrap()
+        };
+        let one = run("1");
+        assert!(one.status.success(), "{name}: {}", stderr(&one));
+        assert!(!stdout(&one).contains("ops_per_tx"), "{}", stdout(&one));
+        for n in ["7", "64", "4096"] {
+            let o = run(n);
+            assert!(o.status.success(), "{name} OPS_PER_TX={n}: {}", stderr(&o));
+            assert!(
+                stdout(&o).contains(&format!(" ops_per_tx={n} ")),
+                "{}",
+                stdout(&o)
+            );
+            assert_eq!(
+                result_fields(&stdout(&o)),
+                result_fields(&stdout(&one)),
+                "{name} OPS_PER_TX={n}"
+            );
+        }
+        for bad in ["0", "4097", "-1", "8x", ""] {
+            let o = run(bad);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{name} OPS_PER_TX='{bad}': {e}");
+            let first = e.lines().next().unwrap_or("");
+            assert!(
+                first.contains(": error: OPS_PER_TX must be a number from 1 to 4096"),
+                "{first}"
+            );
+            assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+        }
+    }
+    let Some(rt) = rt else {
+        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
+        return;
+    };
+    // 2 threads x 500 operations in transactions of 16: 32 per thread (the
+    // last of 4), each one redo-log commit: 4 epochs, one dfence.
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "g.pmt", "--json", "--"])
+        .arg(d.join("pm_hashmap"))
+        .args(["pool", "2", "500", "20", "16"])
+        .env("PMLAB_RUNTIME", &rt)
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plain = Command::new(d.join("pm_hashmap"))
+        .args(["pool", "2", "500", "20"])
+        .output()
+        .unwrap();
+    let traced = stdout(&o);
+    assert_eq!(
+        checksum(traced.lines().next().unwrap()),
+        checksum(&stdout(&plain))
+    );
+    let o = pmlab(&d, &["analyze", "g.pmt", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(a["transactions"], 64, "{a}");
+    assert_eq!(a["epochs_per_tx"]["median"], 4);
+    assert_eq!(a["epochs_per_tx"]["max"], 4);
+    // One durability point per transaction, plus the bucket array's.
+    assert_eq!(a["fences"]["dfence"], 65, "{a}");
+}
+
 fn checksum(out: &str) -> String {
     out.split_whitespace()
         .find(|f| f.starts_with("checksum="))
