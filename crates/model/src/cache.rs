@@ -525,10 +525,17 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
     /// line as PM (for its eventual write-back).
     #[inline]
     pub fn access(&mut self, line: u64, write: bool, pm: bool) -> CompactAccess {
-        let set = (line & ((1 << self.set_bits) - 1)) as usize;
+        let idx = (line & ((1 << self.set_bits) - 1)) as usize;
         let tag = self.tag(line);
         let ways = self.ways;
-        let set = &mut self.slots.as_mut()[set * ways..(set + 1) * ways];
+        let set = &mut self.slots.as_mut()[idx * ways..(idx + 1) * ways];
+        // The common geometries, with the set as a fixed-size array: the
+        // scan unrolls and the LRU shift is an inline move.
+        match ways {
+            16 => return Self::access_set::<16>(set.try_into().unwrap(), tag, write, pm),
+            8 => return Self::access_set::<8>(set.try_into().unwrap(), tag, write, pm),
+            _ => {}
+        }
         for i in 0..ways {
             let s = set[i];
             if s & !3 == tag {
@@ -551,6 +558,56 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
         let last = set[ways - 1];
         set.copy_within(0..ways - 1, 1);
         set[0] = tag | (pm as u32) << 1 | write as u32;
+        CompactAccess {
+            hit: false,
+            victim: Some(CompactVictim {
+                dirty: last & 1 == 1,
+                pm: last & 2 == 2,
+            }),
+        }
+    }
+
+    /// [`access`](Self::access) on one set of `W` ways.
+    #[inline(always)]
+    fn access_set<const W: usize>(
+        set: &mut [u32; W],
+        tag: u32,
+        write: bool,
+        pm: bool,
+    ) -> CompactAccess {
+        let mut at = W;
+        let mut empty = W;
+        for (i, &s) in set.iter().enumerate() {
+            if s & !3 == tag {
+                at = i;
+                break;
+            }
+            if s == 0 {
+                empty = i;
+                break;
+            }
+        }
+        if at < W {
+            let s = set[at];
+            set.copy_within(0..at, 1);
+            set[0] = s | write as u32;
+            return CompactAccess {
+                hit: true,
+                victim: None,
+            };
+        }
+        let fresh = tag | (pm as u32) << 1 | write as u32;
+        if empty < W {
+            set.copy_within(0..empty, 1);
+            set[0] = fresh;
+            return CompactAccess {
+                hit: false,
+                victim: None,
+            };
+        }
+        let last = set[W - 1];
+        set.copy_within(0..W - 1, 1);
+        set[0] = fresh;
         CompactAccess {
             hit: false,
             victim: Some(CompactVictim {
@@ -751,8 +808,16 @@ mod tests {
     #[test]
     fn compact_cache_agrees_with_the_full_model() {
         // The same random stream through both: identical hits and
-        // write-backs (a hashed-tag collision is improbable here).
-        let cfg = CacheConfig::new(64 * 1024, 8);
+        // write-backs (a hashed-tag collision is improbable here). 8 and 16
+        // ways take the fixed-size paths, 4 the general one.
+        for ways in [4u32, 8, 16] {
+            compact_agrees(CacheConfig::new(64 * 1024, ways));
+        }
+        let e = CompactCache::new(CacheConfig::new(3 * 64 * 4, 4)).unwrap_err();
+        assert!(e.to_string().contains("power-of-two"));
+    }
+
+    fn compact_agrees(cfg: CacheConfig) {
         let mut full = Cache::new(cfg).unwrap();
         let mut compact = CompactCache::new(cfg).unwrap();
         let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -774,7 +839,5 @@ mod tests {
             wbs += a.victim.is_some_and(|v| v.dirty) as u32;
         }
         assert!(hits > 10_000 && wbs > 1000, "{hits} {wbs}");
-        let e = CompactCache::new(CacheConfig::new(3 * 64 * 4, 4)).unwrap_err();
-        assert!(e.to_string().contains("power-of-two"));
     }
 }
