@@ -405,6 +405,48 @@ fn fork_child_reinitialises_and_reports_separately() {
 }
 
 #[test]
+fn reading_the_clock_ends_the_epoch_before_the_time_is_read() {
+    let _serial = shared();
+    let d = TempDir::new("clocksync");
+    let memlat = workload(&d, "memlat");
+    // No timer epochs (10 s maximum): memlat's two clock reads around its
+    // loop end the epochs. The first epoch (set-up) owes nothing, the
+    // second (the timed loop) 1,000,000 x (200 - 100) ns = 100 ms, which
+    // must be injected before the second read returns, inside memlat's own
+    // measurement (without the clock sync point it would come at exit).
+    d.write("s.txt", "pm=0\npm=1000000\npm=0\nloop\n");
+    // (run_json sets the DRAM latency to 100 ns.)
+    let flags = [
+        "--pm-latency",
+        "200ns",
+        "--epoch-max",
+        "10s",
+        "--epoch-min",
+        "10us",
+        "--source",
+        "synthetic:s.txt",
+    ];
+    let (o, v) = run_json(
+        &d,
+        &flags,
+        &[memlat.to_str().unwrap(), "-r", "8", "-n", "100000"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(total(&v, "epochs_sync") >= 2.0, "{v}");
+    assert_eq!(total(&v, "epochs_timer"), 0.0, "{v}");
+    let out = text(&o.stdout);
+    let elapsed: f64 = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("elapsed_ns="))
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        elapsed >= 0.98 * 100e6,
+        "the timed loop's delay reached memlat's measurement: {elapsed} ns"
+    );
+}
+
+#[test]
 fn exec_keeps_the_runtime_through_the_environment() {
     let _serial = shared();
     let d = TempDir::new("exec");
@@ -578,6 +620,8 @@ fn exported_symbols_match_the_header_and_the_hook_list() {
         "execl",
         "execlp",
         "execle",
+        "clock_gettime",
+        "gettimeofday",
     ];
     for s in &exported {
         let known = api.contains(s)

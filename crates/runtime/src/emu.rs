@@ -848,7 +848,7 @@ fn thread_cpu_ns(tid: i32) -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime into a local timespec.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+    if unsafe { real::clock_gettime()(clock, &mut ts) } != 0 {
         return u64::MAX;
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

@@ -62,6 +62,8 @@ real! {
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    clock_gettime: fn(libc::clockid_t, *mut libc::timespec) -> c_int;
+    gettimeofday: fn(*mut libc::timeval, *mut c_void) -> c_int;
 }
 
 /// The real `execveat`, `None` where the C library has none (before
