@@ -19,6 +19,7 @@ pub fn rdtsc() -> u64 {
 }
 
 /// CLOCK_MONOTONIC in ns (async-signal-safe).
+#[inline]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

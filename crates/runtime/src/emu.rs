@@ -248,6 +248,25 @@ pub fn our_signal() -> c_int {
     SIGNAL.load(Ordering::Relaxed)
 }
 
+/// Block (`SIG_BLOCK`) or unblock (`SIG_UNBLOCK`) the epoch signal in the
+/// calling thread with the real `pthread_sigmask` (the interposed one never
+/// blocks it); returns the previous mask, `None` when the signal is not set
+/// up yet or the call failed. Async-signal-safe, no allocation.
+pub fn mask_our_signal(how: c_int) -> Option<libc::sigset_t> {
+    let sig = our_signal();
+    if sig == 0 {
+        return None;
+    }
+    // SAFETY: sigset operations on locals; the real pthread_sigmask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        (real::pthread_sigmask()(how, &set, &mut old) == 0).then_some(old)
+    }
+}
+
 /// The configuration once initialised.
 pub fn cfg() -> Option<&'static Config> {
     GLOBALS.get().map(|g| &g.cfg)
@@ -376,13 +395,7 @@ pub fn init() {
     register_current();
     // An exec from a runtime'd image blocks the signal across it (see
     // `exec`); the handler is in place now, so take it again.
-    // SAFETY: sigset operations on a local; the real pthread_sigmask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, g.cfg.signal_offset + libc::SIGRTMIN());
-        real::pthread_sigmask()(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    }
+    let _ = mask_our_signal(libc::SIG_UNBLOCK);
     start_monitor();
     let took = clock::monotonic_ns() - t0;
     INIT_NS.store(took, Ordering::Relaxed);
@@ -787,13 +800,8 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
         return null_mut();
     };
     let sig = our_signal();
-    // SAFETY: block our own signal in the monitor; plain libc calls.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        real::pthread_sigmask()(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    // The monitor never takes the epoch signal itself.
+    let _ = mask_our_signal(libc::SIG_BLOCK);
     // Wake twice per maximum epoch (between 50 us and 5 ms): an epoch
     // ends between 1 and 1.5 maximum lengths, and the monitor's own cost
     // stays low.

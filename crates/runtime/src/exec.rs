@@ -37,21 +37,7 @@ fn begin() -> Option<libc::sigset_t> {
     if !emu::active() {
         return None;
     }
-    let sig = emu::our_signal();
-    if sig == 0 {
-        return None;
-    }
-    // SAFETY: sigset operations on locals; the real pthread_sigmask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        if real::pthread_sigmask()(libc::SIG_BLOCK, &set, &mut old) != 0 {
-            return None;
-        }
-        Some(old)
-    }
+    emu::mask_our_signal(libc::SIG_BLOCK)
 }
 
 /// The exec returned (it failed): restore the mask, keep `errno`.

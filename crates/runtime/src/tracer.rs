@@ -51,6 +51,7 @@
 //!   overwrite its trace. Records not yet drained when a process calls
 //!   `exec` (at most ~1 ms worth) are lost.
 
+use crate::clock::monotonic_ns;
 use pmlab_trace::{binary, Op, Record, Space};
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::CStr;
@@ -117,18 +118,6 @@ static WRITER: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
 thread_local! {
     static LOCAL: Cell<*mut Ring> = const { Cell::new(ptr::null_mut()) };
     static BUSY: Cell<bool> = const { Cell::new(false) };
-}
-
-#[inline]
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe
-    // (the real one: the interposed one is a sync point).
-    unsafe { crate::real::clock_gettime()(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Record one operation of the calling thread. Async-signal-safe; never
