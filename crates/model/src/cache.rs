@@ -529,54 +529,23 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
         let tag = self.tag(line);
         let ways = self.ways;
         let set = &mut self.slots.as_mut()[idx * ways..(idx + 1) * ways];
-        // The common geometries, with the set as a fixed-size array: the
-        // scan unrolls and the LRU shift is an inline move.
+        // The common geometries pass a fixed-size array: once inlined, the
+        // set length is a constant, the scan unrolls and the LRU shift is
+        // an inline move (7.3-8.0 ns instead of 11.7 per access on a 32 MiB
+        // model, `bench/model-speed.sh`).
         match ways {
-            16 => return Self::access_set::<16>(set.try_into().unwrap(), tag, write, pm),
-            8 => return Self::access_set::<8>(set.try_into().unwrap(), tag, write, pm),
-            _ => {}
-        }
-        for i in 0..ways {
-            let s = set[i];
-            if s & !3 == tag {
-                set.copy_within(0..i, 1);
-                set[0] = s | write as u32;
-                return CompactAccess {
-                    hit: true,
-                    victim: None,
-                };
-            }
-            if s == 0 {
-                set.copy_within(0..i, 1);
-                set[0] = tag | (pm as u32) << 1 | write as u32;
-                return CompactAccess {
-                    hit: false,
-                    victim: None,
-                };
-            }
-        }
-        let last = set[ways - 1];
-        set.copy_within(0..ways - 1, 1);
-        set[0] = tag | (pm as u32) << 1 | write as u32;
-        CompactAccess {
-            hit: false,
-            victim: Some(CompactVictim {
-                dirty: last & 1 == 1,
-                pm: last & 2 == 2,
-            }),
+            16 => Self::access_set(<&mut [u32; 16]>::try_from(set).unwrap(), tag, write, pm),
+            8 => Self::access_set(<&mut [u32; 8]>::try_from(set).unwrap(), tag, write, pm),
+            _ => Self::access_set(set, tag, write, pm),
         }
     }
 
-    /// [`access`](Self::access) on one set of `W` ways.
+    /// [`access`](Self::access) on one set, most recently used way first.
     #[inline(always)]
-    fn access_set<const W: usize>(
-        set: &mut [u32; W],
-        tag: u32,
-        write: bool,
-        pm: bool,
-    ) -> CompactAccess {
-        let mut at = W;
-        let mut empty = W;
+    fn access_set(set: &mut [u32], tag: u32, write: bool, pm: bool) -> CompactAccess {
+        let w = set.len();
+        let mut at = w;
+        let mut empty = w;
         for (i, &s) in set.iter().enumerate() {
             if s & !3 == tag {
                 at = i;
@@ -587,7 +556,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
                 break;
             }
         }
-        if at < W {
+        if at < w {
             let s = set[at];
             set.copy_within(0..at, 1);
             set[0] = s | write as u32;
@@ -597,7 +566,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             };
         }
         let fresh = tag | (pm as u32) << 1 | write as u32;
-        if empty < W {
+        if empty < w {
             set.copy_within(0..empty, 1);
             set[0] = fresh;
             return CompactAccess {
@@ -605,8 +574,8 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
                 victim: None,
             };
         }
-        let last = set[W - 1];
-        set.copy_within(0..W - 1, 1);
+        let last = set[w - 1];
+        set.copy_within(0..w - 1, 1);
         set[0] = fresh;
         CompactAccess {
             hit: false,
