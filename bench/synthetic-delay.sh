@@ -8,9 +8,9 @@
 # last-level cache: with a cache-resident one (8 MiB was used first), the
 # run without delay chases a chain still warm in the LLC, while 250 ms of
 # spinning lets the host's other work evict it, and the chase after the
-# spin takes ~12 ms longer (14 ms instead of 1.6 ms here, reproduced
-# without pmlab by a C program that spins 250 ms before chasing): a +2%
-# bias that is the cache's, not the injection's.
+# spin takes ~11 ms longer: a +2% bias that is the cache's, not the
+# injection's. bench/llc-warmth.sh shows it without pmlab; at 128 MiB
+# 2-4 ms of it remain (up to +0.8% here).
 # Usage: bench/synthetic-delay.sh [ROUNDS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
