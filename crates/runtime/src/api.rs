@@ -403,7 +403,7 @@ sync_hook! {
 /// As clock_gettime.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, ts: *mut libc::timespec) -> c_int {
-    emu::sync_point();
+    emu::time_read();
     real::clock_gettime()(clock, ts)
 }
 
@@ -413,7 +413,7 @@ pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, ts: *mut libc::ti
 /// As gettimeofday.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn gettimeofday(tv: *mut libc::timeval, tz: *mut c_void) -> c_int {
-    emu::sync_point();
+    emu::time_read();
     real::gettimeofday()(tv, tz)
 }
 

@@ -629,6 +629,28 @@ pub fn sync_point() {
 }
 
 fn sync_point_for(t: &ThreadState) {
+    sync_and(t, |_| {});
+}
+
+/// The calling thread is about to read the clock: a sync point, after
+/// which the counter source drops the overhead it carries
+/// ([`ThreadCounters::time_observed`](crate::source::ThreadCounters::time_observed)).
+/// Async-signal-safe.
+pub fn time_read() {
+    if !active() {
+        return;
+    }
+    let Some(t) = current() else { return };
+    sync_and(t, |t| {
+        // SAFETY: owner thread under the busy guard.
+        if let Some(c) = unsafe { (*t.counters.get()).as_mut() } {
+            c.time_observed();
+        }
+    });
+}
+
+/// A sync point on `t`, then `then` under the same guard.
+fn sync_and(t: &ThreadState, then: impl FnOnce(&ThreadState)) {
     let Some(g) = GLOBALS.get() else { return };
     if !enter(t) {
         return;
@@ -638,6 +660,7 @@ fn sync_point_for(t: &ThreadState) {
     if start != u64::MAX && now.saturating_sub(start) >= g.min_ticks {
         end_epoch(t, Cause::Sync, now);
     }
+    then(t);
     leave(t);
 }
 

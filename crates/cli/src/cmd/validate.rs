@@ -9,9 +9,13 @@
 //! * memlat, 1 chain: ns per access against the target PM latency;
 //! * memlat, 2/4/8 chains: against native ns per access x target / DRAM
 //!   latency (the overlap the hardware achieves on DRAM carries over);
-//! * multilat: run time against `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`;
-//! * mtlat: run time against the native run time x target / DRAM latency
-//!   (every access of the same schedule at the target latency);
+//! * multilat: run time against `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`,
+//!   with DRAM_lat the workload's own native time per access and NVM_lat
+//!   that plus the latency to add (target - calibrated DRAM): the native
+//!   run time plus `Num_NVM x (target - DRAM)`;
+//! * mtlat: run time against the native run time plus the accesses on the
+//!   schedule's critical path x (target - DRAM) (the same schedule with
+//!   every access at the target latency);
 //! * overhead: `--no-inject` runs against native runs.
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -115,6 +119,10 @@ pub struct Point {
     pub bound_pct: f64,
     /// Every run's value.
     pub runs: Vec<f64>,
+    /// How `expected` was derived, with its inputs (empty when it is the
+    /// target itself).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 impl Point {
@@ -463,6 +471,7 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 error_pct: error_pct(m.median, lat),
                 bound_pct: 2.0,
                 runs,
+                detail: String::new(),
             },
         );
     }
@@ -472,6 +481,8 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
 /// What [`scaled_point`] measures: `prog` with `args` at target latency
 /// `lat`, reading `key` from its result line.
 struct Scaled<'a> {
+    /// The expectation and its description from the native median.
+    expect: &'a dyn Fn(f64) -> (f64, String),
     prog: &'a str,
     key: &'a str,
     args: &'a [String],
@@ -481,10 +492,9 @@ struct Scaled<'a> {
     unit: &'a str,
 }
 
-/// One point whose expectation scales the native result by target / DRAM
-/// latency (the overlap the hardware achieves on DRAM carries over to
-/// slower memory): runs natively and emulated, each `--reps` times; 5%
-/// bound. `config` names the point from the native median.
+/// One point whose expectation derives from the native result (`w.expect`):
+/// runs natively and emulated, each `--reps` times; 5% bound. `config`
+/// names the point from the native median.
 fn scaled_point(
     ctx: &Ctx,
     out: &mut Vec<Point>,
@@ -496,7 +506,7 @@ fn scaled_point(
     ctx.say(&format!("{}, {} ns", w.label, w.lat));
     let runs = ctx.reps(|| need(w.prog, &ctx.emulated(w.prog, w.args, w.lat, false)?, w.key))?;
     let m = summarize(&runs);
-    let expected = native.median * w.lat / ctx.dram_ns;
+    let (expected, detail) = (w.expect)(native.median);
     push(
         ctx,
         out,
@@ -510,6 +520,7 @@ fn scaled_point(
             error_pct: error_pct(m.median, expected),
             bound_pct: 5.0,
             runs,
+            detail,
         },
     );
     Ok(())
@@ -517,12 +528,22 @@ fn scaled_point(
 
 fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.chains_lat;
+    let dram = ctx.dram_ns;
+    // The overlap the hardware achieves on DRAM carries over to slower
+    // memory: every access scales by target / DRAM latency.
+    let expect = |native: f64| {
+        (
+            native * lat / dram,
+            format!("native {native:.1} ns/access x {lat} / {dram:.1}"),
+        )
+    };
     for &k in &p.chains {
         let args = memlat_args(p, k);
         scaled_point(
             ctx,
             out,
             Scaled {
+                expect: &expect,
                 prog: "memlat",
                 key: MEMLAT_KEY,
                 args: &args,
@@ -556,21 +577,33 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 s("-n"),
                 s(accesses),
             ];
+            ctx.say(&format!(
+                "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}, native"
+            ));
+            // Natively both arrays are DRAM: the run's time per access is
+            // this workload's DRAM latency (memory, TLB and loop together).
+            let native = summarize(
+                &ctx.reps(|| need("multilat", &ctx.native("multilat", &args)?, "elapsed_ns"))?,
+            );
             for &lat in &p.multilat_lat {
                 ctx.say(&format!(
                     "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}, {lat} ns"
                 ));
-                let mut expected = f64::NAN;
+                let mut counts = (f64::NAN, f64::NAN);
                 let runs = ctx.reps(|| {
                     let o = ctx.emulated("multilat", &args, lat, false)?;
                     if !o.contains("pm=pmalloc") {
                         bail!("multilat did not get its PM array from pmalloc under pmlab run");
                     }
-                    let nd = need("multilat", &o, "dram_accesses")?;
-                    let nn = need("multilat", &o, "pm_accesses")?;
-                    expected = nd * ctx.dram_ns + nn * lat;
+                    counts = (
+                        need("multilat", &o, "dram_accesses")?,
+                        need("multilat", &o, "pm_accesses")?,
+                    );
                     need("multilat", &o, "elapsed_ns")
                 })?;
+                let (nd, nn) = counts;
+                let (expected, detail) =
+                    multilat_expectation(native.median, nd, nn, ctx.dram_ns, lat);
                 let m = summarize(&runs);
                 push(
                     ctx,
@@ -585,6 +618,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         error_pct: error_pct(m.median, expected),
                         bound_pct: 2.0,
                         runs,
+                        detail,
                     },
                 );
             }
@@ -593,12 +627,62 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     Ok(())
 }
 
+/// multilat's expectation, `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`, with
+/// DRAM_lat the workload's native ns per access (`native_ns` over all
+/// `nd + nn` accesses, every one DRAM when run natively) and NVM_lat that
+/// plus the latency the emulator adds, `target - dram`: the native time
+/// plus `nn x (target - dram)`. The description also gives the formula
+/// with the calibrated DRAM latency (which leaves out the time per access
+/// that is not the memory's: the loop, the TLB).
+pub fn multilat_expectation(
+    native_ns: f64,
+    nd: f64,
+    nn: f64,
+    dram: f64,
+    target: f64,
+) -> (f64, String) {
+    let per = native_ns / (nd + nn);
+    let expected = nd * per + nn * (per + target - dram);
+    let literal = nd * dram + nn * target;
+    (
+        expected,
+        format!(
+            "{nd} x {per:.1} + {nn} x ({per:.1} + {target} - {dram:.1}) ns (native {per:.1} ns/access); with the calibrated {dram:.1} ns: {:.2} ms",
+            literal / 1e6
+        ),
+    )
+}
+
+/// Accesses on the critical path of mtlat's schedule: `threads` threads
+/// each run `k` sections of `inside` serial steps under one lock and
+/// `outside` steps of their own chain between sections, on `cpus` CPUs.
+/// The sections run one at a time; the outside steps overlap them, as far
+/// as the CPUs let all the work run: the longer of the two bounds.
+pub fn mtlat_critical_accesses(threads: u64, k: u64, inside: u64, outside: u64, cpus: u64) -> f64 {
+    let sections = (threads * k * inside) as f64;
+    let spread = (threads * k * (inside + outside)) as f64 / threads.min(cpus).max(1) as f64;
+    sections.max(spread)
+}
+
 const MTLAT_KEY: &str = "elapsed_ns";
 
 fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.mtlat_lat;
+    let dram = ctx.dram_ns;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     for &outside in &[false, true] {
         for &n in &p.mtlat_threads {
+            let out_steps = if outside { p.mtlat_cs } else { 0 };
+            let crit = mtlat_critical_accesses(n as u64, p.mtlat_k, p.mtlat_cs, out_steps, cpus);
+            let expect = move |native: f64| {
+                (
+                    native + crit * (lat - dram),
+                    format!(
+                        "native {:.2} ms + {crit} critical-path accesses x ({lat} - {dram:.1}) ns ({cpus} CPUs)",
+                        native / 1e6
+                    ),
+                )
+            };
             let args = vec![
                 s("-t"),
                 s(n),
@@ -607,7 +691,7 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 s("-i"),
                 s(p.mtlat_cs),
                 s("-o"),
-                s(if outside { p.mtlat_cs } else { 0 }),
+                s(out_steps),
                 s("-r"),
                 s(p.mtlat_mib),
             ];
@@ -620,6 +704,7 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 ctx,
                 out,
                 Scaled {
+                    expect: &expect,
                     prog: "mtlat",
                     key: MTLAT_KEY,
                     args: &args,
@@ -661,6 +746,7 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             error_pct: error_pct(m.median, native.median),
             bound_pct: f64::INFINITY,
             runs,
+            detail: String::new(),
         },
     );
     Ok(())
@@ -979,7 +1065,38 @@ mod tests {
             error_pct: error_pct(m.median, expected),
             bound_pct: 2.0,
             runs,
+            detail: String::new(),
         }
+    }
+
+    #[test]
+    fn multilat_expectation_adds_the_extra_latency_to_the_native_run() {
+        // 2M accesses at 173 ns natively, a third of them PM: each PM access
+        // costs the native 173 plus 400 - 164 = 236 ns more.
+        let (e, detail) = multilat_expectation(346e6, 1_333_333.0, 666_667.0, 164.0, 400.0);
+        assert!((e - (346e6 + 666_667.0 * 236.0)).abs() < 1.0, "{e}");
+        // The literal formula with the calibrated DRAM latency is given too.
+        let literal = (1_333_333.0 * 164.0 + 666_667.0 * 400.0) / 1e6;
+        assert!(detail.contains(&format!("{literal:.2} ms")), "{detail}");
+        // When the workload's time per access is the calibrated latency, the
+        // two forms agree.
+        let (e2, _) = multilat_expectation(2e6 * 164.0, 1e6, 1e6, 164.0, 700.0);
+        assert!((e2 - (1e6 * 164.0 + 1e6 * 700.0)).abs() < 1.0);
+    }
+
+    #[test]
+    fn mtlat_critical_path_is_the_sections_or_the_work_per_cpu() {
+        // One thread: everything is on the path.
+        assert_eq!(mtlat_critical_accesses(1, 10, 100, 0, 2), 1_000.0);
+        assert_eq!(mtlat_critical_accesses(1, 10, 100, 100, 2), 2_000.0);
+        // Sections serialise: 4 threads x 10 x 100.
+        assert_eq!(mtlat_critical_accesses(4, 10, 100, 0, 2), 4_000.0);
+        // Outside work as long as the sections on 2 CPUs: hidden behind them.
+        assert_eq!(mtlat_critical_accesses(4, 10, 100, 100, 2), 4_000.0);
+        // Outside work three times longer: the CPUs are the bound.
+        assert_eq!(mtlat_critical_accesses(4, 10, 100, 300, 2), 8_000.0);
+        // More CPUs than threads: each thread has its own.
+        assert_eq!(mtlat_critical_accesses(2, 10, 100, 300, 8), 4_000.0);
     }
 
     #[test]

@@ -8,11 +8,15 @@
 //! counters are cumulative totals kept by the hooks; an epoch's reading is
 //! the difference since the previous epoch end, and the hooks' own cost in
 //! that epoch is reported through [`ThreadCounters::overhead_ns`] so that the
-//! runtime absorbs it like any emulator overhead -- but only up to the
-//! epoch's own delay: what is left is counted in
-//! [`hooks::unabsorbed_ns`] and dropped, not carried into later epochs, so
-//! that an expensive phase (e.g. building a data set with many misses and
-//! little PM delay) does not shorten the delays of the next phase.
+//! runtime absorbs it like any emulator overhead. What an epoch's delay
+//! cannot absorb is carried into the next epochs of the thread until the
+//! thread reads the clock (`clock_gettime`, `gettimeofday`): then what is
+//! still carried is counted in [`hooks::unabsorbed_ns`] and dropped. So the
+//! cost of the hooks during a stretch of DRAM accesses is absorbed by the
+//! PM delays that follow it (multilat's 200000-access DRAM stretches), but
+//! never across a clock read: an expensive phase that a program times on
+//! its own (e.g. building a data set with many misses and little PM delay)
+//! does not shorten the delays of the phase it times next.
 //!
 //! Settings (environment, read once):
 //!
@@ -206,6 +210,7 @@ impl Source for InstrumentedSource {
             lat: self.lat,
             last: ThreadTotals::default(),
             last_overhead_ns: 0.0,
+            carried_ns: 0.0,
         }))
     }
 }
@@ -216,6 +221,17 @@ pub struct InstrumentedCounters {
     lat: Option<(f64, f64)>,
     last: ThreadTotals,
     last_overhead_ns: f64,
+    /// Hook overhead of earlier epochs that their delays did not absorb.
+    carried_ns: f64,
+}
+
+/// Split an epoch's hook `overhead` plus what earlier epochs `carried` into
+/// the part the epoch's `delay` absorbs and the part carried on:
+/// `(absorbed, carried)`.
+pub fn absorb(overhead: f64, carried: f64, delay: f64) -> (f64, f64) {
+    let owed = overhead.max(0.0) + carried.max(0.0);
+    let absorbed = owed.min(delay.max(0.0));
+    (absorbed, owed - absorbed)
 }
 
 /// The reading between two totals of one thread.
@@ -235,6 +251,7 @@ impl ThreadCounters for InstrumentedCounters {
         // parent's, so the baseline is simply "now".
         self.last = hooks::totals();
         self.last_overhead_ns = 0.0;
+        self.carried_ns = 0.0;
         Ok(())
     }
 
@@ -243,13 +260,12 @@ impl ThreadCounters for InstrumentedCounters {
         let now = hooks::totals();
         let r = reading_between(&self.last, &now);
         let overhead = self.costs.overhead_ns(&self.last, &now);
-        self.last_overhead_ns = match (self.lat, r.reading) {
+        (self.last_overhead_ns, self.carried_ns) = match (self.lat, r.reading) {
             (Some((dram, pm)), Reading::Accesses { pm_serial, .. }) => {
                 let delay = quartz::delay_from_serial_accesses(pm_serial, dram, pm);
-                hooks::add_unabsorbed_ns(overhead - delay);
-                overhead.min(delay)
+                absorb(overhead, self.carried_ns, delay)
             }
-            _ => overhead,
+            _ => (overhead + self.carried_ns, 0.0),
         };
         self.last = now;
         r
@@ -259,7 +275,12 @@ impl ThreadCounters for InstrumentedCounters {
         self.last_overhead_ns
     }
 
+    fn time_observed(&mut self) {
+        hooks::add_unabsorbed_ns(std::mem::take(&mut self.carried_ns));
+    }
+
     fn stop(&mut self) {
+        hooks::add_unabsorbed_ns(std::mem::take(&mut self.carried_ns));
         hooks::thread_exit();
     }
 }
@@ -268,6 +289,19 @@ impl ThreadCounters for InstrumentedCounters {
 mod tests {
     use super::*;
     use pmlab_model::mlp::SerialCounts;
+
+    #[test]
+    fn overhead_a_delay_cannot_absorb_is_carried_to_later_delays() {
+        // A DRAM stretch: 3 ms of hook cost, no delay: all carried.
+        let (a, c) = absorb(3e6, 0.0, 0.0);
+        assert_eq!((a, c), (0.0, 3e6));
+        // A PM stretch after it: its own 1 ms and the 3 carried fit in 23 ms.
+        let (a, c) = absorb(1e6, c, 23e6);
+        assert_eq!((a, c), (4e6, 0.0));
+        // A delay shorter than what is owed absorbs what it can.
+        let (a, c) = absorb(2e6, 1e6, 2.5e6);
+        assert_eq!((a, c), (2.5e6, 0.5e6));
+    }
 
     #[test]
     fn sysfs_geometry_picks_the_last_level() {

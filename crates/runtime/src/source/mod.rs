@@ -150,6 +150,12 @@ pub trait ThreadCounters: Send {
         0.0
     }
 
+    /// The thread read the clock (after the runtime ended the epoch there,
+    /// if it was long enough): overhead the source still carries from
+    /// earlier epochs is dropped, so that it is not absorbed by delays the
+    /// program will time separately. Async-signal-safe. Default: nothing.
+    fn time_observed(&mut self) {}
+
     /// Stop counting and release per-thread resources (thread exit; never
     /// in a signal handler).
     fn stop(&mut self);
