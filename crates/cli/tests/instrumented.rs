@@ -273,6 +273,82 @@ fn instrumented_source_charges_serial_pm_misses_only() {
     assert!(dram.abs() < 0.01 * want, "DRAM chase: {dram} ns");
 }
 
+/// Fork while a second thread is alive, then chase `N` dependent PM lines
+/// in the child only.
+const FORK_CHASE_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+void *pmalloc(size_t size);
+static int fds[2];
+static void *idle(void *arg)
+{
+	char c;
+	(void)arg;
+	return read(fds[0], &c, 1) < 0 ? NULL : NULL;
+}
+int main(int argc, char **argv)
+{
+	long n = atol(argv[1]);
+	size_t lines = (8u << 20) / 64, stride = 4099;
+	char *pm = pmalloc(8u << 20);
+	pthread_t t;
+	if (!pm || pipe(fds) || pthread_create(&t, NULL, idle, NULL))
+		return 1;
+	for (size_t i = 0; i < lines; i++)
+		*(void **)(pm + i * 64) = pm + ((i + stride) % lines) * 64;
+	pid_t pid = fork();
+	if (pid == 0) {
+		void **p = (void **)pm;
+		for (long s = 0; s < n; s++)
+			p = (void **)*p;
+		printf("child %p\n", (void *)p);
+		return 0;
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	if (write(fds[1], "x", 1) != 1)
+		return 1;
+	pthread_join(t, NULL);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+"#;
+
+#[test]
+fn forked_child_of_a_threaded_program_keeps_counting() {
+    ensure_runtime();
+    let t = TempDir::new("forkchase");
+    std::fs::write(t.0.join("fc.c"), FORK_CHASE_C).unwrap();
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "fc", "fc.c", "-lpthread"])
+        .current_dir(&t.0));
+    let steps = 200_000u64;
+    run(Command::new(PMLAB)
+        .args(["run", "--quiet", "--source", "instrumented", "--no-inject"])
+        .args(["--pm-latency", "400ns", "--dram-latency", "100ns"])
+        .args(["--stats-json", "st.json", "--", "./fc"])
+        .arg(steps.to_string())
+        .env("PMLAB_INSTR_LLC", "1MiB:16")
+        .current_dir(&t.0));
+    let child = std::fs::read_dir(&t.0)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("st.json."))
+        .expect("the child's stats file");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(child.path()).unwrap()).unwrap();
+    let got = v["total"]["requested_delay_ns"].as_f64().unwrap();
+    // Every step is a dependent PM miss: 300 ns each (the other thread's
+    // state is dropped in the child; the forking thread's model is kept).
+    let want = steps as f64 * 300.0;
+    assert!(
+        got > 0.9 * want && got < 1.1 * want,
+        "child requested {got} ns, want about {want}"
+    );
+}
+
 #[test]
 fn validate_rejects_bad_options_in_one_line() {
     let t = TempDir::new("validate");

@@ -211,6 +211,7 @@ impl Source for InstrumentedSource {
             last: ThreadTotals::default(),
             last_overhead_ns: 0.0,
             carried_ns: 0.0,
+            owner: 0,
         }))
     }
 }
@@ -223,6 +224,13 @@ pub struct InstrumentedCounters {
     last_overhead_ns: f64,
     /// Hook overhead of earlier epochs that their delays did not absorb.
     carried_ns: f64,
+    /// The thread whose hook state these counters read (set by `start`).
+    owner: i32,
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
 /// Split an epoch's hook `overhead` plus what earlier epochs `carried` into
@@ -249,6 +257,7 @@ impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
         // parent's, so the baseline is simply "now".
+        self.owner = gettid();
         self.last = hooks::totals();
         self.last_overhead_ns = 0.0;
         self.carried_ns = 0.0;
@@ -281,7 +290,12 @@ impl ThreadCounters for InstrumentedCounters {
 
     fn stop(&mut self) {
         hooks::add_unabsorbed_ns(std::mem::take(&mut self.carried_ns));
-        hooks::thread_exit();
+        // The hook state is the calling thread's: in a forked child the
+        // runtime stops the counters of threads that do not exist there
+        // from the forking thread, whose own model must survive.
+        if gettid() == self.owner {
+            hooks::thread_exit();
+        }
     }
 }
 
