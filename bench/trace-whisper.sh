@@ -10,6 +10,8 @@
 #        PRESETS, default "optane-1dimm hops-paper": our Optane model, and
 #        the HOPS paper's own 80 ns PM timing. bench/hops-groupcommit.sh
 #        sweeps OPS_PER_TX, three traces per point)
+#        FLUSH_INVALIDATES="none auto all" replays under each of these
+#        `pmlab sim --flush-invalidates` settings (default: auto)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PMLAB=${PMLAB:-target/release/pmlab}
@@ -17,6 +19,7 @@ THREADS=${1:-2}
 OPS=${2:-20000}
 PRESETS=${3:-optane-1dimm hops-paper}
 PER_TX=${4:-1}
+FLUSH_INVALIDATES=${FLUSH_INVALIDATES:-auto}
 [ -x "$PMLAB" ] || { echo "trace-whisper: $PMLAB not built: run 'cargo build --release -p pmlab-cli -p pmlab-runtime'" >&2; exit 2; }
 [ -f "$(dirname "$PMLAB")/libpmlab.so" ] || [ -n "${PMLAB_RUNTIME:-}" ] || { echo "trace-whisper: libpmlab.so not built: run 'cargo build --release -p pmlab-runtime'" >&2; exit 2; }
 make -s -C workloads all
@@ -50,14 +53,20 @@ done
 echo "(tracing: traced over untraced wall time of the whole program, one run each: noisy on short runs)"
 models=x86-nvm,x86-adr,hops,hops-adr,hops@1,hops-adr@1,ideal
 for preset in $PRESETS; do
+  for inval in $FLUSH_INVALIDATES; do
     echo
-    echo "persistency replay on $preset: run time normalised to x86-nvm (HOPS: 32-entry buffers draining from 16; @1: from 1)"
-    printf '%-14s' workload; printf ' %10s' ${models//,/ }; echo
+    echo "persistency replay on $preset, flushes invalidating: $inval; run time normalised to x86-nvm (HOPS: 32-entry buffers draining from 16; @1: from 1)"
+    echo "(RFO: reads for ownership per x86-nvm commit, and x86-nvm's fence waits for them, share of all threads' time)"
+    printf '%-14s' workload; printf ' %10s' ${models//,/ }; printf ' %10s %10s\n' "RFO/tx" "RFO wait"
     for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
-        "$PMLAB" sim --preset "$preset" --persistency "$models" --json "$dir/$w.pmt" |
+        "$PMLAB" sim --preset "$preset" --persistency "$models" --flush-invalidates "$inval" --json "$dir/$w.pmt" |
             python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-print("%-14s" % sys.argv[1] + "".join(" %10.3f" % m["normalised_to_x86_nvm"] for m in j["models"]))' "$w"
+n = next(m for m in j["models"] if m["model"] == "x86-nvm")
+tot = n["compute_ns"] + n["read_ns"] + n["durability_ns"] + n["buffer_full_ns"] + n["issue_ns"]
+print("%-14s" % sys.argv[1] + "".join(" %10.3f" % m["normalised_to_x86_nvm"] for m in j["models"])
+      + " %10.2f %9.1f%%" % (n["rfo_reads"] / max(int(sys.argv[2]), 1), 100 * n["rfo_wait_ns"] / max(tot, 1e-9)))' "$w" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["transactions"])' "$dir/$w.json")"
     done
+  done
 done

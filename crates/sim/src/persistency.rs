@@ -15,6 +15,14 @@
 //!   line back (the thread does not wait); `sfence` waits until every
 //!   earlier write-back and non-temporal store of the thread is on the
 //!   media (accepted by the memory controller, plus the media write time).
+//!   A flush that invalidates the line ([`FlushInvalidation`]: `clflush`
+//!   and `clflushopt` always do, `clwb` may) leaves it out of every cache:
+//!   the next cacheable store to it, by any thread, reads it from memory
+//!   first (a read for ownership, RFO, submitted at the store's time; the
+//!   thread goes on), and the line's next write-back starts no earlier
+//!   than the read's data arrived, so the fence that waits for that
+//!   write-back waits for the read too. Non-temporal stores bypass the
+//!   cache and need no RFO (they leave the line's state as it was).
 //! * `x86-adr`: the same, but durable once accepted into the controller's
 //!   write pending queue (ADR / HOPS's persistent write queue, PWQ).
 //! * `hops`: every store takes an entry of a per-thread persist buffer (32
@@ -120,6 +128,64 @@ impl Model {
     }
 }
 
+/// Which flushes invalidate the line they write back, under the x86
+/// models (HOPS and `ideal` flush nothing: their caches keep PM lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FlushInvalidation {
+    /// As the Intel SDM documents: `clflush` and `clflushopt` invalidate,
+    /// `clwb` retains the line.
+    Auto,
+    /// Every flush invalidates, `clwb` too (the SDM lets hardware
+    /// invalidate on `clwb`).
+    All,
+    /// No flush invalidates (lines stay cached whatever the instruction).
+    Never,
+}
+
+impl FlushInvalidation {
+    /// Names accepted by [`FlushInvalidation::from_name`].
+    pub const NAMES: &'static str = "auto, all, none";
+
+    /// The setting's command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushInvalidation::Auto => "auto",
+            FlushInvalidation::All => "all",
+            FlushInvalidation::Never => "none",
+        }
+    }
+
+    /// Parse a setting name.
+    pub fn from_name(name: &str) -> Result<FlushInvalidation, Error> {
+        [
+            FlushInvalidation::Auto,
+            FlushInvalidation::All,
+            FlushInvalidation::Never,
+        ]
+        .into_iter()
+        .find(|f| f.name() == name)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::UnknownName,
+                format!(
+                    "unknown flush invalidation '{name}': valid ones are {}",
+                    FlushInvalidation::NAMES
+                ),
+            )
+        })
+    }
+
+    /// Whether flush `op` leaves its line out of the caches.
+    pub fn invalidates(self, op: Op) -> bool {
+        match self {
+            FlushInvalidation::Auto => matches!(op, Op::Clflush | Op::ClflushOpt),
+            FlushInvalidation::All => op.is_flush(),
+            FlushInvalidation::Never => false,
+        }
+    }
+}
+
 /// Parameters of a replay.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
@@ -138,6 +204,8 @@ pub struct Config {
     /// epoch as stored (traces of unmodified PMDK programs, whose stores
     /// are seen only through their flushes).
     pub flushes_as_stores: bool,
+    /// Which flushes invalidate their line (x86 models).
+    pub flush_invalidates: FlushInvalidation,
     /// Most records read ahead while waiting for a lagging thread.
     pub lookahead: usize,
 }
@@ -152,6 +220,7 @@ impl Config {
             media_write_ns,
             issue_ns: 1.0,
             flushes_as_stores: false,
+            flush_invalidates: FlushInvalidation::Auto,
             lookahead: 1 << 20,
         }
     }
@@ -179,10 +248,14 @@ pub struct Breakdown {
     pub buffer_full_ns: f64,
     /// Issue costs of flushes, stores and fences.
     pub issue_ns: f64,
+    /// Part of `durability_ns` (not added to the total): how much longer
+    /// fences waited because write-backs started only when their line's
+    /// read for ownership was back (x86 models with invalidating flushes).
+    pub rfo_wait_ns: f64,
 }
 
 impl Breakdown {
-    /// The sum of the parts.
+    /// The sum of the parts (`rfo_wait_ns` is inside `durability_ns`).
     pub fn total(&self) -> f64 {
         self.compute_ns + self.read_ns + self.durability_ns + self.buffer_full_ns + self.issue_ns
     }
@@ -212,6 +285,15 @@ pub struct Report {
     pub cross_deps: u64,
     /// Drains that waited for another thread's epoch (hops).
     pub cross_waits: u64,
+    /// Reads for ownership: stores to lines an invalidating flush had
+    /// left out of the caches (x86 models).
+    pub rfo_reads: u64,
+    /// Their latencies, summed (issue to data back, ns).
+    pub rfo_read_ns: f64,
+    /// Write-backs that started late, waiting for their line's RFO.
+    pub rfo_delayed_writebacks: u64,
+    /// Which flushes invalidated their line.
+    pub flush_invalidates: FlushInvalidation,
     /// Media write time used (ns).
     pub media_write_ns: f64,
 }
@@ -242,6 +324,9 @@ struct Thread {
     queue: VecDeque<Record>,
     /// x86: latest durability time of the writes since the last fence.
     pending_durable: f64,
+    /// The same, had no write-back waited for an RFO (each write-back's
+    /// durability time less its delay).
+    pending_durable_no_rfo: f64,
     has_pending: bool,
     /// Lines stored since the last fence (for flush inference, and the
     /// write-combining of `ideal`).
@@ -356,6 +441,16 @@ pub struct Replay {
     epochs_drained: u64,
     cross_deps: u64,
     cross_waits: u64,
+    /// x86: lines an invalidating flush left out of the caches, with when
+    /// their data is back: infinite while no store has fetched them, the
+    /// arrival of the read for ownership once one has (entries whose data
+    /// is back before every thread's clock are swept).
+    fetch: HashMap<u64, f64>,
+    /// Size of `fetch` at which arrived entries are swept.
+    fetch_sweep_at: usize,
+    rfo_reads: u64,
+    rfo_read_ns: f64,
+    rfo_delayed_writebacks: u64,
 }
 
 /// Retired epochs whose acknowledgement a thread remembers.
@@ -386,6 +481,11 @@ impl Replay {
             epochs_drained: 0,
             cross_deps: 0,
             cross_waits: 0,
+            fetch: HashMap::new(),
+            fetch_sweep_at: OWNERS_SWEEP_MIN,
+            rfo_reads: 0,
+            rfo_read_ns: 0.0,
+            rfo_delayed_writebacks: 0,
         }
     }
 
@@ -475,6 +575,7 @@ impl Replay {
             b.durability_ns += t.b.durability_ns;
             b.buffer_full_ns += t.b.buffer_full_ns;
             b.issue_ns += t.b.issue_ns;
+            b.rfo_wait_ns += t.b.rfo_wait_ns;
         }
         let report = Report {
             model: self.cfg.model,
@@ -487,6 +588,10 @@ impl Replay {
             epochs_drained: self.epochs_drained,
             cross_deps: self.cross_deps,
             cross_waits: self.cross_waits,
+            rfo_reads: self.rfo_reads,
+            rfo_read_ns: self.rfo_read_ns,
+            rfo_delayed_writebacks: self.rfo_delayed_writebacks,
+            flush_invalidates: self.cfg.flush_invalidates,
             media_write_ns: self.cfg.media_write_ns,
         };
         Ok((report, self.sys))
@@ -537,6 +642,12 @@ impl Replay {
                 let c = self
                     .sys
                     .submit(&Request::new(t0, Op::Read, r.addr, r.size).on_thread(th));
+                // The load brings invalidated lines back into the cache.
+                for line in lines(r.addr, r.size) {
+                    if let Some(at) = self.fetch.get_mut(&line) {
+                        *at = at.min(c.done_ns);
+                    }
+                }
                 let t = &mut self.threads[ti];
                 t.b.read_ns += c.done_ns - t0;
                 t.clk = c.done_ns;
@@ -555,9 +666,22 @@ impl Replay {
                     }
                     if matches!(model, Model::X86Nvm | Model::X86Adr) {
                         let t0 = self.threads[ti].clk;
-                        let d = self.write_line(th, line, t0, false, model == Model::X86Nvm);
+                        // The write-back cannot start before the line's
+                        // data is in the cache (an RFO still on its way).
+                        let start = match self.fetch.get(&line) {
+                            Some(&at) if at.is_finite() && at > t0 => {
+                                self.rfo_delayed_writebacks += 1;
+                                at
+                            }
+                            _ => t0,
+                        };
+                        let d = self.write_line(th, line, start, false, model == Model::X86Nvm);
+                        if self.cfg.flush_invalidates.invalidates(r.op) {
+                            self.fetch.insert(line, f64::INFINITY);
+                        }
                         let t = &mut self.threads[ti];
                         t.pending_durable = t.pending_durable.max(d);
+                        t.pending_durable_no_rfo = t.pending_durable_no_rfo.max(d - (start - t0));
                         t.has_pending = true;
                         t.clk += self.cfg.issue_ns;
                         t.b.issue_ns += self.cfg.issue_ns;
@@ -601,9 +725,12 @@ impl Replay {
                     let d = self.write_line(th, line, t0, true, model == Model::X86Nvm);
                     let t = &mut self.threads[ti];
                     t.pending_durable = t.pending_durable.max(d);
+                    t.pending_durable_no_rfo = t.pending_durable_no_rfo.max(d);
                     t.has_pending = true;
                     t.clk += self.cfg.issue_ns;
                     t.b.issue_ns += self.cfg.issue_ns;
+                } else {
+                    self.read_for_ownership(ti, line);
                 }
             }
             Model::Ideal => {
@@ -614,6 +741,43 @@ impl Replay {
             }
             Model::Hops | Model::HopsAdr => self.buffer_store(ti, line),
         }
+    }
+
+    /// x86: a cacheable store to a line that an invalidating flush left out
+    /// of the caches reads it from memory first (the thread does not wait:
+    /// the store waits in the store buffer); the line's next write-back
+    /// waits for the data.
+    fn read_for_ownership(&mut self, ti: usize, line: u64) {
+        let Some(at) = self.fetch.get_mut(&line) else {
+            return;
+        };
+        if at.is_finite() {
+            // Cached again, or on its way by an earlier store's RFO.
+            return;
+        }
+        let t0 = self.threads[ti].clk;
+        let th = self.threads[ti].id;
+        let c = self
+            .sys
+            .submit(&Request::new(t0, Op::Read, line * 64, 64).on_thread(th));
+        self.fetch.insert(line, c.done_ns);
+        self.rfo_reads += 1;
+        self.rfo_read_ns += c.done_ns - t0;
+        if self.fetch.len() >= self.fetch_sweep_at {
+            self.sweep_fetch();
+        }
+    }
+
+    /// Forget fetched lines whose data arrived before every thread's
+    /// clock (no later write-back can wait for them).
+    fn sweep_fetch(&mut self) {
+        let now = self
+            .threads
+            .iter()
+            .map(|t| t.clk)
+            .fold(f64::INFINITY, f64::min);
+        self.fetch.retain(|_, at| *at > now);
+        self.fetch_sweep_at = (2 * self.fetch.len()).max(OWNERS_SWEEP_MIN);
     }
 
     /// HOPS: put a store into the thread's persist buffer. Every store
@@ -824,9 +988,13 @@ impl Replay {
                 if t.has_pending {
                     self.durability_points += 1;
                     let wait = (t.pending_durable - t.clk).max(0.0);
+                    let no_rfo = (t.pending_durable_no_rfo - t.clk).max(0.0).min(wait);
                     t.clk += wait;
                     t.b.durability_ns += wait;
+                    t.b.rfo_wait_ns += wait - no_rfo;
                     t.has_pending = false;
+                    t.pending_durable = f64::NEG_INFINITY;
+                    t.pending_durable_no_rfo = f64::NEG_INFINITY;
                 }
                 t.clk += issue;
                 t.b.issue_ns += issue;
@@ -1182,6 +1350,153 @@ mod tests {
         let r = run(Model::Hops, &v);
         assert_eq!(r.cross_deps, 1);
         assert_eq!(r.epochs_drained, 3);
+    }
+
+    fn with_inval(model: Model, f: FlushInvalidation) -> impl Fn(f64) -> Config {
+        move |m| Config {
+            flush_invalidates: f,
+            ..Config::new(model, m)
+        }
+    }
+
+    /// A store, `flush` and an sfence; 100 us later the same line again
+    /// (its write-back long gone from the controller's queue), stored by
+    /// `second`, flushed with `clwb`, fenced.
+    fn store_twice(flush: Op, second: Op) -> Vec<Record> {
+        vec![
+            rec(0, 0, Op::Write, 0x1000),
+            rec(10, 0, flush, 0x1000),
+            rec(20, 0, Op::SFence, 0),
+            rec(100_000, 0, second, 0x1000),
+            rec(100_010, 0, Op::Clwb, 0x1000),
+            rec(100_020, 0, Op::SFence, 0),
+        ]
+    }
+
+    #[test]
+    fn store_after_clflushopt_makes_the_next_fence_wait_for_a_pm_read() {
+        let v = store_twice(Op::ClflushOpt, Op::Write);
+        for model in [Model::X86Nvm, Model::X86Adr] {
+            let none = run_cfg(with_inval(model, FlushInvalidation::Never), &v);
+            let auto = run_cfg(with_inval(model, FlushInvalidation::Auto), &v);
+            assert_eq!((none.rfo_reads, auto.rfo_reads), (0, 1), "{model:?}");
+            assert_eq!(none.breakdown.rfo_wait_ns, 0.0);
+            assert!(auto.rfo_read_ns > 0.0 && auto.rfo_delayed_writebacks == 1);
+            // The second fence waits for the read and then the write-back:
+            // longer than without the read, by the part of the read that
+            // came after the clwb (the store was 10 ns before it).
+            let extra = auto.breakdown.durability_ns - none.breakdown.durability_ns;
+            assert!(extra > 0.0, "{model:?} auto {auto:?} none {none:?}");
+            assert!(auto.breakdown.rfo_wait_ns > 0.0);
+            assert!(auto.breakdown.rfo_wait_ns <= auto.breakdown.durability_ns);
+            assert!(
+                auto.breakdown.rfo_wait_ns <= auto.rfo_read_ns,
+                "{:?} {}",
+                auto.breakdown,
+                auto.rfo_read_ns
+            );
+            assert!(auto.run_ns > none.run_ns);
+            // The write-backs are the same: only when they start differs.
+            assert_eq!(auto.lines_written, none.lines_written);
+        }
+    }
+
+    #[test]
+    fn clwb_retains_the_line_under_auto_and_invalidates_under_all() {
+        let v = store_twice(Op::Clwb, Op::Write);
+        let auto = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::Auto), &v);
+        let all = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::All), &v);
+        let none = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::Never), &v);
+        assert_eq!((auto.rfo_reads, all.rfo_reads), (0, 1));
+        assert_eq!(auto.run_ns, none.run_ns);
+        assert!(all.breakdown.durability_ns > auto.breakdown.durability_ns);
+        assert!(all.breakdown.rfo_wait_ns > 0.0);
+        // clflush invalidates under auto, like clflushopt.
+        let v = store_twice(Op::Clflush, Op::Write);
+        let r = run_cfg(with_inval(Model::X86Adr, FlushInvalidation::Auto), &v);
+        assert_eq!(r.rfo_reads, 1);
+    }
+
+    #[test]
+    fn nt_store_to_an_invalidated_line_needs_no_read() {
+        let mut v = store_twice(Op::ClflushOpt, Op::NtWrite);
+        let r = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::All), &v);
+        assert_eq!((r.rfo_reads, r.breakdown.rfo_wait_ns), (0, 0.0));
+        // The non-temporal store did not bring the line back: a later
+        // cacheable store still reads it.
+        v.push(rec(200_000, 0, Op::Write, 0x1000));
+        v.push(rec(200_010, 0, Op::Clwb, 0x1000));
+        v.push(rec(200_020, 0, Op::SFence, 0));
+        let r = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::All), &v);
+        assert_eq!(r.rfo_reads, 1);
+    }
+
+    #[test]
+    fn a_flush_invalidates_the_line_for_every_thread_and_one_read_serves_stores_in_flight() {
+        // Thread 0 flushes the line out; thread 1 stores to it twice in
+        // quick succession (one read), and its write-back waits for it.
+        let v = vec![
+            rec(0, 0, Op::Write, 0x1000),
+            rec(10, 0, Op::ClflushOpt, 0x1000),
+            rec(20, 0, Op::SFence, 0),
+            rec(100_000, 1, Op::Write, 0x1000),
+            rec(100_002, 1, Op::Write, 0x1008),
+            rec(100_004, 1, Op::Clwb, 0x1000),
+            rec(100_010, 1, Op::SFence, 0),
+            // Long after the read: the line is cached, no read.
+            rec(200_000, 1, Op::Write, 0x1000),
+            rec(200_004, 1, Op::Clwb, 0x1000),
+            rec(200_010, 1, Op::SFence, 0),
+        ];
+        let r = run_cfg(with_inval(Model::X86Adr, FlushInvalidation::Auto), &v);
+        assert_eq!((r.rfo_reads, r.rfo_delayed_writebacks), (1, 1));
+        assert!(r.breakdown.rfo_wait_ns > 0.0, "{:?}", r.breakdown);
+    }
+
+    #[test]
+    fn hops_and_ideal_ignore_flush_invalidation() {
+        // Stores, clflushopts and fences of a PMDK-like trace: HOPS keeps
+        // PM lines in its caches, ideal has no flushes.
+        let mut v = trace(2, 200, 500);
+        for r in &mut v {
+            if r.op == Op::Clwb {
+                r.op = Op::ClflushOpt;
+            }
+        }
+        for model in [Model::Hops, Model::HopsAdr, Model::Ideal] {
+            let none = run_cfg(with_inval(model, FlushInvalidation::Never), &v);
+            let all = run_cfg(with_inval(model, FlushInvalidation::All), &v);
+            assert_eq!(all.rfo_reads, 0, "{model:?}");
+            assert_eq!(all.run_ns, none.run_ns, "{model:?}");
+            assert_eq!(all.breakdown.durability_ns, none.breakdown.durability_ns);
+        }
+        // The x86 models pay: the trace reuses its lines (512 per thread).
+        let none = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::Never), &v);
+        let auto = run_cfg(with_inval(Model::X86Nvm, FlushInvalidation::Auto), &v);
+        assert!(auto.rfo_reads > 0);
+        assert!(auto.run_ns > none.run_ns);
+    }
+
+    #[test]
+    fn flush_invalidation_names() {
+        assert_eq!(
+            FlushInvalidation::from_name("all").unwrap(),
+            FlushInvalidation::All
+        );
+        assert_eq!(FlushInvalidation::Never.name(), "none");
+        let e = FlushInvalidation::from_name("some")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("auto, all, none"), "{e}");
+        assert!(FlushInvalidation::Auto.invalidates(Op::ClflushOpt));
+        assert!(!FlushInvalidation::Auto.invalidates(Op::Clwb));
+        assert!(FlushInvalidation::All.invalidates(Op::Clwb));
+        assert!(!FlushInvalidation::All.invalidates(Op::Write));
+        assert!(!FlushInvalidation::Never.invalidates(Op::Clflush));
+        assert_eq!(
+            Config::new(Model::X86Nvm, 0.0).flush_invalidates,
+            FlushInvalidation::Auto
+        );
     }
 
     #[test]

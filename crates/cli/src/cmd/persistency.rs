@@ -4,9 +4,12 @@
 //!
 //! A HOPS model may carry a persist-buffer drain threshold: `hops@1` (or
 //! `hops-adr@1`) drains from the first buffered entry instead of HOPS's 16.
+//! `--flush-invalidates` says which flushes leave their line out of the
+//! caches under the x86 models (the next store to it then reads it from
+//! PM before its write-back can start).
 
 use anyhow::{bail, Context};
-use pmlab_sim::persistency::{media_write_ns, Config, Model, Replay, Report};
+use pmlab_sim::persistency::{media_write_ns, Config, FlushInvalidation, Model, Replay, Report};
 use pmlab_sim::System;
 use serde_json::json;
 use std::io::{IsTerminal, Write};
@@ -79,6 +82,8 @@ pub struct Options<'a> {
     pub models: &'a str,
     /// `--infer-stores`: on, off or auto.
     pub infer_stores: &'a str,
+    /// `--flush-invalidates`: auto, all or none.
+    pub flush_invalidates: &'a str,
     /// `--json`.
     pub json: bool,
     /// `--progress`.
@@ -94,9 +99,12 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
         config,
         models,
         infer_stores,
+        flush_invalidates,
         json: json_out,
         progress,
     } = *o;
+    let invalidation = FlushInvalidation::from_name(flush_invalidates)
+        .map_err(|e| anyhow::anyhow!("--flush-invalidates: {e}"))?;
     let choices = parse_models(models)?;
     let infer = match infer_stores {
         "on" => Some(true),
@@ -122,6 +130,7 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
         let (stream, meta) = super::analyze::open(trace, format)?;
         let mut cfg = Config::new(c.model, media);
         cfg.flushes_as_stores = infer.unwrap_or_else(|| super::analyze::stores_unseen(&meta));
+        cfg.flush_invalidates = invalidation;
         if let Some(d) = c.drain_at {
             cfg.pb_drain_at = d;
         }
@@ -150,6 +159,10 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
                     "durability_ns": b.durability_ns,
                     "buffer_full_ns": b.buffer_full_ns,
                     "issue_ns": b.issue_ns,
+                    "rfo_wait_ns": b.rfo_wait_ns,
+                    "rfo_reads": r.rfo_reads,
+                    "rfo_read_ns": r.rfo_read_ns,
+                    "rfo_delayed_writebacks": r.rfo_delayed_writebacks,
                     "records": r.records,
                     "threads": r.threads,
                     "lines_written": r.lines_written,
@@ -161,33 +174,40 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
                 })
             })
             .collect();
-        let v =
-            json!({"system": system_name, "trace": trace.display().to_string(), "models": rows});
+        let v = json!({
+            "system": system_name,
+            "trace": trace.display().to_string(),
+            "flush_invalidates": invalidation.name(),
+            "models": rows
+        });
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
     let first = &results[0].1;
     writeln!(
         out,
-        "persistency replay of {} on {} ({} records, {} threads; media write {:.0} ns after acceptance)",
+        "persistency replay of {} on {} ({} records, {} threads; media write {:.0} ns after acceptance; flushes invalidating: {})",
         trace.display(),
         system_name,
         first.records,
         first.threads,
-        first.media_write_ns
+        first.media_write_ns,
+        invalidation_note(invalidation)
     )?;
     writeln!(
         out,
-        "{:<10} {:>12} {:>10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
+        "{:<10} {:>12} {:>10} {:>9} {:>9} {:>11} {:>9} {:>11} {:>8} {:>11} {:>10}",
         "model",
         "run time",
         "vs nvm",
         "compute",
         "PM loads",
         "durability",
+        "(RFO)",
         "buffer full",
         "issue",
-        "dur. points"
+        "dur. points",
+        "RFO reads"
     )?;
     for (label, r) in &results {
         let b = &r.breakdown;
@@ -195,7 +215,7 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
         let pct = |x: f64| format!("{:.1}%", 100.0 * x / tot);
         writeln!(
             out,
-            "{:<10} {:>12} {:>10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
+            "{:<10} {:>12} {:>10} {:>9} {:>9} {:>11} {:>9} {:>11} {:>8} {:>11} {:>10}",
             label,
             fmt_ns(r.run_ns),
             base.map(|x| format!("{:.3}", r.run_ns / x))
@@ -203,16 +223,29 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
             pct(b.compute_ns),
             pct(b.read_ns),
             pct(b.durability_ns),
+            pct(b.rfo_wait_ns),
             pct(b.buffer_full_ns),
             pct(b.issue_ns),
-            r.durability_points
+            r.durability_points,
+            r.rfo_reads
         )?;
     }
     writeln!(
         out,
-        "(time shares are of all threads' simulated time; 'vs nvm' is run time over x86-nvm's)"
+        "(time shares are of all threads' simulated time; 'vs nvm' is run time over x86-nvm's; '(RFO)' is the part of\n \
+         the durability waits due to write-backs that waited for their line's read for ownership after an invalidating\n \
+         flush; 'RFO reads' counts those reads)"
     )?;
     Ok(0)
+}
+
+/// The flushes that invalidate under `f`, for the report's header.
+fn invalidation_note(f: FlushInvalidation) -> &'static str {
+    match f {
+        FlushInvalidation::All => "all (clflush, clflushopt, clwb)",
+        FlushInvalidation::Never => "none",
+        _ => "auto (clflush, clflushopt; clwb retains)",
+    }
 }
 
 fn fmt_ns(ns: f64) -> String {

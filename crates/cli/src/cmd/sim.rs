@@ -56,6 +56,12 @@ pub struct Args {
     /// as in `pmlab analyze`.
     #[arg(long, default_value = "auto")]
     infer_stores: String,
+    /// With --persistency: which flushes invalidate the line under the
+    /// x86 models, so that the next store to it reads it from PM first
+    /// (its write-back waits for that read): auto (clflush and clflushopt,
+    /// as the Intel SDM documents; clwb retains), all (clwb too), none.
+    #[arg(long, default_value = "auto")]
+    flush_invalidates: String,
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -183,6 +189,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
             config: args.config.as_deref(),
             models,
             infer_stores: &args.infer_stores,
+            flush_invalidates: &args.flush_invalidates,
             json: args.json,
             progress: args.progress,
         });
