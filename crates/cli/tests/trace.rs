@@ -360,6 +360,69 @@ fn checksum(out: &str) -> String {
         .to_string()
 }
 
+/// RFO reads of an x86-nvm replay (`--flush-invalidates auto`) of a
+/// pmobj_hashmap trace recorded with the extra environment `env`.
+fn pmemobj_rfo_reads(
+    d: &std::path::Path,
+    prog: &std::path::Path,
+    rt: &std::path::Path,
+    env: &[(&str, &str)],
+) -> u64 {
+    let pool = d.join("pool-rfo");
+    let _ = std::fs::remove_file(&pool);
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "rfo.pmt", "--"])
+        .arg(prog)
+        .arg(&pool)
+        .args(["2", "200", "20"])
+        .env("PMLAB_RUNTIME", rt)
+        .envs(env.iter().copied())
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = pmlab(
+        d,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            "--persistency",
+            "x86-nvm",
+            "rfo.pmt",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["models"][0]["rfo_reads"].as_u64().unwrap()
+}
+
+#[test]
+fn pmemobj_flushes_are_recorded_as_the_instruction_libpmem_uses() {
+    let Some(rt) = runtime_lib() else {
+        eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
+        return;
+    };
+    let d = tempdir("pmemobj-flush");
+    let Some(prog) = build_workload(&d, "pmobj_hashmap") else {
+        eprintln!("skipped: cannot build workloads/pmobj_hashmap.c (cc, libpmemobj-dev)");
+        return;
+    };
+    // Told not to use clwb, libpmem flushes with clflushopt (or clflush),
+    // which invalidate the line: the replay then reads lines for ownership.
+    assert!(pmemobj_rfo_reads(&d, &prog, &rt, &[("PMEM_NO_CLWB", "1")]) > 0);
+    // With clwb (where the CPU has it) lines stay cached under `auto`.
+    if pmlab_cpu_has_clwb() {
+        assert_eq!(pmemobj_rfo_reads(&d, &prog, &rt, &[]), 0);
+    }
+}
+
+fn pmlab_cpu_has_clwb() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "clwb"))
+}
+
 #[test]
 fn trace_records_a_pmemobj_workload_without_changing_its_result() {
     let Some(rt) = runtime_lib() else {

@@ -15,9 +15,12 @@
 //! from libpmem, through the PLT, so all of its flushing, draining and
 //! bulk copying (undo-log entries, redo logs, allocator metadata) is seen:
 //!
-//! * `pmem_flush(a, n)` / `pmem_deep_flush`: one `CLWB` per 64-byte line;
+//! * `pmem_flush(a, n)` / `pmem_deep_flush`: one flush per 64-byte line,
+//!   recorded as the instruction libpmem uses here (`CLWB` where the CPU has
+//!   it, else `CLFLUSHOPT`, else `CLFLUSH`, honouring `PMEM_NO_CLWB` and
+//!   `PMEM_NO_CLFLUSHOPT`);
 //! * `pmem_drain()`: `SFENCE`;
-//! * `pmem_persist` / `pmem_msync` / `pmem_deep_persist`: `CLWB`s then
+//! * `pmem_persist` / `pmem_msync` / `pmem_deep_persist`: flushes then
 //!   `SFENCE`;
 //! * `pmem_memcpy`/`memmove`/`memset` (flags) and their `_persist` and
 //!   `_nodrain` forms: the stores, one record per line touched, as
@@ -61,7 +64,7 @@
 use crate::tracer::{enabled, record};
 use pmlab_trace::{Op, Space};
 use std::ffi::{c_int, c_uint, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 const PMEM_F_MEM_NODRAIN: c_uint = 1 << 0;
 const PMEM_F_MEM_NONTEMPORAL: c_uint = 1 << 1;
@@ -156,7 +159,36 @@ fn lines(addr: u64, len: usize, op: Op) {
 }
 
 fn flush(addr: *const c_void, len: usize) {
-    lines(addr as u64, len, Op::Clwb);
+    lines(addr as u64, len, libpmem_flush_op());
+}
+
+/// The flush instruction libpmem uses on this machine, as it chooses it:
+/// the best the CPU has (`clwb`, else `clflushopt`, else `clflush`), less
+/// what `PMEM_NO_CLWB=1` and `PMEM_NO_CLFLUSHOPT=1` rule out.
+fn libpmem_flush_op() -> Op {
+    // 0 (a read) is never a flush: not chosen yet.
+    static CHOSEN: AtomicU8 = AtomicU8::new(0);
+    if let Some(op) = Op::from_code(CHOSEN.load(Ordering::Relaxed)).filter(|o| o.is_flush()) {
+        return op;
+    }
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| v == "1");
+    let op = pick_libpmem_flush(
+        crate::persist::flush_op(),
+        set("PMEM_NO_CLWB"),
+        set("PMEM_NO_CLFLUSHOPT"),
+    );
+    CHOSEN.store(op.code(), Ordering::Relaxed);
+    op
+}
+
+/// libpmem's rule: from the CPU's best flush, step down past the disabled
+/// ones (`clflush` is always there).
+fn pick_libpmem_flush(cpu_best: Op, no_clwb: bool, no_clflushopt: bool) -> Op {
+    match cpu_best {
+        Op::Clwb if !no_clwb => Op::Clwb,
+        Op::Clwb | Op::ClflushOpt if !no_clflushopt => Op::ClflushOpt,
+        _ => Op::Clflush,
+    }
 }
 
 fn fence() {
@@ -502,3 +534,23 @@ alloc_wrapper!(
 alloc_wrapper!(
     /// `pmemobj_tx_zalloc` (libpmemobj): records `USERDATA` for the object.
     pmemobj_tx_zalloc, c"pmemobj_tx_zalloc");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libpmem_flush_follows_the_cpu_and_its_environment() {
+        assert_eq!(pick_libpmem_flush(Op::Clwb, false, false), Op::Clwb);
+        assert_eq!(pick_libpmem_flush(Op::Clwb, true, false), Op::ClflushOpt);
+        assert_eq!(pick_libpmem_flush(Op::Clwb, true, true), Op::Clflush);
+        assert_eq!(
+            pick_libpmem_flush(Op::ClflushOpt, false, false),
+            Op::ClflushOpt
+        );
+        assert_eq!(pick_libpmem_flush(Op::ClflushOpt, false, true), Op::Clflush);
+        assert_eq!(pick_libpmem_flush(Op::Clflush, false, false), Op::Clflush);
+        // The CPU's own choice is a flush, so the cache never holds 0.
+        assert!(libpmem_flush_op().is_flush());
+    }
+}
