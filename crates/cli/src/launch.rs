@@ -46,6 +46,22 @@ pub fn preload_value(runtime: &Path, existing: Option<OsString>) -> OsString {
     v
 }
 
+/// Check the runtime's settings that come from the caller's environment
+/// rather than from flags (`PMLAB_FLUSH`), so that a typo is a one-line
+/// error here instead of being ignored inside the program.
+pub fn check_environment() -> anyhow::Result<()> {
+    if let Some(v) = std::env::var_os("PMLAB_FLUSH") {
+        let s = v.to_string_lossy().trim().to_ascii_lowercase();
+        if !["clwb", "clflushopt", "clflush"].contains(&s.as_str()) {
+            bail!(
+                "PMLAB_FLUSH={}: expected clwb, clflushopt or clflush (or unset it)",
+                v.to_string_lossy()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Resolve a program name like the shell: a path if it has a `/`, else
 /// searched in `$PATH`. One-line error when it does not exist.
 pub fn resolve_program(name: &str) -> anyhow::Result<PathBuf> {

@@ -360,8 +360,9 @@ fn checksum(out: &str) -> String {
         .to_string()
 }
 
-/// RFO reads of an x86-nvm replay (`--flush-invalidates auto`) of a
-/// pmobj_hashmap trace recorded with the extra environment `env`.
+/// RFO reads of an x86-nvm replay (`--flush-invalidates auto`) of a trace
+/// of `prog` (one of the four transactional workloads) recorded with the
+/// extra environment `env`.
 fn pmemobj_rfo_reads(
     d: &std::path::Path,
     prog: &std::path::Path,
@@ -416,6 +417,36 @@ fn pmemobj_flushes_are_recorded_as_the_instruction_libpmem_uses() {
     if pmlab_cpu_has_clwb() {
         assert_eq!(pmemobj_rfo_reads(&d, &prog, &rt, &[]), 0);
     }
+}
+
+#[test]
+fn pmlab_flush_chooses_the_pm_api_flush_and_a_bad_value_is_refused() {
+    let Some(rt) = runtime_lib() else {
+        eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
+        return;
+    };
+    let d = tempdir("pmflush");
+    let Some(prog) = build_workload(&d, "pm_hashmap") else {
+        eprintln!("skipped: cannot build workloads/pm_hashmap.c");
+        return;
+    };
+    // pflush with clflush (invalidating): reads for ownership in the replay.
+    assert!(pmemobj_rfo_reads(&d, &prog, &rt, &[("PMLAB_FLUSH", "clflush")]) > 0);
+    if pmlab_cpu_has_clwb() {
+        assert_eq!(pmemobj_rfo_reads(&d, &prog, &rt, &[]), 0);
+    }
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "x.pmt", "--"])
+        .arg(&prog)
+        .env("PMLAB_RUNTIME", &rt)
+        .env("PMLAB_FLUSH", "clwbx")
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("PMLAB_FLUSH=clwbx"), "{err}");
 }
 
 fn pmlab_cpu_has_clwb() -> bool {

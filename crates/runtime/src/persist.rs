@@ -1,5 +1,8 @@
 //! Cache-line flush and fence instructions, chosen once by `cpuid`:
-//! `clwb` where present, else `clflushopt`, else `clflush`.
+//! `clwb` where present, else `clflushopt`, else `clflush`; the environment
+//! variable `PMLAB_FLUSH=clflushopt|clflush` picks an older one (e.g. to
+//! run as on the processors of the WHISPER study, which flushed with
+//! `clflush`). An instruction the CPU lacks is never chosen.
 
 use pmlab_trace::Op;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -9,15 +12,45 @@ pub const LINE: usize = 64;
 
 static FLUSH: AtomicU8 = AtomicU8::new(0); // 0 unknown, else Op code
 
-/// The flush instruction this CPU offers (as a trace op).
+/// The flush instruction `pflush` and the PM API use (as a trace op): the
+/// CPU's best ([`cpu_flush_op`]), or the older one `PMLAB_FLUSH` names.
 pub fn flush_op() -> Op {
     match FLUSH.load(Ordering::Relaxed) {
         0 => {
-            let op = detect();
+            let asked = std::env::var("PMLAB_FLUSH").ok();
+            let op = choose(cpu_flush_op(), asked.as_deref());
             FLUSH.store(op.code(), Ordering::Relaxed);
             op
         }
         c => Op::from_code(c).unwrap_or(Op::Clflush),
+    }
+}
+
+/// The best flush instruction this CPU offers.
+pub fn cpu_flush_op() -> Op {
+    detect()
+}
+
+/// `best`, or the instruction `asked` names if the CPU has it (anything
+/// not older than `best`: clwb > clflushopt > clflush). Unknown names keep
+/// `best` (the runtime must not fail inside a program over a typo; `pmlab
+/// run` checks the variable first).
+pub fn choose(best: Op, asked: Option<&str>) -> Op {
+    let rank = |op: Op| match op {
+        Op::Clwb => 3,
+        Op::ClflushOpt => 2,
+        _ => 1,
+    };
+    let want = match asked.map(|s| s.trim().to_ascii_lowercase()) {
+        Some(s) if s == "clwb" => Op::Clwb,
+        Some(s) if s == "clflushopt" => Op::ClflushOpt,
+        Some(s) if s == "clflush" => Op::Clflush,
+        _ => return best,
+    };
+    if rank(want) <= rank(best) {
+        want
+    } else {
+        best
     }
 }
 

@@ -173,7 +173,7 @@ fn libpmem_flush_op() -> Op {
     }
     let set = |name: &str| std::env::var_os(name).is_some_and(|v| v == "1");
     let op = pick_libpmem_flush(
-        crate::persist::flush_op(),
+        crate::persist::cpu_flush_op(),
         set("PMEM_NO_CLWB"),
         set("PMEM_NO_CLFLUSHOPT"),
     );

@@ -320,6 +320,7 @@ fn choose_source(
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let program = launch::resolve_program(&args.command[0])?;
+    launch::check_environment()?;
     let resolved = resolve(&args)?;
     let runtime = launch::find_runtime()?;
     let (source, _ok) = choose_source(&runtime, &resolved.env, &resolved.source, &program)?;

@@ -82,6 +82,7 @@ fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let runtime = crate::launch::find_runtime()?;
     let program = crate::launch::resolve_program(&args.command[0])?;
+    crate::launch::check_environment()?;
     let out = if args.output.is_absolute() {
         args.output.clone()
     } else {
