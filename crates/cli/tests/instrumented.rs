@@ -340,6 +340,10 @@ fn forked_child_of_a_threaded_program_keeps_counting() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(child.path()).unwrap()).unwrap();
     let got = v["total"]["requested_delay_ns"].as_f64().unwrap();
+    // The statistics report the hook costs measured at start-up.
+    let hit = v["hook_hit_ns"].as_f64().unwrap();
+    let miss = v["hook_logged_miss_ns"].as_f64().unwrap();
+    assert!(hit > 0.0 && miss >= hit, "hook costs {hit} / {miss} ns");
     // Every step is a dependent PM miss: 300 ns each (the other thread's
     // state is dropped in the child; the forking thread's model is kept).
     let want = steps as f64 * 300.0;

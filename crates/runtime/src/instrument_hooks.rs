@@ -795,6 +795,19 @@ impl HookCosts {
     }
 }
 
+/// The costs [`calibrate`] measured last, as f64 bits (0: not measured).
+static CALIBRATED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The hook costs measured at start-up (zeros when the instrumented source
+/// is not in use): the statistics report them.
+pub fn calibrated() -> HookCosts {
+    HookCosts {
+        fast_ns: f64::from_bits(CALIBRATED[0].load(Ordering::Relaxed)),
+        miss_ns: f64::from_bits(CALIBRATED[1].load(Ordering::Relaxed)),
+        ..HookCosts::default()
+    }
+}
+
 /// Measure the hooks' costs on the calling thread (a few milliseconds).
 /// The hooks must be active; the calibration's own accesses are left in
 /// the thread's totals, so callers take a baseline afterwards.
@@ -863,12 +876,15 @@ pub fn calibrate() -> HookCosts {
         miss = miss.min((ns - batch_ns - batches * tsc_pair_ns) / N as f64);
     }
     drop(big);
-    HookCosts {
+    let costs = HookCosts {
         fast_ns: fast,
         miss_ns: miss.max(fast),
         tsc_ghz,
         tsc_pair_ns,
-    }
+    };
+    CALIBRATED[0].store(costs.fast_ns.to_bits(), Ordering::Relaxed);
+    CALIBRATED[1].store(costs.miss_ns.to_bits(), Ordering::Relaxed);
+    costs
 }
 
 extern "C" fn hook_load8(addr: *const u64) {

@@ -189,7 +189,7 @@ impl Report {
             "{{\"pmlab_stats\":1,\"pid\":{},\"source\":\"{}\",\"inject\":{},\"pm_latency_ns\":{},\
              \"dram_latency_ns\":{},\"remote_latency_ns\":{},\"epoch_min_ns\":{},\"epoch_max_ns\":{},\
              \"tsc_ghz\":{:.4},\"bandwidth_throttle\":\"{}\",\"throttle_note\":\"{}\",\"init_ns\":{},\
-             \"hook_overhead_unabsorbed_ns\":{},\
+             \"hook_overhead_unabsorbed_ns\":{},\"hook_hit_ns\":{:.3},\"hook_logged_miss_ns\":{:.3},\
              \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
              \"main_run_delay_ns\":{},\
              \"advice\":\"{}\",\"total\":",
@@ -206,6 +206,8 @@ impl Report {
             esc(&self.throttle_note),
             self.init_ns,
             crate::instrument_hooks::unabsorbed_ns(),
+            crate::instrument_hooks::calibrated().fast_ns,
+            crate::instrument_hooks::calibrated().miss_ns,
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,
