@@ -132,7 +132,10 @@ int pm_is_pmem(const void *addr, size_t len);
 /*
  * pflush -- write back the cache lines of [addr, addr+len)
  *
- * Uses clwb, else clflushopt, else clflush, as cpuid reports. Under the
+ * Uses clwb, else clflushopt, else clflush, as cpuid reports; the
+ * environment variable PMLAB_FLUSH=clflushopt or clflush picks an older
+ * instruction (never one the CPU lacks; `pmlab run` and `pmlab trace`
+ * refuse other values). clflush and clflushopt evict the line. Under the
  * emulator each line is posted to the write model (PMLAB_WRITE_LATENCY,
  * PMLAB_WRITE_PARALLELISM): flushes overlap, and the next durability point
  * pays only for what has not completed (the pcommit model of Quartz
