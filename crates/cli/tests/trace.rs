@@ -399,15 +399,24 @@ fn pmemobj_rfo_reads(
     v["models"][0]["rfo_reads"].as_u64().unwrap()
 }
 
-#[test]
-fn pmemobj_flushes_are_recorded_as_the_instruction_libpmem_uses() {
+/// The runtime, a fresh directory and `workload` built there; None (after
+/// saying why the test is skipped) when either cannot be had.
+fn runtime_and_workload(dir: &str, workload: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
     let Some(rt) = runtime_lib() else {
         eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
-        return;
+        return None;
     };
-    let d = tempdir("pmemobj-flush");
-    let Some(prog) = build_workload(&d, "pmobj_hashmap") else {
-        eprintln!("skipped: cannot build workloads/pmobj_hashmap.c (cc, libpmemobj-dev)");
+    let d = tempdir(dir);
+    let Some(prog) = build_workload(&d, workload) else {
+        eprintln!("skipped: cannot build workloads/{workload}.c (cc, libpmemobj-dev)");
+        return None;
+    };
+    Some((rt, d, prog))
+}
+
+#[test]
+fn pmemobj_flushes_are_recorded_as_the_instruction_libpmem_uses() {
+    let Some((rt, d, prog)) = runtime_and_workload("pmemobj-flush", "pmobj_hashmap") else {
         return;
     };
     // Told not to use clwb, libpmem flushes with clflushopt (or clflush),
@@ -421,13 +430,7 @@ fn pmemobj_flushes_are_recorded_as_the_instruction_libpmem_uses() {
 
 #[test]
 fn pmlab_flush_chooses_the_pm_api_flush_and_a_bad_value_is_refused() {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
-        return;
-    };
-    let d = tempdir("pmflush");
-    let Some(prog) = build_workload(&d, "pm_hashmap") else {
-        eprintln!("skipped: cannot build workloads/pm_hashmap.c");
+    let Some((rt, d, prog)) = runtime_and_workload("pmflush", "pm_hashmap") else {
         return;
     };
     // pflush with clflush (invalidating): reads for ownership in the replay.
@@ -456,13 +459,7 @@ fn pmlab_cpu_has_clwb() -> bool {
 
 #[test]
 fn trace_records_a_pmemobj_workload_without_changing_its_result() {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
-        return;
-    };
-    let d = tempdir("pmemobj");
-    let Some(prog) = build_workload(&d, "pmobj_hashmap") else {
-        eprintln!("skipped: cannot build workloads/pmobj_hashmap.c (cc, libpmemobj-dev)");
+    let Some((rt, d, prog)) = runtime_and_workload("pmemobj", "pmobj_hashmap") else {
         return;
     };
     let pool = d.join("pool");

@@ -771,11 +771,7 @@ impl Replay {
     /// Forget fetched lines whose data arrived before every thread's
     /// clock (no later write-back can wait for them).
     fn sweep_fetch(&mut self) {
-        let now = self
-            .threads
-            .iter()
-            .map(|t| t.clk)
-            .fold(f64::INFINITY, f64::min);
+        let now = self.earliest_clock();
         self.fetch.retain(|_, at| *at > now);
         self.fetch_sweep_at = (2 * self.fetch.len()).max(OWNERS_SWEEP_MIN);
     }
@@ -846,12 +842,16 @@ impl Replay {
 
     /// Forget line owners whose stores are durable before every thread's
     /// clock (no later store can depend on them).
-    fn sweep_owners(&mut self) {
-        let now = self
-            .threads
+    /// The clock of the thread furthest behind.
+    fn earliest_clock(&self) -> f64 {
+        self.threads
             .iter()
             .map(|t| t.clk)
-            .fold(f64::INFINITY, f64::min);
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    fn sweep_owners(&mut self) {
+        let now = self.earliest_clock();
         let threads = &self.threads;
         self.owners
             .retain(|_, &mut (src, epoch)| threads[src].ack_bound(epoch) > now);
