@@ -90,6 +90,9 @@ pub struct ThreadStats {
     pub pm_bytes: AtomicU64,
     /// Time spent waiting for a CPU during delay spins of 1 ms or more.
     pub spin_run_delay_ns: AtomicU64,
+    /// Lock and thread sync points that did not end the epoch because it
+    /// was shorter than the minimum epoch length.
+    pub sync_skipped: AtomicU64,
 }
 
 /// The calling thread's run-queue wait so far (`/proc/thread-self/schedstat`,
@@ -455,6 +458,7 @@ fn reset_stats(s: &ThreadStats) {
         &s.flushes,
         &s.pm_bytes,
         &s.spin_run_delay_ns,
+        &s.sync_skipped,
     ] {
         a.store(0, Ordering::Relaxed);
     }
@@ -629,7 +633,9 @@ pub fn sync_point() {
 }
 
 fn sync_point_for(t: &ThreadState) {
-    sync_and(t, |_| {});
+    if !sync_and(t, |_| {}) {
+        t.stats.sync_skipped.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The calling thread is about to read the clock: a sync point, after
@@ -641,7 +647,7 @@ pub fn time_read() {
         return;
     }
     let Some(t) = current() else { return };
-    sync_and(t, |t| {
+    let _ = sync_and(t, |t| {
         // SAFETY: owner thread under the busy guard.
         if let Some(c) = unsafe { (*t.counters.get()).as_mut() } {
             c.time_observed();
@@ -649,19 +655,22 @@ pub fn time_read() {
     });
 }
 
-/// A sync point on `t`, then `then` under the same guard.
-fn sync_and(t: &ThreadState, then: impl FnOnce(&ThreadState)) {
-    let Some(g) = GLOBALS.get() else { return };
+/// A sync point on `t`, then `then` under the same guard. False when the
+/// epoch was too short to end here.
+fn sync_and(t: &ThreadState, then: impl FnOnce(&ThreadState)) -> bool {
+    let Some(g) = GLOBALS.get() else { return true };
     if !enter(t) {
-        return;
+        return true;
     }
     let now = rdtsc();
     let start = t.epoch_start.load(Ordering::Relaxed);
-    if start != u64::MAX && now.saturating_sub(start) >= g.min_ticks {
+    let ended = start != u64::MAX && now.saturating_sub(start) >= g.min_ticks;
+    if ended {
         end_epoch(t, Cause::Sync, now);
     }
     then(t);
     leave(t);
+    ended || start == u64::MAX
 }
 
 extern "C" fn on_signal(_sig: c_int) {
@@ -697,6 +706,7 @@ fn summary_of(t: &ThreadState, tid: i32) -> Summary {
         flushes: l(&s.flushes),
         pm_bytes: l(&s.pm_bytes),
         spin_run_delay_ns: l(&s.spin_run_delay_ns),
+        sync_skipped: l(&s.sync_skipped),
     }
 }
 

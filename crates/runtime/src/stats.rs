@@ -31,6 +31,9 @@ pub struct Summary {
     pub pm_bytes: u64,
     /// Run-queue wait during delay spins of 1 ms or more, ns.
     pub spin_run_delay_ns: u64,
+    /// Lock/thread sync points passed without ending the epoch (it was
+    /// shorter than the minimum epoch length).
+    pub sync_skipped: u64,
 }
 
 impl Summary {
@@ -49,6 +52,7 @@ impl Summary {
         self.flushes += o.flushes;
         self.pm_bytes += o.pm_bytes;
         self.spin_run_delay_ns += o.spin_run_delay_ns;
+        self.sync_skipped += o.sync_skipped;
     }
 
     fn total_epochs(&self) -> u64 {
@@ -63,7 +67,7 @@ impl Summary {
              \"requested_delay_ns\":{},\"injected_delay_ns\":{},\"bandwidth_stretch_ns\":{},\
              \"overhead_ns\":{},\"unabsorbed_overhead_ns\":{},\"amortised\":{},\
              \"overhead_cycles_per_epoch\":{:.0},\"epoch_time_ns\":{},\"write_delay_ns\":{},\
-             \"flushed_lines\":{},\"pm_bytes\":{},\"spin_run_delay_ns\":{}}}",
+             \"flushed_lines\":{},\"pm_bytes\":{},\"spin_run_delay_ns\":{},\"sync_points_skipped\":{}}}",
             self.tid,
             self.total_epochs(),
             self.epochs[0],
@@ -80,7 +84,8 @@ impl Summary {
             self.write_delay_ns,
             self.flushes,
             self.pm_bytes,
-            self.spin_run_delay_ns
+            self.spin_run_delay_ns,
+            self.sync_skipped
         );
     }
 }
@@ -161,6 +166,20 @@ impl Report {
             return format!(
                 "the emulator's overhead ({} ns) was not amortised by the delays: the program is not memory-bound at this latency, or epochs are too short; raise --epoch-min/--epoch-max or measure with --no-inject",
                 t.pending_overhead_ns
+            );
+        }
+        // Threads that passed most of their lock/thread sync points inside
+        // an epoch (at least as many as ended one there): with two or more,
+        // delays land in the wrong critical sections.
+        let skipping = self
+            .threads
+            .iter()
+            .filter(|s| s.sync_skipped >= 100 && s.sync_skipped >= s.epochs[1])
+            .count();
+        if skipping >= 2 {
+            return format!(
+                "{} lock/thread sync points came before --epoch-min and did not end their epoch ({} did): the delay of work done before a lock is then paid inside the next critical section (or a section's after it); if the critical sections are short, lower --epoch-min below them (e.g. 10us)",
+                t.sync_skipped, t.epochs[1]
             );
         }
         if mean_epoch > 0.0 && mean_overhead > 0.05 * mean_epoch {
@@ -280,5 +299,34 @@ mod tests {
         assert!(j.contains("synthetic:\\\"x\\\""));
         assert!(j.contains("\"amortised\":true"));
         assert!(r.to_text().contains("12 epochs"));
+    }
+
+    #[test]
+    fn advice_names_sync_points_skipped_by_the_minimum_epoch() {
+        let a = Summary {
+            tid: 1,
+            epochs: [1, 10, 1],
+            requested_ns: 1_000_000,
+            epoch_time_ns: 10_000_000,
+            sync_skipped: 500,
+            ..Default::default()
+        };
+        let one = Report {
+            threads: vec![a],
+            ..Default::default()
+        };
+        // One thread: its skipped sync points order nothing.
+        assert!(
+            !one.advice().contains("--epoch-min below"),
+            "{}",
+            one.advice()
+        );
+        let two = Report {
+            threads: vec![a, a],
+            ..Default::default()
+        };
+        let adv = two.advice();
+        assert!(adv.starts_with("1000 lock/thread sync points"), "{adv}");
+        assert!(two.to_json().contains("\"sync_points_skipped\":1000"));
     }
 }
