@@ -3,7 +3,7 @@
 #
 # Builds bench/instr_kernel.c with clang and with `pmlab cc`, runs each
 # variant REPS times and prints medians and ranges:
-#   native      clang -O2, no pmlab;
+#   native      clang -O2 (gcc -O2 with CC_UNDER_TEST=gcc), no pmlab;
 #   inactive    pmlab cc -O2, run directly (hooks compiled in, not counting);
 #   active      pmlab cc -O2 under `pmlab run --source instrumented --no-inject`
 #               (hooks counting, nothing injected).
@@ -12,16 +12,24 @@
 # access; the sort kernel gives the slowdown of compute-bound code; the miss
 # kernel (a pointer chase over 256 MiB) the slow path's cost per miss.
 #
-# Usage: bench/instr.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
+# Usage: bench/instr.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab;
+#   CC_UNDER_TEST=clang (default, CLANG=clang-14) or gcc (GCC=gcc): the
+#   compiler of both builds; with gcc, `pmlab cc` runs with PMLAB_CC=$GCC)
 set -eu
 REPS=${1:-5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
 CLANG=${CLANG:-clang-14}
+CC_UNDER_TEST=${CC_UNDER_TEST:-clang}
+case $CC_UNDER_TEST in
+clang) NATIVE_CC=$CLANG; unset PMLAB_CC ;;
+gcc) NATIVE_CC=${GCC:-gcc}; PMLAB_CC=$NATIVE_CC; export PMLAB_CC ;;
+*) echo "instr.sh: CC_UNDER_TEST=$CC_UNDER_TEST: clang or gcc" >&2; exit 2 ;;
+esac
 [ -x "$PMLAB" ] || { echo "instr.sh: $PMLAB not found: cargo build --release -p pmlab-cli -p pmlab-runtime, or set PMLAB" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-"$CLANG" -O2 -o "$TMP/native" "$ROOT/bench/instr_kernel.c"
+"$NATIVE_CC" -O2 -o "$TMP/native" "$ROOT/bench/instr_kernel.c"
 "$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/instr_kernel.c"
 
 run_variant() { # name command...
@@ -45,7 +53,7 @@ run_variant native "$TMP/native"
 run_variant inactive "$TMP/instr"
 run_variant active "$PMLAB" run --quiet --source instrumented --no-inject --pm-latency 400ns -- "$TMP/instr"
 
-echo "instrumentation cost, $REPS runs each (median [min..max]); machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
+echo "instrumentation cost ($CC_UNDER_TEST: $NATIVE_CC), $REPS runs each (median [min..max]); machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
 for v in native inactive active; do
 	set -- $(stats "$TMP/$v.hit"); h=$1; hl=$2; hh=$3
 	set -- $(stats "$TMP/$v.sort"); s=$1; sl=$2; sh=$3

@@ -353,6 +353,293 @@ fn forked_child_of_a_threaded_program_keeps_counting() {
     );
 }
 
+// ---- gcc (`PMLAB_CC=gcc`): ThreadSanitizer callbacks without libtsan ----
+
+/// True when `cmd --version` runs; else prints why the test is skipped.
+fn have_compiler(cmd: &str) -> bool {
+    let ok = Command::new(cmd)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("{cmd} not installed: gcc case not run");
+    }
+    ok
+}
+
+/// True when the ELF file imports gcc's ThreadSanitizer read/write hooks.
+fn imports_tsan_hooks(path: &Path) -> bool {
+    let data = std::fs::read(path).unwrap();
+    data.windows(11).any(|w| w == b"__tsan_read")
+}
+
+fn needs_libtsan(path: &Path) -> bool {
+    let out = run(Command::new("ldd").arg(path));
+    String::from_utf8_lossy(&out.stdout).contains("libtsan")
+}
+
+/// `pmlab cc ARGS` with gcc in `dir`.
+fn gcc_cc(dir: &Path, args: &[&str]) -> Output {
+    run(Command::new(PMLAB)
+        .arg("cc")
+        .args(args)
+        .env("PMLAB_CC", "gcc")
+        .current_dir(dir))
+}
+
+/// Run `exe ARGS` under `pmlab run --source instrumented` (which refuses a
+/// program it does not recognise as instrumented); its stdout.
+fn run_instrumented(exe: &Path, args: &[&str]) -> String {
+    let out = run(Command::new(PMLAB)
+        .args(["run", "--quiet", "--source", "instrumented", "--no-inject"])
+        .args(["--pm-latency", "400ns", "--"])
+        .arg(exe)
+        .args(args));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn gcc_builds_a_multi_file_project_with_make() {
+    if !have_compiler("gcc") {
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("gccmake");
+    copy_project(&t.0);
+    run(Command::new("make")
+        .arg("-s")
+        .arg(format!("CC={PMLAB} cc"))
+        .env("PMLAB_CC", "gcc")
+        .current_dir(&t.0));
+    assert!(t.0.join("list.d").is_file());
+    let exe = t.0.join("listsum");
+    assert!(imports_tsan_hooks(&exe));
+    assert!(needs_pmlab_so(&exe));
+    // gcc's ThreadSanitizer runtime is not linked.
+    assert!(!needs_libtsan(&exe));
+    // Outside `pmlab run` it runs normally; under it, it is recognised as
+    // instrumented and counted.
+    let out = run(Command::new(&exe).arg("1000"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 499500\n");
+    assert_eq!(run_instrumented(&exe, &["1000"]), "sum 499500\n");
+    // Plain gcc: no hooks.
+    run(Command::new("make")
+        .arg("-s")
+        .arg("clean")
+        .current_dir(&t.0));
+    run(Command::new("make")
+        .arg("-s")
+        .arg("CC=gcc")
+        .current_dir(&t.0));
+    assert!(!imports_tsan_hooks(&exe));
+}
+
+#[test]
+fn gcc_compiles_and_links_in_one_step() {
+    if !have_compiler("gcc") {
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("gccone");
+    copy_project(&t.0);
+    // The wrapper's temporary specs file goes to TMPDIR: a directory of
+    // this test's own, empty again when the wrapper returns.
+    let tmp = t.0.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-Wall", "-o", "app", "main.c", "list.c"])
+        .env("PMLAB_CC", "gcc")
+        .env("TMPDIR", &tmp)
+        .current_dir(&t.0));
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+    let exe = t.0.join("app");
+    assert!(imports_tsan_hooks(&exe));
+    assert!(!needs_libtsan(&exe));
+    let out = run(Command::new(&exe).arg("777"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 301476\n");
+    assert_eq!(run_instrumented(&exe, &["777"]), "sum 301476\n");
+    // Link-time optimisation instruments at the link: still counted.
+    gcc_cc(&t.0, &["-O2", "-flto", "-c", "main.c", "list.c"]);
+    gcc_cc(&t.0, &["-O2", "-flto", "-o", "lto", "main.o", "list.o"]);
+    assert!(imports_tsan_hooks(&t.0.join("lto")));
+    assert!(!needs_libtsan(&t.0.join("lto")));
+    // Queries and preprocessing reach gcc untouched.
+    let out = gcc_cc(&t.0, &["--version"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Free Software Foundation"));
+    std::fs::write(t.0.join("pp.c"), "#define X 41\nint x = X + 1;\n").unwrap();
+    let out = gcc_cc(&t.0, &["-E", "pp.c"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("int x = 41 + 1;"));
+    // Compiler errors keep gcc's exit status and message.
+    std::fs::write(t.0.join("bad.c"), "int main( {\n").unwrap();
+    let out = Command::new(PMLAB)
+        .args(["cc", "-o", "bad", "bad.c"])
+        .env("PMLAB_CC", "gcc")
+        .current_dir(&t.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error"));
+}
+
+#[test]
+fn gcc_build_charges_serial_pm_misses_only() {
+    if !have_compiler("gcc") {
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("gccchase");
+    std::fs::write(t.0.join("chase.c"), CHASE_C).unwrap();
+    gcc_cc(&t.0, &["-O2", "-o", "chase", "chase.c"]);
+    // As in instrumented_source_charges_serial_pm_misses_only: each extra
+    // step of one chain is one dependent PM miss, 300 ns.
+    let extra = 30_000u64;
+    let one = requested_delay(&t.0, 20_000 + extra, 1, "p") - requested_delay(&t.0, 20_000, 1, "p");
+    let want = extra as f64 * 300.0;
+    assert!(
+        (one - want).abs() < 0.01 * want,
+        "1 chain: {one} ns, want {want}"
+    );
+}
+
+/// Atomics from several threads: C11 `<stdatomic.h>`, `__sync` and
+/// `__atomic` builtins of 8 to 128 bits, and two spin locks (a C11
+/// compare-exchange one and a `__sync_lock_test_and_set` one) guarding
+/// plain counters. Prints the totals.
+const ATOMICS_C: &str = r#"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define THREADS 4
+static long iters;
+static atomic_long c11;
+static atomic_uint flags;
+static _Atomic unsigned short small;
+static long sync_count;
+static __int128 wide;
+static atomic_int lock;
+static long guarded;
+static volatile char tas;
+static long guarded2;
+static void *work(void *arg)
+{
+	unsigned bit = 1u << (long)arg;
+	for (long i = 0; i < iters; i++) {
+		atomic_fetch_add(&c11, 1);
+		atomic_fetch_add_explicit(&small, 1, memory_order_relaxed);
+		__sync_fetch_and_add(&sync_count, 2);
+		__atomic_fetch_add(&wide, (__int128)1 << 64, __ATOMIC_SEQ_CST);
+		int unlocked = 0;
+		while (!atomic_compare_exchange_weak_explicit(&lock, &unlocked, 1,
+				memory_order_acquire, memory_order_relaxed))
+			unlocked = 0;
+		guarded++;
+		atomic_store_explicit(&lock, 0, memory_order_release);
+		while (__sync_lock_test_and_set(&tas, 1))
+			;
+		guarded2 += 3;
+		__sync_lock_release(&tas);
+	}
+	atomic_fetch_or(&flags, bit);
+	return NULL;
+}
+int main(int argc, char **argv)
+{
+	pthread_t t[THREADS];
+	iters = atol(argv[1]);
+	for (long i = 0; i < THREADS; i++)
+		if (pthread_create(&t[i], NULL, work, (void *)i))
+			return 1;
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(t[i], NULL);
+	printf("c11 %ld small %u sync %ld wide %ld guarded %ld guarded2 %ld flags %x\n",
+	       atomic_load(&c11), (unsigned)atomic_load(&small), sync_count,
+	       (long)(wide >> 64), guarded, guarded2, atomic_load(&flags));
+	return 0;
+}
+"#;
+
+#[test]
+fn gcc_atomics_from_threads_give_exact_totals() {
+    if !have_compiler("gcc") {
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("gccatomic");
+    std::fs::write(t.0.join("atomics.c"), ATOMICS_C).unwrap();
+    gcc_cc(&t.0, &["-O2", "-o", "atomics", "atomics.c", "-lpthread"]);
+    let exe = t.0.join("atomics");
+    // The atomics are calls into libpmlab, which performs them.
+    let data = std::fs::read(&exe).unwrap();
+    for sym in [
+        &b"__tsan_atomic32_compare_exchange_weak"[..],
+        b"__tsan_atomic128_fetch_add",
+        b"__tsan_atomic8_exchange",
+    ] {
+        assert!(data.windows(sym.len()).any(|w| w == sym));
+    }
+    let n = 100_000u64;
+    let want = format!(
+        "c11 {} small {} sync {} wide {} guarded {} guarded2 {} flags f\n",
+        4 * n,
+        (4 * n) % 65536,
+        8 * n,
+        4 * n,
+        4 * n,
+        12 * n
+    );
+    let out = run(Command::new(&exe).arg(n.to_string()));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert_eq!(run_instrumented(&exe, &[&n.to_string()]), want);
+}
+
+#[test]
+fn gxx_builds_cpp_with_virtual_calls_and_std_atomic() {
+    if !have_compiler("g++") {
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("gxx");
+    std::fs::write(
+        t.0.join("v.cpp"),
+        r#"#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+struct B { virtual ~B() {} virtual long f() { return 1; } };
+struct D : B { long x = 3; long f() override { return x; } };
+int main() {
+    std::vector<std::unique_ptr<B>> v;
+    for (int i = 0; i < 100; i++)
+        v.emplace_back(i % 2 ? new B : new D);
+    std::atomic<long> n{0};
+    auto s = std::make_shared<std::string>("hello");
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 4; k++)
+        ts.emplace_back([&, s] { for (auto &b : v) n.fetch_add(b->f() + (long)s->size()); });
+    for (auto &t : ts)
+        t.join();
+    std::printf("%ld %ld\n", n.load(), s.use_count());
+}
+"#,
+    )
+    .unwrap();
+    run(Command::new(PMLAB)
+        .args(["c++", "-O2", "-o", "v", "v.cpp", "-pthread"])
+        .env("PMLAB_CXX", "g++")
+        .current_dir(&t.0));
+    let exe = t.0.join("v");
+    assert!(imports_tsan_hooks(&exe));
+    assert!(!needs_libtsan(&exe));
+    // Per thread: 50 x 3 + 50 x 1 + 100 x 5.
+    let out = run(&mut Command::new(&exe));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2800 1\n");
+    assert_eq!(run_instrumented(&exe, &[]), "2800 1\n");
+}
+
 #[test]
 fn validate_rejects_bad_options_in_one_line() {
     let t = TempDir::new("validate");

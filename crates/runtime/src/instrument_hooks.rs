@@ -329,7 +329,7 @@ fn tls() -> *mut Tls {
 }
 
 #[inline(always)]
-fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
+pub(crate) fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
     let state = ACTIVE.load(Ordering::Relaxed);
     if state & ON == 0 {
         return;

@@ -24,7 +24,8 @@
 //!   report.
 //! * [`tracer`], [`pmdk`]: trace recording and libpmem/libpmemobj
 //!   interposition; [`instrument_hooks`]: the compiler-instrumentation
-//!   callbacks behind the `instrumented` source.
+//!   callbacks behind the `instrumented` source (clang), [`tsan_hooks`]:
+//!   the same for gcc's `__tsan_*` callbacks.
 //! * [`Error`]: the one error type.
 //!
 //! Depends only on `pmlab-model` (the Quartz equations), `pmlab-trace`
@@ -46,6 +47,7 @@ mod real;
 pub mod source;
 pub mod stats;
 pub mod tracer;
+pub mod tsan_hooks;
 
 pub use error::{Error, ErrorKind};
 

@@ -2,27 +2,75 @@
 //! whose every load and store calls into libpmlab (the `instrumented`
 //! counter source).
 //!
-//! The wrapper runs clang (`PMLAB_CLANG`/`PMLAB_CLANGXX`, else `clang-14`,
-//! else `clang`) with the caller's arguments plus
+//! # Compiler
+//!
+//! `PMLAB_CC` (for `pmlab cc`) or `PMLAB_CXX` (for `pmlab c++`), a name on
+//! PATH or a path, picks the compiler, gcc or clang; else `PMLAB_CLANG` /
+//! `PMLAB_CLANGXX`; else `clang-14`, else `clang` (`clang++-14`,
+//! `clang++`). Whether it is gcc or clang is told by its name (`gcc`, `g++`,
+//! `clang` in the name or in that of the file it links to), else by its
+//! `--version`. So `CC="pmlab cc" PMLAB_CC=gcc make` builds with gcc (keep
+//! the variable set for every step: CMake records `CC`, not `PMLAB_CC`).
+//!
+//! # clang
+//!
+//! The wrapper runs clang with the caller's arguments plus
 //! `-fsanitize-coverage=func,inline-8bit-counters,trace-loads,trace-stores`
 //! when it compiles, and, when it links, libpmlab.so (found next to the
 //! pmlab executable) with an rpath, so the program runs normally (no delay)
 //! outside `pmlab run` (and `-fno-sanitize-link-runtime`, so that clang does
-//! not link a sanitizer runtime of its own). Preprocessing (`-E`, `-M`, `-MM`), version and
-//! `-print-*` queries and `-###` pass through untouched.
+//! not link a sanitizer runtime of its own). clang needs a coverage mode
+//! for `trace-loads`/`trace-stores`; `func` with inline 8-bit counters is
+//! the cheapest one (one byte increment per function entry).
 //!
-//! clang needs a coverage mode for `trace-loads`/`trace-stores`; `func`
-//! with inline 8-bit counters is the cheapest one (one byte increment per
-//! function entry).
+//! # gcc
+//!
+//! gcc has no load/store callbacks of that kind; its ThreadSanitizer
+//! instrumentation without its runtime serves instead: compiling adds
+//! [`GCC_COMPILE_FLAGS`] (`-fsanitize=thread`, no calls at function entry
+//! and exit, and `__SANITIZE_THREAD__` left undefined, since no race
+//! detector runs), so that every access calls a `__tsan_*` callback that
+//! libpmlab defines (`pmlab::tsan_hooks`). With `-fsanitize=thread` on the
+//! command line gcc's driver would also link libtsan, whose runtime would
+//! take over the process; without it, a compile-and-link call would not
+//! instrument, nor would an `-flto` link (gcc instruments at link time
+//! then). So a linking call keeps the flags and passes `-specs=FILE`: a
+//! temporary specs file with gcc's own `link_command` (from
+//! `gcc -dumpspecs`) minus its ThreadSanitizer parts (`libtsan_preinit.o`,
+//! `-ltsan`), removed when gcc returns; then `-lpmlab` with an rpath as for
+//! clang. One side effect: Debian's gcc omits `--as-needed` when any
+//! `-fsanitize` is given, so the program may list libraries it does not
+//! use.
+//!
+//! With either compiler, preprocessing (`-E`, `-M`, `-MM`), version and
+//! `-print-*` queries and `-###` pass through untouched; the compiler's
+//! diagnostics and exit status are the wrapper's.
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The coverage flags added when compiling.
+/// The coverage flags added when clang compiles.
 pub const COVERAGE_FLAG: &str =
     "-fsanitize-coverage=func,inline-8bit-counters,trace-loads,trace-stores";
+
+/// The flags added when gcc compiles (and links: see the module's
+/// documentation).
+pub const GCC_COMPILE_FLAGS: [&str; 3] = [
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+    "-U__SANITIZE_THREAD__",
+];
+
+/// Which compiler the wrapper runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// clang: SanitizerCoverage load/store callbacks.
+    Clang,
+    /// gcc: ThreadSanitizer callbacks, without libtsan.
+    Gcc,
+}
 
 /// Which compiler driver to wrap.
 #[derive(Clone, Copy)]
@@ -35,9 +83,15 @@ pub enum Lang {
 
 /// Arguments of `pmlab cc`: passed to the compiler untouched.
 #[derive(clap::Args)]
-#[command(disable_help_flag = true, disable_version_flag = true)]
+#[command(
+    disable_help_flag = true,
+    disable_version_flag = true,
+    after_help = "Compiler: $PMLAB_CC (pmlab cc) or $PMLAB_CXX (pmlab c++), gcc or clang, \
+a name on PATH or a path; else $PMLAB_CLANG / $PMLAB_CLANGXX; else clang-14 or clang. \
+Example: CC=\"pmlab cc\" PMLAB_CC=gcc make. PMLAB_CC_VERBOSE=1 prints each compiler command."
+)]
 pub struct Args {
-    /// Compiler arguments (as for clang).
+    /// Compiler arguments (as for gcc or clang).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<OsString>,
 }
@@ -76,7 +130,9 @@ pub fn classify(args: &[String]) -> Mode {
             "-o" | "-x" | "-MF" | "-MT" | "-MQ" | "-I" | "-D" | "-U" | "-include" | "-isystem"
             | "-idirafter" | "-iquote" | "-L" | "-l" | "-Xlinker" | "-Xpreprocessor"
             | "-Xassembler" | "-target" | "--target" | "-arch" | "-isysroot" | "--sysroot"
-            | "-imacros" => skip_next = true,
+            | "-imacros" | "--param" | "-dumpbase" | "-dumpdir" | "-dumpbase-ext" => {
+                skip_next = true
+            }
             s if s.starts_with("-print-") || s.starts_with("--print-") => return Mode::Query,
             // A file, or "-" (source on stdin).
             s if !s.starts_with('-') || s == "-" => inputs += 1,
@@ -90,19 +146,23 @@ pub fn classify(args: &[String]) -> Mode {
     mode
 }
 
-/// The compiler to run for `lang`.
+/// The compiler to run for `lang`: `PMLAB_CC`/`PMLAB_CXX`, else
+/// `PMLAB_CLANG`/`PMLAB_CLANGXX`, else clang from PATH.
 pub fn find_compiler(lang: Lang) -> Result<PathBuf> {
-    let (var, names): (&str, &[&str]) = match lang {
-        Lang::C => ("PMLAB_CLANG", &["clang-14", "clang"]),
-        Lang::Cxx => ("PMLAB_CLANGXX", &["clang++-14", "clang++"]),
+    let (any_var, clang_var, names): (&str, &str, &[&str]) = match lang {
+        Lang::C => ("PMLAB_CC", "PMLAB_CLANG", &["clang-14", "clang"]),
+        Lang::Cxx => ("PMLAB_CXX", "PMLAB_CLANGXX", &["clang++-14", "clang++"]),
     };
-    if let Some(v) = std::env::var_os(var) {
+    for (var, what) in [(any_var, "gcc or clang"), (clang_var, "clang")] {
+        let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+            continue;
+        };
         let p = PathBuf::from(&v);
         if let Some(found) = which(&p) {
             return Ok(found);
         }
         bail!(
-            "{var}={} is not an executable compiler; point it at clang or unset it",
+            "{var}={} is not an executable compiler; point it at {what} or unset it",
             p.display()
         );
     }
@@ -112,9 +172,47 @@ pub fn find_compiler(lang: Lang) -> Result<PathBuf> {
         }
     }
     bail!(
-        "{} not found on PATH: install clang (Debian: apt-get install clang-14) or set {var}",
+        "{} not found on PATH: install clang (Debian: apt-get install clang-14), or set {clang_var}, or {any_var}=gcc",
         names.join(" or ")
     )
+}
+
+/// The family of a compiler's file name, if the name tells.
+fn family_of_name(p: &Path) -> Option<Family> {
+    let n = p.file_name()?.to_string_lossy();
+    if n.contains("clang") {
+        Some(Family::Clang)
+    } else if n.contains("gcc") || n.contains("g++") {
+        Some(Family::Gcc)
+    } else {
+        None
+    }
+}
+
+/// Whether the compiler at `cc` is gcc or clang: by its name, the name of
+/// the file it links to, else its `--version`.
+pub fn family(cc: &Path) -> Result<Family> {
+    if let Some(f) = family_of_name(cc) {
+        return Ok(f);
+    }
+    if let Some(f) = cc.canonicalize().ok().as_deref().and_then(family_of_name) {
+        return Ok(f);
+    }
+    let out = Command::new(cc)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {}", cc.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("clang") {
+        Ok(Family::Clang)
+    } else if text.contains("Free Software Foundation") || text.contains("(GCC)") {
+        Ok(Family::Gcc)
+    } else {
+        bail!(
+            "cannot tell whether {} is gcc or clang (its --version names neither)",
+            cc.display()
+        )
+    }
 }
 
 fn which(p: &Path) -> Option<PathBuf> {
@@ -161,32 +259,150 @@ pub fn runtime_dir() -> Result<PathBuf> {
     )
 }
 
-/// The full command line for one wrapped compiler call.
-pub fn wrapped_args(args: &[String], lib_dir: Option<&Path>) -> Vec<String> {
+/// The full command line for one wrapped compiler call: `lib_dir` is
+/// where libpmlab.so is (linking calls), `specs` the specs file that keeps
+/// gcc from linking libtsan (gcc's linking calls).
+pub fn wrapped_args(
+    family: Family,
+    args: &[String],
+    lib_dir: Option<&Path>,
+    specs: Option<&Path>,
+) -> Vec<String> {
     let mode = classify(args);
     let mut out: Vec<String> = args.to_vec();
-    match mode {
-        Mode::Query | Mode::Preprocess => {}
-        Mode::Compile => out.push(COVERAGE_FLAG.to_string()),
-        Mode::Link => {
-            out.push(COVERAGE_FLAG.to_string());
+    if matches!(mode, Mode::Query | Mode::Preprocess) {
+        return out;
+    }
+    match family {
+        Family::Clang => out.push(COVERAGE_FLAG.to_string()),
+        Family::Gcc => out.extend(GCC_COMPILE_FLAGS.iter().map(|f| f.to_string())),
+    }
+    if mode == Mode::Link {
+        match family {
             // Without this clang links its UBSan runtime, which defines
             // weak coverage callbacks of its own.
-            out.push("-fno-sanitize-link-runtime".into());
-            if let Some(d) = lib_dir {
-                let d = d.display();
-                out.push(format!("-L{d}"));
-                out.push(format!("-Wl,-rpath,{d}"));
-                out.push("-Wl,--push-state,--no-as-needed".into());
-                out.push("-lpmlab".into());
-                out.push("-Wl,--pop-state".into());
+            Family::Clang => out.push("-fno-sanitize-link-runtime".into()),
+            Family::Gcc => {
+                if let Some(s) = specs {
+                    out.push(format!("-specs={}", s.display()));
+                }
             }
+        }
+        if let Some(d) = lib_dir {
+            let d = d.display();
+            out.push(format!("-L{d}"));
+            out.push(format!("-Wl,-rpath,{d}"));
+            out.push("-Wl,--push-state,--no-as-needed".into());
+            out.push("-lpmlab".into());
+            out.push("-Wl,--pop-state".into());
         }
     }
     out
 }
 
-/// Run the command: exec the compiler (its exit status becomes ours).
+/// Remove every spec group that starts with `open` (`%{...:`, up to its
+/// matching brace) from `spec`; None when a group is not closed.
+fn strip_groups(spec: &str, open: &str) -> Option<String> {
+    let mut out = String::with_capacity(spec.len());
+    let mut rest = spec;
+    while let Some(at) = rest.find(open) {
+        out.push_str(&rest[..at]);
+        let mut depth = 0usize;
+        let mut end = None;
+        for (i, c) in rest[at..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(at + i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &rest[end?..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// A specs file that redefines gcc's `link_command`, taken from the output
+/// of `gcc -dumpspecs`, without its ThreadSanitizer parts (the groups on
+/// `%:sanitize(thread)`, or on `fsanitize=thread` in older gcc). None when
+/// the dump has no `link_command`, or when something naming tsan remains.
+pub fn gcc_link_specs(dump: &str) -> Option<String> {
+    let start = dump.find("*link_command:\n")? + "*link_command:\n".len();
+    let body = &dump[start..];
+    let body = &body[..body.find("\n\n").unwrap_or(body.len())];
+    let mut spec = body.to_string();
+    for open in ["%{%:sanitize(thread):", "%{fsanitize=thread:"] {
+        spec = strip_groups(&spec, open)?;
+    }
+    if spec.contains("tsan") || spec.contains("sanitize(thread)") {
+        return None;
+    }
+    Some(format!("*link_command:\n{spec}\n\n"))
+}
+
+/// A temporary file, removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    /// Create a new file in the temporary directory holding `text`.
+    fn new(stem: &str, text: &str) -> Result<TempFile> {
+        use std::io::Write;
+        let dir = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        for i in 0..100u32 {
+            let p = dir.join(format!("{stem}-{}-{nanos}-{i}.specs", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+            {
+                Ok(mut f) => {
+                    let file = TempFile(p);
+                    f.write_all(text.as_bytes())
+                        .with_context(|| format!("cannot write {}", file.0.display()))?;
+                    return Ok(file);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+            }
+        }
+        bail!("cannot create a temporary file in {}", dir.display())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The specs file for one gcc link (see [`gcc_link_specs`]).
+fn gcc_specs_file(cc: &Path) -> Result<TempFile> {
+    let out = Command::new(cc)
+        .arg("-dumpspecs")
+        .output()
+        .with_context(|| format!("cannot run {}", cc.display()))?;
+    if !out.status.success() {
+        bail!("{} -dumpspecs failed", cc.display());
+    }
+    let specs = gcc_link_specs(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+        anyhow::anyhow!(
+            "cannot keep {} from linking libtsan: its link_command spec (gcc -dumpspecs) has no ThreadSanitizer part pmlab recognises; use clang (unset PMLAB_CC)",
+            cc.display()
+        )
+    })?;
+    TempFile::new("pmlab-cc", &specs)
+}
+
+/// Run the command: run the compiler (its exit status becomes ours).
 pub fn run(args: Args, lang: Lang) -> Result<u8> {
     let rest: Vec<String> = args
         .rest
@@ -197,17 +413,37 @@ pub fn run(args: Args, lang: Lang) -> Result<u8> {
         })
         .collect::<Result<_>>()?;
     let cc = find_compiler(lang)?;
-    let lib = if classify(&rest) == Mode::Link {
-        Some(runtime_dir()?)
-    } else {
-        None
-    };
-    let full = wrapped_args(&rest, lib.as_deref());
-    if std::env::var_os("PMLAB_CC_VERBOSE").is_some() {
-        eprintln!("pmlab cc: {} {}", cc.display(), full.join(" "));
+    let mode = classify(&rest);
+    if matches!(mode, Mode::Query | Mode::Preprocess) {
+        return status_of(&cc, &rest);
     }
-    let status = Command::new(&cc)
-        .args(&full)
+    let family = family(&cc)?;
+    let (lib, specs) = if mode == Mode::Link {
+        let specs = match family {
+            Family::Gcc => Some(gcc_specs_file(&cc)?),
+            Family::Clang => None,
+        };
+        (Some(runtime_dir()?), specs)
+    } else {
+        (None, None)
+    };
+    let full = wrapped_args(
+        family,
+        &rest,
+        lib.as_deref(),
+        specs.as_ref().map(|s| s.0.as_path()),
+    );
+    status_of(&cc, &full)
+    // `specs` is removed here, after the compiler has returned.
+}
+
+/// Run `cc` with `args` and return its exit status.
+fn status_of(cc: &Path, args: &[String]) -> Result<u8> {
+    if std::env::var_os("PMLAB_CC_VERBOSE").is_some() {
+        eprintln!("pmlab cc: {} {}", cc.display(), args.join(" "));
+    }
+    let status = Command::new(cc)
+        .args(args)
         .status()
         .with_context(|| format!("cannot run {}", cc.display()))?;
     match status.code() {
@@ -218,8 +454,9 @@ pub fn run(args: Args, lang: Lang) -> Result<u8> {
 
 /// True when the program at `path` was built by `pmlab cc` (so the
 /// `instrumented` counter source can drive it): it is an ELF file whose
-/// dynamic symbol table imports the SanitizerCoverage load/store hooks.
-/// Used by `pmlab run --source auto`.
+/// dynamic symbol table imports the SanitizerCoverage load/store hooks
+/// (clang) or the ThreadSanitizer read/write hooks (gcc). Used by
+/// `pmlab run --source auto`.
 pub fn is_instrumented(path: &Path) -> Result<bool> {
     let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(elf_imports_hooks(&data))
@@ -241,8 +478,18 @@ fn u64_at(d: &[u8], off: usize) -> Option<usize> {
     rd::<8>(d, off).map(|b| u64::from_le_bytes(b) as usize)
 }
 
-/// Scan a 64-bit little-endian ELF's `.dynsym` for undefined
-/// `__sanitizer_cov_load*`/`__sanitizer_cov_store*` symbols.
+/// Symbol prefixes of the load/store hooks: clang's, then gcc's.
+const HOOK_PREFIXES: [&[u8]; 6] = [
+    b"__sanitizer_cov_load",
+    b"__sanitizer_cov_store",
+    b"__tsan_read",
+    b"__tsan_write",
+    b"__tsan_unaligned_",
+    b"__tsan_volatile_",
+];
+
+/// Scan a 64-bit little-endian ELF's `.dynsym` for an undefined symbol
+/// named by one of [`HOOK_PREFIXES`].
 fn elf_imports_hooks(d: &[u8]) -> bool {
     fn scan(d: &[u8]) -> Option<bool> {
         if d.get(0..4)? != b"\x7fELF" || *d.get(4)? != 2 || *d.get(5)? != 1 {
@@ -272,10 +519,7 @@ fn elf_imports_hooks(d: &[u8]) -> bool {
                 let rest = strtab.get(name..)?;
                 let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
                 let n = &rest[..end];
-                if shndx == 0
-                    && (n.starts_with(b"__sanitizer_cov_load")
-                        || n.starts_with(b"__sanitizer_cov_store"))
-                {
+                if shndx == 0 && HOOK_PREFIXES.iter().any(|p| n.starts_with(p)) {
                     return Some(true);
                 }
             }
@@ -310,20 +554,108 @@ mod tests {
         assert_eq!(classify(&v("-v -c a.c")), Mode::Compile);
         assert_eq!(classify(&v("-x c -c -")), Mode::Compile);
         assert_eq!(classify(&v("-x c - -o a")), Mode::Link);
+        // gcc's options with a separate value.
+        assert_eq!(
+            classify(&v("--param max-inline-insns-auto=10 -dumpspecs")),
+            Mode::Query
+        );
+        assert_eq!(classify(&v("-dumpdir d/ -o a a.c")), Mode::Link);
+        assert_eq!(classify(&v("--help=params")), Mode::Query);
     }
 
     #[test]
     fn adds_instrumentation_and_runtime_only_where_needed() {
         let d = Path::new("/opt/pmlab");
-        let link = wrapped_args(&v("-o app a.c"), Some(d));
+        let link = wrapped_args(Family::Clang, &v("-o app a.c"), Some(d), None);
         assert!(link.contains(&COVERAGE_FLAG.to_string()));
+        assert!(link.contains(&"-fno-sanitize-link-runtime".to_string()));
         assert!(link.contains(&"-lpmlab".to_string()));
         assert!(link.contains(&"-Wl,-rpath,/opt/pmlab".to_string()));
-        let comp = wrapped_args(&v("-c a.c"), Some(d));
+        let comp = wrapped_args(Family::Clang, &v("-c a.c"), Some(d), None);
         assert!(comp.contains(&COVERAGE_FLAG.to_string()));
         assert!(!comp.contains(&"-lpmlab".to_string()));
-        assert_eq!(wrapped_args(&v("-E a.c"), Some(d)), v("-E a.c"));
-        assert_eq!(wrapped_args(&v("--version"), Some(d)), v("--version"));
+        for f in [Family::Clang, Family::Gcc] {
+            assert_eq!(wrapped_args(f, &v("-E a.c"), Some(d), None), v("-E a.c"));
+            assert_eq!(
+                wrapped_args(f, &v("--version"), Some(d), None),
+                v("--version")
+            );
+            assert_eq!(
+                wrapped_args(f, &v("-print-file-name=libc.so"), Some(d), None),
+                v("-print-file-name=libc.so")
+            );
+        }
+    }
+
+    #[test]
+    fn gcc_compiles_with_tsan_callbacks_and_links_without_libtsan() {
+        let d = Path::new("/opt/pmlab");
+        let specs = Path::new("/tmp/x.specs");
+        let tsan = GCC_COMPILE_FLAGS.map(String::from);
+        // A compile step: the user's arguments first, then the flags; no
+        // runtime, no specs.
+        let comp = wrapped_args(Family::Gcc, &v("-O2 -MMD -c -o a.o a.c"), Some(d), None);
+        assert_eq!(comp[..6], v("-O2 -MMD -c -o a.o a.c")[..]);
+        assert_eq!(comp[6..], tsan[..]);
+        assert!(!comp.iter().any(|a| a.contains("coverage")));
+        // A link step (objects only, or compile-and-link in one call): the
+        // same flags, so that -flto and sources still get instrumented,
+        // the specs file that drops libtsan, and libpmlab.
+        for args in ["-O2 -o app a.o b.o -lm", "-O2 -o app a.c b.c", "-flto a.o"] {
+            let user = v(args);
+            let link = wrapped_args(Family::Gcc, &user, Some(d), Some(specs));
+            assert_eq!(link[..user.len()], user[..]);
+            let added = &link[user.len()..];
+            assert_eq!(added[..3], tsan[..]);
+            assert_eq!(added[3], "-specs=/tmp/x.specs");
+            assert!(added.contains(&"-lpmlab".to_string()));
+            assert!(added.contains(&"-Wl,-rpath,/opt/pmlab".to_string()));
+            assert!(!added.contains(&"-fno-sanitize-link-runtime".to_string()));
+        }
+        // -S and -fsyntax-only compile.
+        let s = wrapped_args(Family::Gcc, &v("-S a.c"), Some(d), None);
+        assert_eq!(s[2..], tsan[..]);
+        // Preprocessing, even of several files, is untouched.
+        assert_eq!(
+            wrapped_args(Family::Gcc, &v("-MM a.c b.c"), Some(d), Some(specs)),
+            v("-MM a.c b.c")
+        );
+    }
+
+    #[test]
+    fn link_specs_drop_the_tsan_groups_only() {
+        let dump = "*asm:\n%{v}\n\n*link_command:\n%{!c:%(linker) %{%:sanitize(address):-lasan} \
+%{%:sanitize(thread):%{!shared:libtsan_preinit%O%s} %{static-libtsan:-Bstatic -ltsan}%{!static-libtsan:-ltsan}} %o \
+%{%:sanitize(thread): %{static-libtsan|static:%:include(libsanitizer.spec)%(link_libtsan)}}\n%(post_link) }\n\n*lib:\n-lc\n\n";
+        let got = gcc_link_specs(dump).unwrap();
+        assert_eq!(
+            got,
+            "*link_command:\n%{!c:%(linker) %{%:sanitize(address):-lasan}  %o \n%(post_link) }\n\n"
+        );
+        // Nothing to strip (or an unclosed group): refuse.
+        assert!(gcc_link_specs("*link_command:\n%{!c:ld %{fsanitize=*:-ltsan}}\n\n").is_none());
+        assert!(gcc_link_specs("*link_command:\n%{%:sanitize(thread):-ltsan\n\n").is_none());
+        assert!(gcc_link_specs("*lib:\n-lc\n\n").is_none());
+        // Older gcc's spelling.
+        assert_eq!(
+            gcc_link_specs("*link_command:\nld %{fsanitize=thread:-ltsan} %o\n\n").unwrap(),
+            "*link_command:\nld  %o\n\n"
+        );
+    }
+
+    #[test]
+    fn compiler_family_from_its_name() {
+        assert_eq!(family_of_name(Path::new("/usr/bin/gcc")), Some(Family::Gcc));
+        assert_eq!(
+            family_of_name(Path::new("x86_64-linux-gnu-g++-12")),
+            Some(Family::Gcc)
+        );
+        assert_eq!(family_of_name(Path::new("clang-14")), Some(Family::Clang));
+        assert_eq!(
+            family_of_name(Path::new("/usr/lib/llvm-14/bin/clang++")),
+            Some(Family::Clang)
+        );
+        assert_eq!(family_of_name(Path::new("/usr/bin/cc")), None);
     }
 
     #[test]
