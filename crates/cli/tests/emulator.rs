@@ -628,7 +628,9 @@ fn exported_symbols_match_the_header_and_the_hook_list() {
             || HOOKS.contains(&s.as_str())
             || s.starts_with("pmem_")
             || s.starts_with("pmemobj_")
-            || s.starts_with("__sanitizer_cov_");
+            || s.starts_with("__sanitizer_cov_")
+            // gcc's ThreadSanitizer callbacks (`pmlab cc` with gcc).
+            || s.starts_with("__tsan_");
         assert!(known, "unexpected exported symbol {s}");
     }
 }
