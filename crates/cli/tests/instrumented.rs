@@ -640,6 +640,51 @@ int main() {
     assert_eq!(run_instrumented(&exe, &[]), "2800 1\n");
 }
 
+/// Copy an 8 MiB PM buffer into DRAM with libc's `memcpy` N times (after
+/// filling it with `memset`): accesses the program's own instrumentation
+/// does not see.
+const COPY_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+void *pmalloc(size_t size);
+int main(int argc, char **argv)
+{
+	long n = atol(argv[1]);
+	size_t len = 8u << 20;
+	char *pm = pmalloc(len), *dram = malloc(len);
+	if (!pm || !dram)
+		return 1;
+	memset(pm, 7, len);
+	/* Hide the contents from the optimiser, which would otherwise turn
+	 * the copies into a memset of the destination. */
+	__asm__ volatile("" : : "r"(pm) : "memory");
+	for (long i = 0; i < n; i++)
+		memcpy(dram, pm, len);
+	printf("%d\n", dram[len - 1]);
+	return 0;
+}
+"#;
+
+#[test]
+fn libc_copies_of_an_instrumented_program_are_counted() {
+    ensure_runtime();
+    let t = TempDir::new("memcpy");
+    std::fs::write(t.0.join("copy.c"), COPY_C).unwrap();
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "chase", "copy.c"])
+        .current_dir(&t.0));
+    // Two more copies of 131072 PM lines each: independent loads, which
+    // the model overlaps up to its 10 fill buffers: 13107 serial PM
+    // accesses a copy, 300 ns each.
+    let delta = requested_delay(&t.0, 3, 1, "x") - requested_delay(&t.0, 1, 1, "x");
+    let want = 2.0 * (131_072.0 / 10.0) * 300.0;
+    assert!(
+        delta > 0.9 * want && delta < 1.1 * want,
+        "two copies requested {delta} ns, want about {want}"
+    );
+}
+
 #[test]
 fn validate_rejects_bad_options_in_one_line() {
     let t = TempDir::new("validate");

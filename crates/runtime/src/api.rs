@@ -518,6 +518,7 @@ pub unsafe extern "C" fn pthread_sigmask(
 // ------------------------------------------------------------ start-up
 
 extern "C" fn constructor() {
+    crate::memfns::init();
     emu::init();
 }
 

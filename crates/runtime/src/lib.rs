@@ -25,7 +25,8 @@
 //! * [`tracer`], [`pmdk`]: trace recording and libpmem/libpmemobj
 //!   interposition; [`instrument_hooks`]: the compiler-instrumentation
 //!   callbacks behind the `instrumented` source (clang), [`tsan_hooks`]:
-//!   the same for gcc's `__tsan_*` callbacks.
+//!   the same for gcc's `__tsan_*` callbacks; [`memfns`]: libc's `memcpy`,
+//!   `memmove` and `memset` offered to those hooks.
 //! * [`Error`]: the one error type.
 //!
 //! Depends only on `pmlab-model` (the Quartz equations), `pmlab-trace`
@@ -40,6 +41,7 @@ mod error;
 pub mod exec;
 pub mod instrument_hooks;
 pub mod mba;
+pub mod memfns;
 pub mod persist;
 pub mod pmdk;
 pub mod pool;
