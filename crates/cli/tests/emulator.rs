@@ -360,6 +360,60 @@ fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
     );
 }
 
+#[test]
+fn lock_acquire_and_release_bound_epochs_shorter_than_the_minimum() {
+    let _serial = exclusive();
+    let d = TempDir::new("lockepochs");
+    let mtlat = workload(&d, "mtlat");
+    d.write("s.txt", "pm=10\nloop\n");
+    // One thread, 200 sections of 20000 steps inside and outside (tens of
+    // us each, on a 1 MiB region): shorter than the 1 ms minimum epoch,
+    // longer than its tenth, which lock points use.
+    let prog = [
+        mtlat.to_str().unwrap(),
+        "-t",
+        "1",
+        "-k",
+        "200",
+        "-i",
+        "20000",
+        "-o",
+        "20000",
+        "-r",
+        "1",
+    ];
+    let flags = [
+        "--pm-latency",
+        "200ns",
+        "--epoch-max",
+        "20ms",
+        "--epoch-min",
+        "1ms",
+        "--source",
+        "synthetic:s.txt",
+    ];
+    let (o, v) = run_json(&d, &flags, &prog);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let line = text(&o.stdout).lines().next().unwrap().to_string();
+    let section_ns = field(&line, "ns_per_section");
+    let sync = total(&v, "epochs_sync");
+    // Each half of a section (the work outside before the lock, the
+    // section) ends an epoch at the lock point after it once it lasts the
+    // lock points' minimum (100 us, a tenth of --epoch-min): two sync
+    // epochs per section. Release points alone (the old rule) ended one
+    // per millisecond: 126 here for 200 sections of ~0.6-0.9 ms.
+    if section_ns >= 2.0 * 100e3 {
+        assert!(
+            sync >= 1.8 * 200.0,
+            "{sync} sync epochs for 200 sections ({section_ns} ns each)"
+        );
+    } else {
+        eprintln!(
+            "skipped the count: sections of {section_ns} ns are too short for this machine's speed"
+        );
+    }
+}
+
 fn synthetic_flags() -> Vec<&'static str> {
     vec![
         "--pm-latency",
@@ -622,6 +676,11 @@ fn exported_symbols_match_the_header_and_the_hook_list() {
         "execle",
         "clock_gettime",
         "gettimeofday",
+        "pthread_mutex_lock",
+        "pthread_mutex_trylock",
+        "pthread_spin_lock",
+        "pthread_rwlock_rdlock",
+        "pthread_rwlock_wrlock",
         "memcpy",
         "memmove",
         "memset",

@@ -369,21 +369,103 @@ macro_rules! sync_hook {
     )*};
 }
 
-sync_hook! {
-    /// Interposed `pthread_mutex_unlock` (sync point).
+/// A lock's acquire: the epoch of the work before it ends first
+/// ([`emu::lock_acquiring`]); a successful acquire opens a critical
+/// section ([`emu::lock_acquired`]).
+macro_rules! acquire_hook {
+    ($(#[$doc:meta] $name:ident($a:ident : $t:ty);)*) => {$(
+        #[$doc]
+        ///
+        /// # Safety
+        /// As the libc function.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($a: $t) -> c_int {
+            emu::lock_acquiring();
+            let r = real::$name()($a);
+            if r == 0 {
+                emu::lock_acquired();
+            }
+            r
+        }
+    )*};
+}
+
+acquire_hook! {
+    /// Interposed `pthread_mutex_lock` (acquire point).
+    pthread_mutex_lock(m: *mut libc::pthread_mutex_t);
+    /// Interposed `pthread_mutex_trylock` (acquire point when it succeeds).
+    pthread_mutex_trylock(m: *mut libc::pthread_mutex_t);
+    /// Interposed `pthread_spin_lock` (acquire point).
+    pthread_spin_lock(l: *mut libc::pthread_spinlock_t);
+    /// Interposed `pthread_rwlock_rdlock` (acquire point).
+    pthread_rwlock_rdlock(l: *mut libc::pthread_rwlock_t);
+    /// Interposed `pthread_rwlock_wrlock` (acquire point).
+    pthread_rwlock_wrlock(l: *mut libc::pthread_rwlock_t);
+}
+
+/// A lock's release: the critical section's epoch ends before the lock
+/// is let go ([`emu::lock_releasing`]).
+macro_rules! release_hook {
+    ($(#[$doc:meta] $name:ident($a:ident : $t:ty);)*) => {$(
+        #[$doc]
+        ///
+        /// # Safety
+        /// As the libc function.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($a: $t) -> c_int {
+            emu::lock_releasing();
+            real::$name()($a)
+        }
+    )*};
+}
+
+release_hook! {
+    /// Interposed `pthread_mutex_unlock` (release point).
     pthread_mutex_unlock(m: *mut libc::pthread_mutex_t);
+    /// Interposed `pthread_rwlock_unlock` (release point).
+    pthread_rwlock_unlock(l: *mut libc::pthread_rwlock_t);
+    /// Interposed `pthread_spin_unlock` (release point).
+    pthread_spin_unlock(l: *mut libc::pthread_spinlock_t);
+}
+
+/// Interposed `pthread_cond_wait`: releases the mutex (the section's epoch
+/// ends) and holds it again on return.
+///
+/// # Safety
+/// As pthread_cond_wait.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pthread_cond_wait(
+    c: *mut libc::pthread_cond_t,
+    m: *mut libc::pthread_mutex_t,
+) -> c_int {
+    emu::lock_releasing();
+    let r = real::pthread_cond_wait()(c, m);
+    emu::lock_acquired();
+    r
+}
+
+/// Interposed `pthread_cond_timedwait`: as `pthread_cond_wait` (the mutex
+/// is held again on every return, time-out included).
+///
+/// # Safety
+/// As pthread_cond_timedwait.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pthread_cond_timedwait(
+    c: *mut libc::pthread_cond_t,
+    m: *mut libc::pthread_mutex_t,
+    t: *const libc::timespec,
+) -> c_int {
+    emu::lock_releasing();
+    let r = real::pthread_cond_timedwait()(c, m, t);
+    emu::lock_acquired();
+    r
+}
+
+sync_hook! {
     /// Interposed `pthread_cond_signal` (sync point).
     pthread_cond_signal(c: *mut libc::pthread_cond_t);
     /// Interposed `pthread_cond_broadcast` (sync point).
     pthread_cond_broadcast(c: *mut libc::pthread_cond_t);
-    /// Interposed `pthread_cond_wait` (releases the mutex: sync point).
-    pthread_cond_wait(c: *mut libc::pthread_cond_t, m: *mut libc::pthread_mutex_t);
-    /// Interposed `pthread_cond_timedwait` (releases the mutex: sync point).
-    pthread_cond_timedwait(c: *mut libc::pthread_cond_t, m: *mut libc::pthread_mutex_t, t: *const libc::timespec);
-    /// Interposed `pthread_rwlock_unlock` (sync point).
-    pthread_rwlock_unlock(l: *mut libc::pthread_rwlock_t);
-    /// Interposed `pthread_spin_unlock` (sync point).
-    pthread_spin_unlock(l: *mut libc::pthread_spinlock_t);
     /// Interposed `pthread_barrier_wait` (sync point).
     pthread_barrier_wait(b: *mut libc::pthread_barrier_t);
     /// Interposed `sem_post` (sync point).

@@ -26,7 +26,7 @@ use pmlab_model::quartz::{self, OverheadAccount, WriteModel};
 use std::cell::{Cell, UnsafeCell};
 use std::ptr::null_mut;
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 use std::sync::OnceLock;
 
@@ -142,6 +142,9 @@ pub struct ThreadState {
     pub deferred: AtomicBool,
     /// The thread's CPU time when the monitor last looked (monitor only).
     pub monitor_cpu_ns: AtomicU64,
+    /// Locks the thread acquired through our hooks and holds (owner only):
+    /// while above 0 the epoch belongs to a critical section.
+    pub cs_depth: AtomicU32,
     counters: UnsafeCell<Option<Box<dyn ThreadCounters>>>,
     account: UnsafeCell<OverheadAccount>,
     write: UnsafeCell<Option<WriteModel>>,
@@ -171,6 +174,8 @@ struct Globals {
     source: Box<dyn Source>,
     params: ModelParams,
     min_ticks: u64,
+    /// Minimum epoch at lock acquire and release points.
+    lock_min_ticks: u64,
     max_ticks: u64,
     throttle: Throttle,
     mba_note: String,
@@ -361,6 +366,7 @@ pub fn init() {
     };
     let g = Globals {
         min_ticks: clock::ns_to_ticks(cfg.epoch_min_ns),
+        lock_min_ticks: clock::ns_to_ticks(lock_min_ns(cfg.epoch_min_ns)),
         max_ticks: clock::ns_to_ticks(cfg.epoch_max_ns),
         throttle,
         mba_note,
@@ -475,6 +481,7 @@ fn claim_slot(tid: i32) -> Option<&'static ThreadState> {
                 busy: AtomicBool::new(false),
                 deferred: AtomicBool::new(false),
                 monitor_cpu_ns: AtomicU64::new(0),
+                cs_depth: AtomicU32::new(0),
                 counters: UnsafeCell::new(None),
                 account: UnsafeCell::new(OverheadAccount::default()),
                 write: UnsafeCell::new(None),
@@ -523,6 +530,7 @@ fn reset_slot(t: &ThreadState) {
     t.signal_pending.store(false, Ordering::Relaxed);
     t.busy.store(false, Ordering::Relaxed);
     t.deferred.store(false, Ordering::Relaxed);
+    t.cs_depth.store(0, Ordering::Relaxed);
     reset_stats(&t.stats);
 }
 
@@ -633,8 +641,63 @@ pub fn sync_point() {
 }
 
 fn sync_point_for(t: &ThreadState) {
-    if !sync_and(t, |_| {}) {
+    if !sync_and(t, false, |_| {}) {
         t.stats.sync_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The minimum epoch at lock points: a tenth of the minimum epoch, at
+/// least 1 µs (10 µs by default).
+pub fn lock_min_ns(epoch_min_ns: f64) -> f64 {
+    (epoch_min_ns / 10.0).max(1e3).min(epoch_min_ns.max(0.0))
+}
+
+/// The calling thread is about to take a lock (`pthread_mutex_lock`…):
+/// the work done since its last epoch end is outside the critical
+/// section, so its delay is paid now, before the lock is taken, once the
+/// epoch is a tenth of `--epoch-min` long (Quartz's sync points are
+/// releases only; with critical sections shorter than the minimum epoch,
+/// the delay of the work before a lock would otherwise be paid at some
+/// later release, inside another section, and serialise the threads).
+#[inline]
+pub fn lock_acquiring() {
+    if !active() {
+        return;
+    }
+    let Some(t) = current() else { return };
+    let _ = sync_and(t, true, |_| {});
+}
+
+/// The calling thread holds one more lock (its acquire succeeded).
+#[inline]
+pub fn lock_acquired() {
+    if !active() {
+        return;
+    }
+    if let Some(t) = current() {
+        t.cs_depth.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The calling thread is about to release a lock: a sync point. When the
+/// thread took the lock through our hooks, the epoch since then is the
+/// critical section's: it ends here, before other threads can take the
+/// lock, once it is a tenth of `--epoch-min` long (else at `--epoch-min`,
+/// as any sync point).
+#[inline]
+pub fn lock_releasing() {
+    if !active() {
+        return;
+    }
+    let Some(t) = current() else { return };
+    let held = t.cs_depth.load(Ordering::Relaxed);
+    if held > 0 {
+        t.cs_depth.store(held - 1, Ordering::Relaxed);
+        if !sync_and(t, true, |_| {}) {
+            t.stats.sync_skipped.fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        sync_point_for(t);
     }
 }
 
@@ -647,7 +710,7 @@ pub fn time_read() {
         return;
     }
     let Some(t) = current() else { return };
-    let _ = sync_and(t, |t| {
+    let _ = sync_and(t, false, |t| {
         // SAFETY: owner thread under the busy guard.
         if let Some(c) = unsafe { (*t.counters.get()).as_mut() } {
             c.time_observed();
@@ -655,16 +718,18 @@ pub fn time_read() {
     });
 }
 
-/// A sync point on `t`, then `then` under the same guard. False when the
-/// epoch was too short to end here.
-fn sync_and(t: &ThreadState, then: impl FnOnce(&ThreadState)) -> bool {
+/// A sync point on `t` (with the lock points' shorter minimum when
+/// `lock`), then `then` under the same guard. False when the epoch was
+/// too short to end here.
+fn sync_and(t: &ThreadState, lock: bool, then: impl FnOnce(&ThreadState)) -> bool {
     let Some(g) = GLOBALS.get() else { return true };
     if !enter(t) {
         return true;
     }
     let now = rdtsc();
     let start = t.epoch_start.load(Ordering::Relaxed);
-    let ended = start != u64::MAX && now.saturating_sub(start) >= g.min_ticks;
+    let min = if lock { g.lock_min_ticks } else { g.min_ticks };
+    let ended = start != u64::MAX && now.saturating_sub(start) >= min;
     if ended {
         end_epoch(t, Cause::Sync, now);
     }

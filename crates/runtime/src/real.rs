@@ -47,6 +47,11 @@ real! {
     pthread_create: fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut c_void) -> c_int;
     pthread_join: fn(libc::pthread_t, *mut *mut c_void) -> c_int;
     pthread_mutex_unlock: fn(*mut libc::pthread_mutex_t) -> c_int;
+    pthread_mutex_lock: fn(*mut libc::pthread_mutex_t) -> c_int;
+    pthread_mutex_trylock: fn(*mut libc::pthread_mutex_t) -> c_int;
+    pthread_spin_lock: fn(*mut libc::pthread_spinlock_t) -> c_int;
+    pthread_rwlock_rdlock: fn(*mut libc::pthread_rwlock_t) -> c_int;
+    pthread_rwlock_wrlock: fn(*mut libc::pthread_rwlock_t) -> c_int;
     pthread_cond_signal: fn(*mut libc::pthread_cond_t) -> c_int;
     pthread_cond_broadcast: fn(*mut libc::pthread_cond_t) -> c_int;
     pthread_cond_wait: fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t) -> c_int;
