@@ -63,6 +63,15 @@ fn needs_pmlab_so(path: &Path) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("libpmlab.so")
 }
 
+/// `make clean` then `make CC=cc` in the copied project `dir`.
+fn rebuild_with(dir: &Path, cc: &str) {
+    run(Command::new("make").arg("-s").arg("clean").current_dir(dir));
+    run(Command::new("make")
+        .arg("-s")
+        .arg(format!("CC={cc}"))
+        .current_dir(dir));
+}
+
 #[test]
 fn cc_builds_a_multi_file_project_with_make() {
     ensure_runtime();
@@ -82,14 +91,7 @@ fn cc_builds_a_multi_file_project_with_make() {
     let out = run(Command::new(&exe).arg("1000"));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 499500\n");
     // The same project built with plain clang has no hooks.
-    run(Command::new("make")
-        .arg("-s")
-        .arg("clean")
-        .current_dir(&t.0));
-    run(Command::new("make")
-        .arg("-s")
-        .arg("CC=clang-14")
-        .current_dir(&t.0));
+    rebuild_with(&t.0, "clang-14");
     assert!(!imports_hooks(&exe));
 }
 
@@ -424,14 +426,7 @@ fn gcc_builds_a_multi_file_project_with_make() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 499500\n");
     assert_eq!(run_instrumented(&exe, &["1000"]), "sum 499500\n");
     // Plain gcc: no hooks.
-    run(Command::new("make")
-        .arg("-s")
-        .arg("clean")
-        .current_dir(&t.0));
-    run(Command::new("make")
-        .arg("-s")
-        .arg("CC=gcc")
-        .current_dir(&t.0));
+    rebuild_with(&t.0, "gcc");
     assert!(!imports_tsan_hooks(&exe));
 }
 

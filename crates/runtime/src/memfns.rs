@@ -172,25 +172,44 @@ unsafe fn move_bytes(d: *mut c_void, s: *const c_void, n: usize) {
     }
 }
 
+/// A copy of `n` bytes from `s` to `d` for the caller at `ret`: offered to
+/// the hooks, then done by libc's function in `real`, or by `fallback`
+/// before it is known.
+///
+/// # Safety
+/// As `memcpy`/`memmove`.
+#[inline(always)]
+unsafe fn copy(
+    d: *mut c_void,
+    s: *const c_void,
+    n: usize,
+    ret: usize,
+    real: &AtomicUsize,
+    fallback: unsafe fn(*mut c_void, *const c_void, usize),
+) -> *mut c_void {
+    if counting(ret) {
+        offer(s as usize, n, false);
+        offer(d as usize, n, true);
+    }
+    match real.load(Ordering::Acquire) {
+        0 => {
+            // SAFETY: as the caller's function.
+            unsafe { fallback(d, s, n) };
+            d
+        }
+        // SAFETY: libc's function, as dlsym found it.
+        f => unsafe { std::mem::transmute::<usize, Copy>(f)(d, s, n) },
+    }
+}
+
 unsafe extern "C" fn memcpy_body(
     d: *mut c_void,
     s: *const c_void,
     n: usize,
     ret: usize,
 ) -> *mut c_void {
-    if counting(ret) {
-        offer(s as usize, n, false);
-        offer(d as usize, n, true);
-    }
-    match REAL_MEMCPY.load(Ordering::Acquire) {
-        0 => {
-            // SAFETY: as memcpy.
-            unsafe { movsb(d, s, n) };
-            d
-        }
-        // SAFETY: libc's memcpy, as dlsym found it.
-        f => unsafe { std::mem::transmute::<usize, Copy>(f)(d, s, n) },
-    }
+    // SAFETY: as memcpy.
+    unsafe { copy(d, s, n, ret, &REAL_MEMCPY, movsb) }
 }
 
 unsafe extern "C" fn memmove_body(
@@ -199,19 +218,8 @@ unsafe extern "C" fn memmove_body(
     n: usize,
     ret: usize,
 ) -> *mut c_void {
-    if counting(ret) {
-        offer(s as usize, n, false);
-        offer(d as usize, n, true);
-    }
-    match REAL_MEMMOVE.load(Ordering::Acquire) {
-        0 => {
-            // SAFETY: as memmove.
-            unsafe { move_bytes(d, s, n) };
-            d
-        }
-        // SAFETY: libc's memmove, as dlsym found it.
-        f => unsafe { std::mem::transmute::<usize, Copy>(f)(d, s, n) },
-    }
+    // SAFETY: as memmove.
+    unsafe { copy(d, s, n, ret, &REAL_MEMMOVE, move_bytes) }
 }
 
 unsafe extern "C" fn memset_body(d: *mut c_void, c: c_int, n: usize, ret: usize) -> *mut c_void {
