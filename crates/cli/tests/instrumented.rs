@@ -703,3 +703,47 @@ fn validate_rejects_bad_options_in_one_line() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn validate_quick_runs_every_study_end_to_end() {
+    ensure_runtime();
+    let t = TempDir::new("validatequick");
+    let json = t.0.join("v.json");
+    let plots = t.0.join("plots");
+    let out = Command::new(PMLAB)
+        .args(["validate", "--quick", "--reps", "1", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .current_dir(&t.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let points = v["points"].as_array().unwrap();
+    // Every study of the quick plan produced points with finite values
+    // (the accuracy itself is the study's business, not this test's).
+    for study in ["memlat", "chains", "multilat", "mtlat", "overhead"] {
+        let mine: Vec<_> = points.iter().filter(|p| p["study"] == study).collect();
+        assert!(!mine.is_empty(), "no {study} points");
+        for p in mine {
+            let m = p["measured"]["median"].as_f64().unwrap();
+            let e = p["expected"].as_f64().unwrap();
+            assert!(m.is_finite() && m > 0.0 && e.is_finite() && e > 0.0, "{p}");
+        }
+    }
+    // The multilat and mtlat points say how their expectation was formed.
+    assert!(points
+        .iter()
+        .filter(|p| p["study"] == "multilat")
+        .all(|p| p["detail"].as_str().is_some_and(|d| d.contains("native"))));
+    assert!(
+        std::fs::read_dir(&plots).unwrap().count() > 0,
+        "plots written"
+    );
+}

@@ -501,10 +501,23 @@ fn scaled_point(
     w: Scaled<'_>,
     config: impl FnOnce(f64) -> String,
 ) -> Result<()> {
-    ctx.say(&format!("{}, native", w.label));
-    let native = summarize(&ctx.reps(|| need(w.prog, &ctx.native(w.prog, w.args)?, w.key))?);
-    ctx.say(&format!("{}, {} ns", w.label, w.lat));
-    let runs = ctx.reps(|| need(w.prog, &ctx.emulated(w.prog, w.args, w.lat, false)?, w.key))?;
+    ctx.say(&format!(
+        "{}: native and {} ns, interleaved",
+        w.label, w.lat
+    ));
+    // Native and emulated runs alternate, so that drift over the point's
+    // minutes affects both alike.
+    let mut native_runs = Vec::new();
+    let mut runs = Vec::new();
+    for _ in 0..ctx.reps {
+        native_runs.push(need(w.prog, &ctx.native(w.prog, w.args)?, w.key)?);
+        runs.push(need(
+            w.prog,
+            &ctx.emulated(w.prog, w.args, w.lat, false)?,
+            w.key,
+        )?);
+    }
+    let native = summarize(&native_runs);
     let m = summarize(&runs);
     let (expected, detail) = (w.expect)(native.median);
     push(
@@ -578,19 +591,24 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 s(accesses),
             ];
             ctx.say(&format!(
-                "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}, native"
+                "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}: native and {:?} ns, interleaved",
+                p.multilat_lat
             ));
             // Natively both arrays are DRAM: the run's time per access is
             // this workload's DRAM latency (memory, TLB and loop together).
-            let native = summarize(
-                &ctx.reps(|| need("multilat", &ctx.native("multilat", &args)?, "elapsed_ns"))?,
-            );
-            for &lat in &p.multilat_lat {
-                ctx.say(&format!(
-                    "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}, {lat} ns"
-                ));
-                let mut counts = (f64::NAN, f64::NAN);
-                let runs = ctx.reps(|| {
+            // Each repetition runs the native build and then every latency,
+            // so that the machine's drift over the minutes of a point
+            // touches the baseline and the emulated runs alike.
+            let mut native_runs = Vec::new();
+            let mut emulated: Vec<Vec<f64>> = vec![Vec::new(); p.multilat_lat.len()];
+            let mut counts = (f64::NAN, f64::NAN);
+            for _ in 0..ctx.reps {
+                native_runs.push(need(
+                    "multilat",
+                    &ctx.native("multilat", &args)?,
+                    "elapsed_ns",
+                )?);
+                for (k, &lat) in p.multilat_lat.iter().enumerate() {
                     let o = ctx.emulated("multilat", &args, lat, false)?;
                     if !o.contains("pm=pmalloc") {
                         bail!("multilat did not get its PM array from pmalloc under pmlab run");
@@ -599,8 +617,11 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         need("multilat", &o, "dram_accesses")?,
                         need("multilat", &o, "pm_accesses")?,
                     );
-                    need("multilat", &o, "elapsed_ns")
-                })?;
+                    emulated[k].push(need("multilat", &o, "elapsed_ns")?);
+                }
+            }
+            let native = summarize(&native_runs);
+            for (&lat, runs) in p.multilat_lat.iter().zip(emulated) {
                 let (nd, nn) = counts;
                 let (expected, detail) =
                     multilat_expectation(native.median, nd, nn, ctx.dram_ns, lat);
@@ -722,16 +743,18 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
 
 fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let args = memlat_args(p, 1);
-    ctx.say("overhead: memlat native and --no-inject");
-    let native =
-        summarize(&ctx.reps(|| need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY))?);
-    let runs = ctx.reps(|| {
-        need(
+    ctx.say("overhead: memlat native and --no-inject, interleaved");
+    let mut native_runs = Vec::new();
+    let mut runs = Vec::new();
+    for _ in 0..ctx.reps {
+        native_runs.push(need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY)?);
+        runs.push(need(
             "memlat",
             &ctx.emulated("memlat", &args, 400.0, true)?,
             MEMLAT_KEY,
-        )
-    })?;
+        )?);
+    }
+    let native = summarize(&native_runs);
     let m = summarize(&runs);
     push(
         ctx,
