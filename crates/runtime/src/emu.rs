@@ -288,7 +288,8 @@ pub fn current() -> Option<&'static ThreadState> {
     unsafe { p.as_ref() }
 }
 
-fn gettid() -> i32 {
+/// The calling thread's kernel id.
+pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
@@ -637,11 +638,13 @@ pub fn sync_point() {
         return;
     }
     let Some(t) = current() else { return };
-    sync_point_for(t);
+    sync_point_for(t, false);
 }
 
-fn sync_point_for(t: &ThreadState) {
-    if !sync_and(t, false, |_| {}) {
+/// A sync point (with the lock points' minimum when `lock`) that counts
+/// itself as skipped when the epoch was too short to end.
+fn sync_point_for(t: &ThreadState, lock: bool) {
+    if !sync_and(t, lock, |_| {}) {
         t.stats.sync_skipped.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -693,12 +696,8 @@ pub fn lock_releasing() {
     let held = t.cs_depth.load(Ordering::Relaxed);
     if held > 0 {
         t.cs_depth.store(held - 1, Ordering::Relaxed);
-        if !sync_and(t, true, |_| {}) {
-            t.stats.sync_skipped.fetch_add(1, Ordering::Relaxed);
-        }
-    } else {
-        sync_point_for(t);
     }
+    sync_point_for(t, held > 0);
 }
 
 /// The calling thread is about to read the clock: a sync point, after

@@ -203,6 +203,7 @@ impl Report {
         use std::fmt::Write;
         let mut o = String::new();
         let t = self.total();
+        let hooks = crate::instrument_hooks::calibrated();
         let _ = write!(
             o,
             "{{\"pmlab_stats\":1,\"pid\":{},\"source\":\"{}\",\"inject\":{},\"pm_latency_ns\":{},\
@@ -225,8 +226,8 @@ impl Report {
             esc(&self.throttle_note),
             self.init_ns,
             crate::instrument_hooks::unabsorbed_ns(),
-            crate::instrument_hooks::calibrated().fast_ns,
-            crate::instrument_hooks::calibrated().miss_ns,
+            hooks.fast_ns,
+            hooks.miss_ns,
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,

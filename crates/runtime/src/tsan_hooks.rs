@@ -293,7 +293,8 @@ macro_rules! atomics {
             }
         }
 
-        /// Weak compare-exchange (may fail spuriously, as C allows).
+        /// Weak compare-exchange: the strong one (a weak compare-exchange
+        /// may fail spuriously, and need not).
         ///
         /// # Safety
         ///
@@ -303,22 +304,11 @@ macro_rules! atomics {
             a: *mut $t,
             expected: *mut $t,
             v: $t,
-            _mo: i32,
-            _fail_mo: i32,
+            mo: i32,
+            fail_mo: i32,
         ) -> i32 {
-            on_access(a as usize, std::mem::size_of::<$t>() as u32, true, None);
-            match <$at>::from_ptr(a).compare_exchange_weak(
-                *expected,
-                v,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => 1,
-                Err(cur) => {
-                    *expected = cur;
-                    0
-                }
-            }
+            // SAFETY: the caller's guarantees are the strong one's.
+            unsafe { $strong(a, expected, v, mo, fail_mo) }
         }
 
         /// Compare-exchange returning the value `*a` had (stored `v` if it

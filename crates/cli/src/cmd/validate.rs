@@ -199,6 +199,21 @@ impl Ctx {
     fn reps<F: FnMut() -> Result<f64>>(&self, mut f: F) -> Result<Vec<f64>> {
         (0..self.reps).map(|_| f()).collect()
     }
+
+    /// `--reps` pairs of runs, `first` then `second` each time, so that the
+    /// machine's drift over the point's minutes touches both alike.
+    fn interleaved<F, G>(&self, mut first: F, mut second: G) -> Result<(Vec<f64>, Vec<f64>)>
+    where
+        F: FnMut() -> Result<f64>,
+        G: FnMut() -> Result<f64>,
+    {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..self.reps {
+            a.push(first()?);
+            b.push(second()?);
+        }
+        Ok((a, b))
+    }
 }
 
 /// Record a point, and show its result with the progress.
@@ -505,18 +520,10 @@ fn scaled_point(
         "{}: native and {} ns, interleaved",
         w.label, w.lat
     ));
-    // Native and emulated runs alternate, so that drift over the point's
-    // minutes affects both alike.
-    let mut native_runs = Vec::new();
-    let mut runs = Vec::new();
-    for _ in 0..ctx.reps {
-        native_runs.push(need(w.prog, &ctx.native(w.prog, w.args)?, w.key)?);
-        runs.push(need(
-            w.prog,
-            &ctx.emulated(w.prog, w.args, w.lat, false)?,
-            w.key,
-        )?);
-    }
+    let (native_runs, runs) = ctx.interleaved(
+        || need(w.prog, &ctx.native(w.prog, w.args)?, w.key),
+        || need(w.prog, &ctx.emulated(w.prog, w.args, w.lat, false)?, w.key),
+    )?;
     let native = summarize(&native_runs);
     let m = summarize(&runs);
     let (expected, detail) = (w.expect)(native.median);
@@ -744,16 +751,16 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
 fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let args = memlat_args(p, 1);
     ctx.say("overhead: memlat native and --no-inject, interleaved");
-    let mut native_runs = Vec::new();
-    let mut runs = Vec::new();
-    for _ in 0..ctx.reps {
-        native_runs.push(need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY)?);
-        runs.push(need(
-            "memlat",
-            &ctx.emulated("memlat", &args, 400.0, true)?,
-            MEMLAT_KEY,
-        )?);
-    }
+    let (native_runs, runs) = ctx.interleaved(
+        || need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY),
+        || {
+            need(
+                "memlat",
+                &ctx.emulated("memlat", &args, 400.0, true)?,
+                MEMLAT_KEY,
+            )
+        },
+    )?;
     let native = summarize(&native_runs);
     let m = summarize(&runs);
     push(

@@ -228,11 +228,6 @@ pub struct InstrumentedCounters {
     owner: i32,
 }
 
-fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
 /// Split an epoch's hook `overhead` plus what earlier epochs `carried` into
 /// the part the epoch's `delay` absorbs and the part carried on:
 /// `(absorbed, carried)`.
@@ -257,7 +252,7 @@ impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
         // parent's, so the baseline is simply "now".
-        self.owner = gettid();
+        self.owner = crate::emu::gettid();
         self.last = hooks::totals();
         self.last_overhead_ns = 0.0;
         self.carried_ns = 0.0;
@@ -293,7 +288,7 @@ impl ThreadCounters for InstrumentedCounters {
         // The hook state is the calling thread's: in a forked child the
         // runtime stops the counters of threads that do not exist there
         // from the forking thread, whose own model must survive.
-        if gettid() == self.owner {
+        if crate::emu::gettid() == self.owner {
             hooks::thread_exit();
         }
     }
