@@ -297,6 +297,8 @@ fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
                 "20ms",
                 "--epoch-min",
                 min,
+                "--lock-epoch-min",
+                min,
                 "--source",
                 "synthetic:s.txt",
             ],
@@ -324,7 +326,8 @@ fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
         hold_sync >= 0.95 * in_sections,
         "lock held {hold_sync} ns for {in_sections} ns of delay"
     );
-    // With sync epochs off (minimum = maximum) the critical sections stay
+    // With sync epochs off (both minimums = maximum: neither unlocks nor
+    // lock acquires end epochs) the critical sections stay
     // short: the delay would be paid later, overlapping the other thread.
     let (hold_nosync, wait_nosync, v2) = go("20ms");
     assert!(total(&v2, "epochs_sync") < 10.0);

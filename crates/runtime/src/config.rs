@@ -77,6 +77,9 @@ pub struct Config {
     pub epoch_max_ns: f64,
     /// Minimum epoch, ns.
     pub epoch_min_ns: f64,
+    /// Minimum epoch at lock acquires and releases, ns (`None`: derived
+    /// from `epoch_min_ns`, see [`crate::emu::lock_min_ns`]).
+    pub lock_epoch_min_ns: Option<f64>,
     /// Compute but do not inject.
     pub no_inject: bool,
     /// TSC GHz if given.
@@ -116,6 +119,7 @@ impl Default for Config {
             throttle: Throttle::None,
             epoch_max_ns: 10e6,
             epoch_min_ns: 100e3,
+            lock_epoch_min_ns: None,
             no_inject: false,
             tsc_ghz: None,
             cpu_ghz: None,
@@ -203,6 +207,7 @@ impl Config {
         if let Some(v) = dur("PMLAB_EPOCH_MIN")? {
             c.epoch_min_ns = v;
         }
+        c.lock_epoch_min_ns = dur("PMLAB_LOCK_EPOCH_MIN")?;
         c.no_inject = get("PMLAB_NO_INJECT").is_some_and(|v| flag(&v));
         c.tsc_ghz = num("PMLAB_TSC_GHZ")?;
         c.cpu_ghz = num("PMLAB_CPU_GHZ")?;
@@ -281,6 +286,13 @@ impl Config {
                 Nanos::new(self.epoch_max_ns)
             ));
         }
+        if let Some(l) = self.lock_epoch_min_ns.filter(|&l| l > self.epoch_max_ns) {
+            return e(format!(
+                "minimum lock epoch {} is above the maximum epoch {}",
+                Nanos::new(l),
+                Nanos::new(self.epoch_max_ns)
+            ));
+        }
         Ok(())
     }
 }
@@ -335,6 +347,10 @@ mod tests {
         assert!(e.message().contains("below the DRAM latency"), "{e}");
         let e = cfg(&[("PMLAB_EPOCH_MIN", "20ms")]).unwrap_err();
         assert!(e.message().contains("above the maximum"), "{e}");
+        let e = cfg(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
+        assert!(e.message().contains("minimum lock epoch"), "{e}");
+        let c = cfg(&[("PMLAB_LOCK_EPOCH_MIN", "2us")]).unwrap();
+        assert_eq!(c.lock_epoch_min_ns, Some(2e3));
         let e = cfg(&[("PMLAB_EPOCH_MAX", "10 parsecs")]).unwrap_err();
         assert!(e.message().starts_with("PMLAB_EPOCH_MAX:"), "{e}");
         assert!(cfg(&[("PMLAB_BW_THROTTLE", "magic")]).is_err());

@@ -367,7 +367,10 @@ pub fn init() {
     };
     let g = Globals {
         min_ticks: clock::ns_to_ticks(cfg.epoch_min_ns),
-        lock_min_ticks: clock::ns_to_ticks(lock_min_ns(cfg.epoch_min_ns)),
+        lock_min_ticks: clock::ns_to_ticks(
+            cfg.lock_epoch_min_ns
+                .unwrap_or_else(|| lock_min_ns(cfg.epoch_min_ns)),
+        ),
         max_ticks: clock::ns_to_ticks(cfg.epoch_max_ns),
         throttle,
         mba_note,
@@ -649,8 +652,8 @@ fn sync_point_for(t: &ThreadState, lock: bool) {
     }
 }
 
-/// The minimum epoch at lock points: a tenth of the minimum epoch, at
-/// least 1 µs (10 µs by default).
+/// The default minimum epoch at lock points (`--lock-epoch-min`): a
+/// tenth of the minimum epoch, at least 1 µs (10 µs by default).
 pub fn lock_min_ns(epoch_min_ns: f64) -> f64 {
     (epoch_min_ns / 10.0).max(1e3).min(epoch_min_ns.max(0.0))
 }

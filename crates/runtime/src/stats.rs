@@ -178,7 +178,7 @@ impl Report {
             .count();
         if skipping >= 2 {
             return format!(
-                "{} lock/thread sync points came before --epoch-min and did not end their epoch ({} did): the delay of work done before a lock is then paid inside the next critical section (or a section's after it); lock points end epochs from a tenth of --epoch-min: lower it until that is below the critical sections",
+                "{} lock/thread sync points came before --epoch-min and did not end their epoch ({} did): the delay of work done before a lock is then paid inside the next critical section (or a section's after it); lock points end epochs from --lock-epoch-min (a tenth of --epoch-min by default): lower it below the critical sections",
                 t.sync_skipped, t.epochs[1]
             );
         }

@@ -39,6 +39,11 @@ pub struct Args {
     /// Minimum epoch length before a sync point ends an epoch [default: 100us].
     #[arg(long)]
     pub epoch_min: Option<String>,
+    /// Minimum epoch before a lock acquire or release ends it (set it to
+    /// --epoch-max to keep lock points from ending epochs) [default: a
+    /// tenth of --epoch-min, at least 1us].
+    #[arg(long)]
+    pub lock_epoch_min: Option<String>,
     /// Counter source: auto, hw, instrumented, synthetic:FILE [default: auto].
     #[arg(long)]
     pub source: Option<String>,
@@ -91,6 +96,7 @@ struct FileConfig {
     bw_throttle: Option<String>,
     epoch_max: Option<String>,
     epoch_min: Option<String>,
+    lock_epoch_min: Option<String>,
     source: Option<String>,
     write_latency: Option<String>,
     write_parallelism: Option<u32>,
@@ -197,6 +203,17 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     }
     set("PMLAB_EPOCH_MAX", format!("{max}ns"));
     set("PMLAB_EPOCH_MIN", format!("{min}ns"));
+    if let Some(l) = pick!(lock_epoch_min) {
+        let l = dur("lock-epoch-min", &l)?;
+        if l > max {
+            bail!(
+                "--lock-epoch-min {} is above --epoch-max {}",
+                Nanos::new(l),
+                Nanos::new(max)
+            );
+        }
+        set("PMLAB_LOCK_EPOCH_MIN", format!("{l}ns"));
+    }
     if let Some(c) = &cached {
         set("PMLAB_TSC_GHZ", format!("{}", c.tsc_ghz));
     }
@@ -423,6 +440,12 @@ mod tests {
         assert!(e.to_string().contains("below the DRAM latency"), "{e}");
         let e = resolve(&args(|a| a.epoch_min = Some("20ms".into()))).unwrap_err();
         assert!(e.to_string().contains("above --epoch-max"), "{e}");
+        let e = resolve(&args(|a| a.lock_epoch_min = Some("11ms".into()))).unwrap_err();
+        assert!(e.to_string().starts_with("--lock-epoch-min 11ms"), "{e}");
+        let r = resolve(&args(|a| a.lock_epoch_min = Some("10ms".into()))).unwrap();
+        assert!(r
+            .env
+            .contains(&("PMLAB_LOCK_EPOCH_MIN".into(), "10000000ns".into())));
         let e = resolve(&args(|a| a.epoch_max = Some("10 fortnights".into()))).unwrap_err();
         assert!(e.to_string().starts_with("--epoch-max:"), "{e}");
         let e = resolve(&args(|a| a.source = Some("magic".into()))).unwrap_err();
