@@ -935,6 +935,7 @@ extern "C" fn after_fork_parent() {
 /// In the child only the forking thread exists: drop every other thread's
 /// state, start the forking thread's counters again, restart the monitor.
 extern "C" fn after_fork_child() {
+    crate::instrument_hooks::after_fork_child();
     FINISHED.lock.store(false, Ordering::Release);
     crate::pool::reset_after_fork();
     FORKED.store(true, Ordering::Relaxed);
