@@ -506,6 +506,11 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
         1 << self.set_bits
     }
 
+    /// Empty the cache (every slot invalid).
+    pub fn clear(&mut self) {
+        self.slots.as_mut().fill(0);
+    }
+
     #[inline]
     fn tag(&self, line: u64) -> u32 {
         let h = (line >> self.set_bits).wrapping_mul(0x9E37_79B9_7F4A_7C15);

@@ -551,7 +551,7 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     // SAFETY: owner thread under the busy guard.
     let (counters, account) = unsafe { (&mut *t.counters.get(), &mut *t.account.get()) };
     let (reading, source_overhead) = match counters.as_mut() {
-        Some(c) => (c.epoch_end(), c.overhead_ns()),
+        Some(c) => (c.epoch_end(epoch_ns), c.overhead_ns()),
         None => (Default::default(), 0.0),
     };
     let delay = reading.delay_ns(&g.params);
@@ -1012,6 +1012,7 @@ extern "C" fn after_fork_parent() {
 /// In the child only the forking thread exists: drop every other thread's
 /// state, start the forking thread's counters again, restart the monitor.
 extern "C" fn after_fork_child() {
+    crate::instrument_hooks::after_fork_child();
     FINISHED.lock.store(false, Ordering::Release);
     crate::pool::reset_after_fork();
     FORKED.store(true, Ordering::Relaxed);

@@ -24,8 +24,10 @@
 //! * The log is run in batches through the thread's cache model (the size
 //!   and associativity of this machine's last-level cache), which classifies
 //!   each miss as PM or DRAM, feeds the overlap (MLP) estimator and counts
-//!   write-backs: when the log is full, and whenever the runtime reads the
-//!   thread's totals (epoch ends, sync points, thread exit). Each batch is
+//!   write-backs: when the log is full (on the runtime's modeller thread
+//!   when a CPU is free: the `offload` module), and whenever the runtime reads
+//!   the thread's totals (epoch ends, sync points, thread exit). Each batch
+//!   the thread runs itself is
 //!   timed with the TSC, after a fence that lets the program's outstanding
 //!   misses complete first, and reported as overhead, so that the runtime
 //!   subtracts it from the injected delays. A batch run from the epoch
@@ -49,7 +51,7 @@ use pmlab_model::cache::{CacheConfig, CompactCache, Hierarchy};
 use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator, SerialCounts};
 #[cfg(not(target_arch = "x86_64"))]
 use std::cell::UnsafeCell;
-use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Entries of a thread's miss log (24 B each), processed in one batch.
 pub const LOG_ENTRIES: usize = 512;
@@ -109,6 +111,7 @@ pub fn activate(cfg: HookConfig) {
     FILL_BUFFERS.store(cfg.overlap.fill_buffers as u64, Ordering::Relaxed);
     WINDOW.store(cfg.overlap.window_accesses, Ordering::Relaxed);
     PM_MODE.store(cfg.pm_mode as u8, Ordering::Relaxed);
+    offload::start();
     ACTIVE.fetch_or(ON, Ordering::Release);
 }
 
@@ -169,6 +172,15 @@ pub fn is_pm(addr: usize) -> bool {
 
 static UNABSORBED_NS: AtomicU64 = AtomicU64::new(0);
 
+/// Batches the modeller thread ran, all threads.
+static OFFLOADED: AtomicU64 = AtomicU64::new(0);
+
+/// Batches of logged misses the modeller thread ran for the program's
+/// threads, in all (the statistics report it).
+pub fn offloaded_batches() -> u64 {
+    OFFLOADED.load(Ordering::Relaxed)
+}
+
 /// Record hook overhead that an epoch's delay could not absorb (the
 /// instrumented source drops it rather than carry it into later phases).
 pub fn add_unabsorbed_ns(ns: f64) {
@@ -190,8 +202,11 @@ pub struct ThreadTotals {
     /// Accesses that missed the filter, were logged and went through the
     /// cache model.
     pub slow_calls: u64,
-    /// Batches of logged accesses processed.
+    /// Batches of logged accesses the thread processed itself.
     pub batches: u64,
+    /// Batches the modeller thread processed for it (they cost the thread
+    /// nothing but the hand-off).
+    pub offloaded: u64,
     /// TSC cycles spent processing the batches. A batch interrupted by the
     /// epoch signal (whose handler may inject a delay) is not timed: it
     /// counts the mean cycles per entry of the uninterrupted ones.
@@ -240,8 +255,35 @@ struct Slow {
     cache: Model,
     est: OverlapEstimator,
     totals: ThreadTotals,
-    log: [LogEntry; LOG_ENTRIES],
+    /// Two logs: the hook fills `Tls::cur` while the other may wait for,
+    /// or be in, the modeller thread (see [`offload`]).
+    logs: [[LogEntry; LOG_ENTRIES]; 2],
+    /// Held by whoever runs entries through the model (the owner thread or
+    /// the modeller).
+    lock: AtomicBool,
+    /// State of the handed-off log: [`NONE`], [`READY`] (waiting) or
+    /// [`TAKEN`] (the modeller runs it, holding `lock`).
+    ready: AtomicU8,
+    /// The handed-off log and its entries, written by the owner before it
+    /// stores [`READY`].
+    ready_log: usize,
+    ready_from: usize,
+    ready_to: usize,
+    /// Seqlock over `published`, the totals as of the last batch, for
+    /// readers that cannot take `lock` (a signal handler while the
+    /// modeller holds it).
+    seq: AtomicU64,
+    published: std::cell::UnsafeCell<ThreadTotals>,
+    /// This model is registered for the modeller (never freed: reused by
+    /// later threads, see [`offload`]).
+    shared: bool,
+    /// A thread owns this model (registered models only).
+    owned: AtomicBool,
 }
+
+const NONE: u8 = 0;
+const READY: u8 = 1;
+const TAKEN: u8 = 2;
 
 struct Tls {
     /// `line << 1 | dirty`; 0 is empty (line 0 is never accessed).
@@ -257,6 +299,11 @@ struct Tls {
     /// (never `logged`); only the hook, outside a signal, resets both.
     logged: usize,
     processed: usize,
+    /// Which of `slow.logs` the hook fills.
+    cur: usize,
+    /// The totals [`totals`] returned last (what it returns when it cannot
+    /// read newer ones).
+    last: ThreadTotals,
     /// A batch or the model's allocation is under way on this thread.
     busy: bool,
     /// The epoch signal's handler ran while a batch was under way: the
@@ -314,6 +361,25 @@ thread_local! {
             slow: std::ptr::null_mut(),
             logged: 0,
             processed: 0,
+            cur: 0,
+            last: ThreadTotals {
+                accesses: 0,
+                slow_calls: 0,
+                batches: 0,
+                offloaded: 0,
+                slow_cycles: 0,
+                clean_entries: 0,
+                clean_cycles: 0,
+                serial: SerialCounts {
+                    dram: 0.0,
+                    pm: 0.0,
+                    dram_misses: 0,
+                    pm_misses: 0,
+                    dependent: 0,
+                },
+                pm_writebacks: 0,
+                dram_writebacks: 0,
+            },
             busy: false,
             interrupted: false,
             retired: false,
@@ -437,7 +503,7 @@ unsafe fn log_miss(t: *mut Tls, addr: usize, line: usize, write: bool, value: Op
     // load): a later miss to the line it names depends on this one. Nothing
     // waits for it: the store into the log completes whenever the miss does.
     let v = value.map_or(0, |p| std::ptr::read_unaligned(p));
-    let e = (*(*t).slow).log.as_mut_ptr().add(n);
+    let e = (*(*t).slow).logs[(*t).cur].as_mut_ptr().add(n);
     e.write(LogEntry {
         addr: addr | if write { STORE_BIT } else { 0 },
         at: (*t).accesses,
@@ -475,46 +541,52 @@ unsafe fn make_room(t: *mut Tls) -> bool {
         (*t).busy = false;
         return !s.is_null();
     }
-    process(t, true);
+    if offload::hand_off(t) {
+        return true;
+    }
+    process(t, true, true);
     true
 }
 
-/// Run the logged, unprocessed accesses through the model; with `reset`
-/// (the hook, never a signal handler) empty the log afterwards.
+/// Run the logged, unprocessed accesses through the model (first the
+/// handed-off log, if the modeller has not taken it); with `reset` (the
+/// hook, never a signal handler) empty the log afterwards. Without `wait`
+/// (a signal handler) nothing is done while the modeller holds the model:
+/// the entries count at the next reading.
 ///
 /// # Safety
 ///
 /// `t` is the calling thread's state, not busy, with a model.
-unsafe fn process(t: *mut Tls, reset: bool) {
+unsafe fn process(t: *mut Tls, reset: bool, wait: bool) {
     (*t).busy = true;
     compiler_fence(Ordering::SeqCst);
     let s = &mut *(*t).slow;
+    if !offload::lock(s, wait) {
+        compiler_fence(Ordering::SeqCst);
+        (*t).busy = false;
+        return;
+    }
     let end = std::ptr::read_volatile(&(*t).logged).min(LOG_ENTRIES);
     let start = (*t).processed;
+    let pending = s.ready.load(Ordering::Acquire) == READY;
     std::ptr::write_volatile(&mut (*t).interrupted, false);
-    if start < end {
-        if let Model::Compact(c) = &s.cache {
-            for e in &s.log[start..end.min(start + PREFETCH_AHEAD)] {
-                prefetch(c.set_addr(((e.addr & !STORE_BIT) >> LINE_SHIFT) as u64));
-            }
-        }
+    if start < end || pending {
         // The clock starts once the program's own outstanding misses (the
         // values in the log) have arrived: they are not overhead.
         let t0 = tsc_after(0);
-        for i in start..end {
-            if let Model::Compact(c) = &s.cache {
-                if i + PREFETCH_AHEAD < end {
-                    let ahead = s.log[i + PREFETCH_AHEAD].addr & !STORE_BIT;
-                    prefetch(c.set_addr((ahead >> LINE_SHIFT) as u64));
-                }
-            }
-            let e = s.log[i];
-            process_one(t, s, e);
+        let mut n = 0;
+        if pending {
+            let (log, from, to) = (s.ready_log, s.ready_from, s.ready_to);
+            run_entries(Some(t), s, log, from, to);
+            n += (to - from) as u64;
+            s.ready.store(NONE, Ordering::Release);
         }
+        run_entries(Some(t), s, (*t).cur, start, end);
+        n += (end - start) as u64;
         let cycles = tsc_after(0).wrapping_sub(t0);
-        let n = (end - start) as u64;
         s.totals.slow_calls += n;
-        s.totals.batches += 1;
+        // The log handed off but run here counts as a batch of its own.
+        s.totals.batches += pending as u64 + (start < end) as u64;
         if std::ptr::read_volatile(&(*t).interrupted) {
             let tt = &s.totals;
             s.totals.slow_cycles += (n * tt.clean_cycles)
@@ -526,6 +598,8 @@ unsafe fn process(t: *mut Tls, reset: bool) {
             s.totals.clean_entries += n;
         }
     }
+    offload::publish(s);
+    s.lock.store(false, Ordering::Release);
     if reset {
         (*t).logged = 0;
         (*t).processed = 0;
@@ -536,9 +610,38 @@ unsafe fn process(t: *mut Tls, reset: bool) {
     (*t).busy = false;
 }
 
+/// Entries `from..to` of log `log` through the model, in order, the
+/// model's sets prefetched ahead. `t` is the owner's state (needed by the
+/// full-tag model only, which is never handed off).
+///
+/// # Safety
+///
+/// The caller holds `s.lock`; `t`, if given, is the owner thread's state.
+#[inline(always)]
+unsafe fn run_entries(t: Option<*mut Tls>, s: &mut Slow, log: usize, from: usize, to: usize) {
+    if from >= to {
+        return;
+    }
+    if let Model::Compact(c) = &s.cache {
+        for e in &s.logs[log][from..to.min(from + PREFETCH_AHEAD)] {
+            prefetch(c.set_addr(((e.addr & !STORE_BIT) >> LINE_SHIFT) as u64));
+        }
+    }
+    for i in from..to {
+        if let Model::Compact(c) = &s.cache {
+            if i + PREFETCH_AHEAD < to {
+                let ahead = s.logs[log][i + PREFETCH_AHEAD].addr & !STORE_BIT;
+                prefetch(c.set_addr((ahead >> LINE_SHIFT) as u64));
+            }
+        }
+        let e = s.logs[log][i];
+        process_one(t, s, e);
+    }
+}
+
 /// One logged access through the model and the overlap estimator.
 #[inline(always)]
-unsafe fn process_one(t: *mut Tls, s: &mut Slow, e: LogEntry) {
+unsafe fn process_one(t: Option<*mut Tls>, s: &mut Slow, e: LogEntry) {
     let write = e.addr & STORE_BIT != 0;
     let addr = e.addr & !STORE_BIT;
     let line = addr >> LINE_SHIFT;
@@ -559,10 +662,12 @@ unsafe fn process_one(t: *mut Tls, s: &mut Slow, e: LogEntry) {
         }
         Model::Full(h) => {
             let a = h.access(line as u64, write);
-            for &ev in &a.evicted[..a.n_evicted] {
-                let slot = &mut (*t).filter[ev as usize % FILTER_LINES];
-                if *slot >> 1 == ev as usize {
-                    *slot = 0;
+            if let Some(t) = t {
+                for &ev in &a.evicted[..a.n_evicted] {
+                    let slot = &mut (*t).filter[ev as usize % FILTER_LINES];
+                    if *slot >> 1 == ev as usize {
+                        *slot = 0;
+                    }
                 }
             }
             for &wb in a.writebacks() {
@@ -628,6 +733,9 @@ impl Drop for HugeTable {
 
 #[cold]
 fn new_slow() -> *mut Slow {
+    if let Some(s) = offload::reuse() {
+        return s;
+    }
     let llc = CacheConfig::new(
         LLC_BYTES.load(Ordering::Relaxed),
         LLC_WAYS.load(Ordering::Relaxed) as u32,
@@ -656,12 +764,27 @@ fn new_slow() -> *mut Slow {
         fill_buffers: FILL_BUFFERS.load(Ordering::Relaxed) as usize,
         window_accesses: WINDOW.load(Ordering::Relaxed),
     });
-    Box::into_raw(Box::new(Slow {
+    let shared = compact && offload::enabled();
+    let s = Box::into_raw(Box::new(Slow {
         cache,
         est,
         totals: ThreadTotals::default(),
-        log: [LogEntry::default(); LOG_ENTRIES],
-    }))
+        logs: [[LogEntry::default(); LOG_ENTRIES]; 2],
+        lock: AtomicBool::new(false),
+        ready: AtomicU8::new(NONE),
+        ready_log: 0,
+        ready_from: 0,
+        ready_to: 0,
+        seq: AtomicU64::new(0),
+        published: std::cell::UnsafeCell::new(ThreadTotals::default()),
+        shared,
+        owned: AtomicBool::new(true),
+    }));
+    if shared && !offload::register(s) {
+        // SAFETY: not yet visible to anyone else.
+        unsafe { (*s).shared = false };
+    }
+    s
 }
 
 #[inline(always)]
@@ -711,23 +834,347 @@ pub fn totals() -> ThreadTotals {
     // SAFETY: own thread; raw reads; `process` runs only when no batch
     // is under way on this thread.
     unsafe {
-        if std::ptr::read_volatile(&(*t).busy) {
-            std::ptr::write_volatile(&mut (*t).interrupted, true);
-        } else if !std::ptr::read_volatile(&(*t).slow).is_null()
-            && (*t).processed < std::ptr::read_volatile(&(*t).logged)
-        {
-            process(t, false);
-        }
-        let accesses = std::ptr::read_volatile(&(*t).accesses);
         let s = std::ptr::read_volatile(&(*t).slow);
-        let mut out = if s.is_null() {
-            ThreadTotals::default()
-        } else {
-            std::ptr::read_volatile(&(*s).totals)
-        };
-        out.accesses = accesses;
+        let busy = std::ptr::read_volatile(&(*t).busy);
+        if busy {
+            // A batch of this thread is under way below us (it may be
+            // publishing): the previous reading stands.
+            std::ptr::write_volatile(&mut (*t).interrupted, true);
+        } else if !s.is_null() {
+            // Exact counts up to here: wait for a log the modeller is
+            // running (it never waits for this thread, and holds the lock
+            // for one batch at most), then run what is left ourselves.
+            process(t, false, true);
+        }
+        let mut out = std::ptr::read_volatile(&(*t).last);
+        if !s.is_null() && !busy {
+            if let Some(v) = offload::read_published(&*s) {
+                out = v;
+            }
+        }
+        out.accesses = std::ptr::read_volatile(&(*t).accesses);
+        std::ptr::write_volatile(&mut (*t).last, out);
         out
     }
+}
+
+/// Batches on another CPU: when a thread's log is full and the machine has
+/// a CPU to spare (fewer threads with a model than online CPUs), the hook
+/// hands the log to one *modeller* thread of the runtime and goes on with
+/// its second log, instead of running the model itself. A batch costs the
+/// program ~15-20 ns per logged miss (`bench/model-speed.sh`), which, on a
+/// dependent chase, the program cannot overlap with anything; the hand-off
+/// costs a few stores. The order of the entries through a thread's model is
+/// kept: whoever runs the model (the owner or the modeller) holds the
+/// model's lock, and the owner runs a handed-off log that the modeller has
+/// not taken before its current one. The modeller's time is not the
+/// program's and is not counted as overhead.
+///
+/// Off with `PMLAB_INSTR_OFFLOAD=0`, on a single CPU, in a forked child
+/// (the modeller thread does not exist there) and for the full-tag model.
+/// Models the modeller may see are never freed: a thread's model is kept
+/// for the next thread when it exits.
+mod offload {
+    use super::{Slow, ThreadTotals, Tls, NONE, READY, TAKEN};
+    use std::sync::atomic::{
+        fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering,
+    };
+
+    const MAX_MODELS: usize = 256;
+    static MODELS: [AtomicPtr<Slow>; MAX_MODELS] =
+        [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_MODELS];
+    static HIGH: AtomicUsize = AtomicUsize::new(0);
+    /// Process whose modeller thread runs (0: none).
+    static PID: AtomicI32 = AtomicI32::new(0);
+    static CPUS: AtomicUsize = AtomicUsize::new(1);
+    /// Threads that own a model.
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+    /// Bumped at each hand-off; the modeller sleeps on it (futex).
+    static WORK: AtomicU32 = AtomicU32::new(0);
+    static SLEEPING: AtomicBool = AtomicBool::new(false);
+
+    fn pid() -> i32 {
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::getpid() }
+    }
+
+    /// Start the modeller (from `activate`), unless disabled.
+    pub fn start() {
+        if PID.load(Ordering::Acquire) == pid() {
+            return;
+        }
+        if std::env::var_os("PMLAB_INSTR_OFFLOAD").is_some_and(|v| v == "0") {
+            return;
+        }
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if cpus < 2 {
+            return;
+        }
+        CPUS.store(cpus as usize, Ordering::Relaxed);
+        // SAFETY: the real pthread_create with a valid start routine: the
+        // modeller is the runtime's, not registered as a program thread.
+        unsafe {
+            let mut th: libc::pthread_t = 0;
+            let r = crate::real::pthread_create()(
+                &mut th,
+                std::ptr::null(),
+                main,
+                std::ptr::null_mut(),
+            );
+            if r == 0 {
+                libc::pthread_detach(th);
+                PID.store(pid(), Ordering::Release);
+            }
+        }
+    }
+
+    /// New models may be handed off.
+    pub fn enabled() -> bool {
+        PID.load(Ordering::Acquire) != 0
+    }
+
+    /// Make `s` visible to the modeller; false when the table is full.
+    pub fn register(s: *mut Slow) -> bool {
+        for (i, slot) in MODELS.iter().enumerate() {
+            if slot
+                .compare_exchange(std::ptr::null_mut(), s, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                HIGH.fetch_max(i + 1, Ordering::AcqRel);
+                LIVE.fetch_add(1, Ordering::AcqRel);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A registered model no thread owns, emptied, for the calling thread.
+    pub fn reuse() -> Option<*mut Slow> {
+        for slot in MODELS.iter().take(HIGH.load(Ordering::Acquire)) {
+            let p = slot.load(Ordering::Acquire);
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: registered models are never freed.
+            let s = unsafe { &mut *p };
+            if s.owned
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            lock(s, true);
+            if let super::Model::Compact(c) = &mut s.cache {
+                c.clear();
+            }
+            s.est = super::OverlapEstimator::new(s.est.config());
+            s.totals = ThreadTotals::default();
+            s.ready.store(NONE, Ordering::Release);
+            publish(s);
+            s.lock.store(false, Ordering::Release);
+            LIVE.fetch_add(1, Ordering::AcqRel);
+            return Some(p);
+        }
+        None
+    }
+
+    /// The owner thread is done with `s` (its log is processed).
+    pub fn release(s: *mut Slow) {
+        // SAFETY: registered models are never freed.
+        unsafe { (*s).owned.store(false, Ordering::Release) };
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Take the model's lock; without `wait`, give up if it is held.
+    pub fn lock(s: &Slow, wait: bool) -> bool {
+        let mut spins = 0u32;
+        loop {
+            if s.lock
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+            if !wait {
+                return false;
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                // SAFETY: sched_yield has no preconditions (and is
+                // async-signal-safe).
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+
+    /// Copy the totals for lock-free readers (caller holds the lock).
+    pub fn publish(s: &Slow) {
+        s.seq.fetch_add(1, Ordering::AcqRel);
+        fence(Ordering::Release);
+        // SAFETY: the lock holder is the only writer.
+        unsafe { std::ptr::write_volatile(s.published.get(), s.totals) };
+        fence(Ordering::Release);
+        s.seq.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The totals as of the last batch; None if a writer (the modeller)
+    /// stayed in the middle of publishing them for too long (it was
+    /// descheduled there). Async-signal-safe.
+    pub fn read_published(s: &Slow) -> Option<ThreadTotals> {
+        for _ in 0..100_000 {
+            let a = s.seq.load(Ordering::Acquire);
+            if a & 1 == 0 {
+                // SAFETY: a racing write is detected by the sequence.
+                let v = unsafe { std::ptr::read_volatile(s.published.get()) };
+                fence(Ordering::Acquire);
+                if s.seq.load(Ordering::Acquire) == a {
+                    return Some(v);
+                }
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+
+    /// Hand the calling thread's full log to the modeller; false when it
+    /// cannot take it (then the caller runs the model itself).
+    ///
+    /// # Safety
+    ///
+    /// `t` is the calling thread's state, not busy, with a model.
+    pub unsafe fn hand_off(t: *mut Tls) -> bool {
+        let s = &mut *(*t).slow;
+        if !s.shared
+            || LIVE.load(Ordering::Relaxed) >= CPUS.load(Ordering::Relaxed)
+            || s.ready.load(Ordering::Acquire) != NONE
+            || PID.load(Ordering::Relaxed) != pid()
+        {
+            return false;
+        }
+        (*t).busy = true;
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        s.ready_log = (*t).cur;
+        s.ready_from = (*t).processed;
+        s.ready_to = (*t).logged;
+        s.ready.store(READY, Ordering::Release);
+        (*t).cur ^= 1;
+        (*t).processed = 0;
+        std::ptr::write_volatile(&mut (*t).logged, 0);
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        (*t).busy = false;
+        WORK.fetch_add(1, Ordering::SeqCst);
+        if SLEEPING.load(Ordering::SeqCst) {
+            libc::syscall(
+                libc::SYS_futex,
+                WORK.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            );
+        }
+        true
+    }
+
+    /// In a forked child: the modeller does not exist. A model it held is
+    /// released and a log it was running is dropped (at most one log of
+    /// the forking thread).
+    pub fn after_fork_child(t: *mut Tls) {
+        PID.store(0, Ordering::Release);
+        // SAFETY: single-threaded now.
+        unsafe {
+            let s = (*t).slow;
+            if !s.is_null() && (*s).ready.load(Ordering::Acquire) == TAKEN {
+                (*s).ready.store(NONE, Ordering::Release);
+            }
+            if !s.is_null() {
+                (*s).lock.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
+        // The modeller takes none of the program's signals.
+        // SAFETY: a full set, masked on this thread only.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+        }
+        let me = pid();
+        loop {
+            if PID.load(Ordering::Acquire) != me {
+                return std::ptr::null_mut();
+            }
+            let seen = WORK.load(Ordering::SeqCst);
+            let mut did = false;
+            for slot in MODELS.iter().take(HIGH.load(Ordering::Acquire)) {
+                let p = slot.load(Ordering::Acquire);
+                if p.is_null() {
+                    continue;
+                }
+                // SAFETY: registered models are never freed; the lock
+                // gives this thread the model.
+                let s = unsafe { &mut *p };
+                if s.ready.load(Ordering::Acquire) != READY || !lock(s, false) {
+                    continue;
+                }
+                if s.ready
+                    .compare_exchange(READY, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let (log, from, to) = (s.ready_log, s.ready_from, s.ready_to);
+                    // SAFETY: lock held; the owner does not write this log
+                    // while it is handed off.
+                    unsafe { super::run_entries(None, s, log, from, to) };
+                    s.totals.slow_calls += (to - from) as u64;
+                    s.totals.offloaded += 1;
+                    super::OFFLOADED.fetch_add(1, Ordering::Relaxed);
+                    publish(s);
+                    s.ready.store(NONE, Ordering::Release);
+                    did = true;
+                }
+                s.lock.store(false, Ordering::Release);
+            }
+            if did {
+                continue;
+            }
+            // Idle: poll for ~100 us (a dependent chase fills a log in
+            // ~90 us), then sleep until the next hand-off.
+            let t0 = std::time::Instant::now();
+            while WORK.load(Ordering::SeqCst) == seen && t0.elapsed().as_micros() < 100 {
+                std::hint::spin_loop();
+            }
+            if WORK.load(Ordering::SeqCst) != seen {
+                continue;
+            }
+            SLEEPING.store(true, Ordering::SeqCst);
+            if WORK.load(Ordering::SeqCst) == seen {
+                // SAFETY: futex wait on our own word; a timeout bounds a
+                // missed wake-up.
+                unsafe {
+                    let ts = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 10_000_000,
+                    };
+                    libc::syscall(
+                        libc::SYS_futex,
+                        WORK.as_ptr(),
+                        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                        seen,
+                        &ts as *const libc::timespec,
+                    );
+                }
+            }
+            SLEEPING.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The calling thread's hook state after a fork, in the child.
+pub fn after_fork_child() {
+    offload::after_fork_child(tls());
 }
 
 /// Forget the calling thread's model state after a fork (the child starts
@@ -747,7 +1194,7 @@ pub fn thread_exit() {
     // SAFETY: own thread; `busy` keeps a nested hook away while freeing.
     unsafe {
         if !(*t).busy && !(*t).slow.is_null() {
-            process(t, false);
+            process(t, false, true);
         }
         (*t).busy = true;
         (*t).retired = true;
@@ -756,7 +1203,11 @@ pub fn thread_exit() {
         let s = std::mem::replace(&mut (*t).slow, std::ptr::null_mut());
         (*t).filter = [0; FILTER_LINES];
         if !s.is_null() {
-            drop(Box::from_raw(s));
+            if (*s).shared {
+                offload::release(s);
+            } else {
+                drop(Box::from_raw(s));
+            }
         }
         (*t).busy = false;
     }
@@ -778,20 +1229,32 @@ pub struct HookCosts {
 
 impl HookCosts {
     /// The hooks' overhead between two totals, in ns: the calls (filter hits
-    /// and logged misses at their calibrated costs) plus the batches as
-    /// timed.
+    /// and logged misses at their calibrated costs) plus the batches run on
+    /// the thread, as timed.
     pub fn overhead_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
+        self.calls_ns(from, to) + self.batches_ns(from, to)
+    }
+
+    /// The calls between two totals at their calibrated costs, in ns (what
+    /// they cost when nothing else is in flight).
+    pub fn calls_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         let calls = to.accesses.saturating_sub(from.accesses) as f64;
         let logged = to.slow_calls.saturating_sub(from.slow_calls) as f64;
+        let hits = (calls - logged).max(0.0);
+        hits * self.fast_ns + logged * self.miss_ns
+    }
+
+    /// The batches the thread ran itself between two totals, as timed
+    /// (the modeller thread's batches cost the program nothing), in ns.
+    pub fn batches_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         let batches = to.batches.saturating_sub(from.batches) as f64;
         let cycles = to.slow_cycles.saturating_sub(from.slow_cycles) as f64;
-        let hits = (calls - logged).max(0.0);
         let batch_ns = if self.tsc_ghz > 0.0 {
             cycles / self.tsc_ghz
         } else {
             0.0
         };
-        hits * self.fast_ns + logged * self.miss_ns + batches * self.tsc_pair_ns + batch_ns
+        batches * self.tsc_pair_ns + batch_ns
     }
 }
 
@@ -1150,7 +1613,8 @@ mod tests {
             let (a, b) = chase_chains(1, 5_000, midway);
             assert_eq!(b.serial.pm_misses - a.serial.pm_misses, 5_000, "{midway}");
             assert_eq!(b.slow_calls - a.slow_calls, 5_000);
-            assert!(b.batches - a.batches >= 5_000 / LOG_ENTRIES as u64);
+            let batches = (b.batches + b.offloaded) - (a.batches + a.offloaded);
+            assert!(batches >= 5_000 / LOG_ENTRIES as u64);
             assert!(((b.serial.pm - a.serial.pm) - 5_000.0).abs() < 2.0);
         }
         deactivate();

@@ -210,6 +210,7 @@ impl Report {
              \"dram_latency_ns\":{},\"remote_latency_ns\":{},\"epoch_min_ns\":{},\"epoch_max_ns\":{},\
              \"tsc_ghz\":{:.4},\"bandwidth_throttle\":\"{}\",\"throttle_note\":\"{}\",\"init_ns\":{},\
              \"hook_overhead_unabsorbed_ns\":{},\"hook_hit_ns\":{:.3},\"hook_logged_miss_ns\":{:.3},\
+             \"hook_batches_offloaded\":{},\
              \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
              \"main_run_delay_ns\":{},\
              \"advice\":\"{}\",\"total\":",
@@ -228,6 +229,7 @@ impl Report {
             crate::instrument_hooks::unabsorbed_ns(),
             hooks.fast_ns,
             hooks.miss_ns,
+            crate::instrument_hooks::offloaded_batches(),
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,

@@ -268,6 +268,36 @@ fn build_chain(r: &Region, seed: u64) -> usize {
     base + order[0] as usize * 64
 }
 
+/// A calibration chain kept ready, so that the DRAM latency can be measured
+/// again and again at the moments it matters (`pmlab validate` measures it
+/// just before each emulated run: this machine's latency drifts by more
+/// than the accuracy targets over minutes).
+pub struct Chaser {
+    region: Region,
+    at: usize,
+}
+
+impl Chaser {
+    /// Map and link a chain over the calibration's region (8x the LLC,
+    /// 256 MiB to 1 GiB) and warm its TLB entries.
+    pub fn new() -> anyhow::Result<Chaser> {
+        let len = (llc_bytes() * 8).clamp(256 << 20, 1 << 30) as usize;
+        let region = Region::new(len, None)?;
+        let start = build_chain(&region, 0x9E37_79B9_7F4A_7C15);
+        let (_, at) = chase(start, 1_000_000);
+        Ok(Chaser { region, at })
+    }
+
+    /// ns per dependent load over `steps` loads, continuing where the last
+    /// measurement stopped.
+    pub fn measure(&mut self, steps: u64) -> f64 {
+        debug_assert!(self.region.len >= 64);
+        let (ns, at) = chase(self.at, steps.max(1));
+        self.at = at;
+        ns
+    }
+}
+
 fn chase(start: usize, n: u64) -> (f64, usize) {
     let mut p = start;
     let t = Instant::now();

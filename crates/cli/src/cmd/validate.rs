@@ -123,9 +123,17 @@ pub struct Point {
     /// target itself).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// The DRAM latency measured just before each emulated run and given
+    /// to it as `--dram-latency` (empty for `--no-inject` runs).
+    pub dram_runs: Vec<f64>,
 }
 
 impl Point {
+    /// Median of [`dram_runs`](Self::dram_runs) (NaN when empty).
+    pub fn dram_ns(&self) -> f64 {
+        summarize(&self.dram_runs).median
+    }
+
     /// True when the median error is within the bound.
     pub fn ok(&self) -> bool {
         self.error_pct.abs() <= self.bound_pct
@@ -151,6 +159,11 @@ struct Ctx {
     quick: bool,
     progress: bool,
     dram_ns: f64,
+    /// The calibration's chain, to measure the DRAM latency again before
+    /// each emulated run.
+    chaser: std::cell::RefCell<crate::cmd::calibrate::Chaser>,
+    /// Loads per such measurement.
+    chase_steps: u64,
     started: Instant,
 }
 
@@ -178,14 +191,30 @@ impl Ctx {
         check_output(prog, &out)
     }
 
-    /// Run the instrumented build under `pmlab run --source instrumented`.
-    fn emulated(&self, prog: &str, args: &[String], pm_ns: f64, no_inject: bool) -> Result<String> {
+    /// Run the instrumented build under `pmlab run --source instrumented`
+    /// with the DRAM latency measured just before (returned with the
+    /// output; the cached calibration's with `no_inject`, where it does
+    /// not matter). This machine's latency drifts by several percent over
+    /// minutes, more than the targets: a calibration from earlier would
+    /// make the drift an error of the emulator.
+    fn emulated(
+        &self,
+        prog: &str,
+        args: &[String],
+        pm_ns: f64,
+        no_inject: bool,
+    ) -> Result<(String, f64)> {
+        let dram = if no_inject {
+            self.dram_ns
+        } else {
+            self.chaser.borrow_mut().measure(self.chase_steps)
+        };
         let mut cmd = Command::new(&self.pmlab);
         cmd.args(["run", "--quiet", "--source", "instrumented"])
             .arg("--pm-latency")
             .arg(format!("{pm_ns}ns"))
             .arg("--dram-latency")
-            .arg(format!("{}ns", self.dram_ns));
+            .arg(format!("{dram:.2}ns"));
         if no_inject {
             cmd.arg("--no-inject");
         }
@@ -193,7 +222,7 @@ impl Ctx {
         let out = cmd
             .output()
             .with_context(|| format!("cannot run pmlab run on {prog}"))?;
-        check_output(prog, &out)
+        Ok((check_output(prog, &out)?, dram))
     }
 
     fn reps<F: FnMut() -> Result<f64>>(&self, mut f: F) -> Result<Vec<f64>> {
@@ -366,6 +395,7 @@ pub fn run(args: Args) -> Result<u8> {
     let started = Instant::now();
     let (native, instr) = build_workloads(&pmlab, &wl, &build)?;
     let cal = crate::cmd::calibrate::cached_or_measure()?;
+    let chaser = crate::cmd::calibrate::Chaser::new()?;
     let ctx = Ctx {
         pmlab,
         native,
@@ -374,6 +404,8 @@ pub fn run(args: Args) -> Result<u8> {
         quick: args.quick,
         progress,
         dram_ns: cal.dram_latency_ns,
+        chaser: std::cell::RefCell::new(chaser),
+        chase_steps: if args.quick { 500_000 } else { 2_000_000 },
         started,
     };
     ctx.say(&format!(
@@ -425,6 +457,8 @@ pub fn run(args: Args) -> Result<u8> {
 #[derive(Serialize)]
 struct Report<'a> {
     machine: String,
+    /// The cached calibration (each emulated run was given a fresh
+    /// measurement instead: `points[].dram_runs`).
     dram_latency_ns: f64,
     quick: bool,
     reps: usize,
@@ -465,12 +499,11 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let args = memlat_args(p, 1);
     for &lat in &p.memlat_lat {
         ctx.say(&format!("memlat, 1 chain, {lat} ns"));
+        let mut drams = Vec::new();
         let runs = ctx.reps(|| {
-            need(
-                "memlat",
-                &ctx.emulated("memlat", &args, lat, false)?,
-                MEMLAT_KEY,
-            )
+            let (o, dram) = ctx.emulated("memlat", &args, lat, false)?;
+            drams.push(dram);
+            need("memlat", &o, MEMLAT_KEY)
         })?;
         let m = summarize(&runs);
         push(
@@ -487,6 +520,7 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 bound_pct: 2.0,
                 runs,
                 detail: String::new(),
+                dram_runs: drams,
             },
         );
     }
@@ -496,8 +530,9 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
 /// What [`scaled_point`] measures: `prog` with `args` at target latency
 /// `lat`, reading `key` from its result line.
 struct Scaled<'a> {
-    /// The expectation and its description from the native median.
-    expect: &'a dyn Fn(f64) -> (f64, String),
+    /// The expectation and its description from the native median and
+    /// the median DRAM latency the emulated runs were given.
+    expect: &'a dyn Fn(f64, f64) -> (f64, String),
     prog: &'a str,
     key: &'a str,
     args: &'a [String],
@@ -520,13 +555,18 @@ fn scaled_point(
         "{}: native and {} ns, interleaved",
         w.label, w.lat
     ));
+    let mut drams = Vec::new();
     let (native_runs, runs) = ctx.interleaved(
         || need(w.prog, &ctx.native(w.prog, w.args)?, w.key),
-        || need(w.prog, &ctx.emulated(w.prog, w.args, w.lat, false)?, w.key),
+        || {
+            let (o, dram) = ctx.emulated(w.prog, w.args, w.lat, false)?;
+            drams.push(dram);
+            need(w.prog, &o, w.key)
+        },
     )?;
     let native = summarize(&native_runs);
     let m = summarize(&runs);
-    let (expected, detail) = (w.expect)(native.median);
+    let (expected, detail) = (w.expect)(native.median, summarize(&drams).median);
     push(
         ctx,
         out,
@@ -541,6 +581,7 @@ fn scaled_point(
             bound_pct: 5.0,
             runs,
             detail,
+            dram_runs: drams,
         },
     );
     Ok(())
@@ -548,10 +589,9 @@ fn scaled_point(
 
 fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.chains_lat;
-    let dram = ctx.dram_ns;
     // The overlap the hardware achieves on DRAM carries over to slower
     // memory: every access scales by target / DRAM latency.
-    let expect = |native: f64| {
+    let expect = |native: f64, dram: f64| {
         (
             native * lat / dram,
             format!("native {native:.1} ns/access x {lat} / {dram:.1}"),
@@ -608,6 +648,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             // touches the baseline and the emulated runs alike.
             let mut native_runs = Vec::new();
             let mut emulated: Vec<Vec<f64>> = vec![Vec::new(); p.multilat_lat.len()];
+            let mut drams: Vec<Vec<f64>> = vec![Vec::new(); p.multilat_lat.len()];
             let mut counts = (f64::NAN, f64::NAN);
             for _ in 0..ctx.reps {
                 native_runs.push(need(
@@ -616,7 +657,8 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                     "elapsed_ns",
                 )?);
                 for (k, &lat) in p.multilat_lat.iter().enumerate() {
-                    let o = ctx.emulated("multilat", &args, lat, false)?;
+                    let (o, dram) = ctx.emulated("multilat", &args, lat, false)?;
+                    drams[k].push(dram);
                     if !o.contains("pm=pmalloc") {
                         bail!("multilat did not get its PM array from pmalloc under pmlab run");
                     }
@@ -628,10 +670,10 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 }
             }
             let native = summarize(&native_runs);
-            for (&lat, runs) in p.multilat_lat.iter().zip(emulated) {
+            for ((&lat, runs), drams) in p.multilat_lat.iter().zip(emulated).zip(drams) {
                 let (nd, nn) = counts;
-                let (expected, detail) =
-                    multilat_expectation(native.median, nd, nn, ctx.dram_ns, lat);
+                let dram = summarize(&drams).median;
+                let (expected, detail) = multilat_expectation(native.median, nd, nn, dram, lat);
                 let m = summarize(&runs);
                 push(
                     ctx,
@@ -647,6 +689,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         bound_pct: 2.0,
                         runs,
                         detail,
+                        dram_runs: drams,
                     },
                 );
             }
@@ -659,8 +702,8 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
 /// DRAM_lat the workload's native ns per access (`native_ns` over all
 /// `nd + nn` accesses, every one DRAM when run natively) and NVM_lat that
 /// plus the latency the emulator adds, `target - dram`: the native time
-/// plus `nn x (target - dram)`. The description also gives the formula
-/// with the calibrated DRAM latency (which leaves out the time per access
+/// plus `nn x (target - dram)`. The description also gives the literal
+/// formula with `dram` as DRAM_lat (which leaves out the time per access
 /// that is not the memory's: the loop, the TLB).
 pub fn multilat_expectation(
     native_ns: f64,
@@ -675,7 +718,7 @@ pub fn multilat_expectation(
     (
         expected,
         format!(
-            "{nd} x {per:.1} + {nn} x ({per:.1} + {target} - {dram:.1}) ns (native {per:.1} ns/access); with the calibrated {dram:.1} ns: {:.2} ms",
+            "{nd} x {per:.1} + {nn} x ({per:.1} + {target} - {dram:.1}) ns (native {per:.1} ns/access); literally, with DRAM_lat = {dram:.1} ns: {:.2} ms",
             literal / 1e6
         ),
     )
@@ -696,13 +739,12 @@ const MTLAT_KEY: &str = "elapsed_ns";
 
 fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.mtlat_lat;
-    let dram = ctx.dram_ns;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     for &outside in &[false, true] {
         for &n in &p.mtlat_threads {
             let out_steps = if outside { p.mtlat_cs } else { 0 };
             let crit = mtlat_critical_accesses(n as u64, p.mtlat_k, p.mtlat_cs, out_steps, cpus);
-            let expect = move |native: f64| {
+            let expect = move |native: f64, dram: f64| {
                 (
                     native + crit * (lat - dram),
                     format!(
@@ -756,7 +798,7 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         || {
             need(
                 "memlat",
-                &ctx.emulated("memlat", &args, 400.0, true)?,
+                &ctx.emulated("memlat", &args, 400.0, true)?.0,
                 MEMLAT_KEY,
             )
         },
@@ -777,16 +819,34 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             bound_pct: f64::INFINITY,
             runs,
             detail: String::new(),
+            dram_runs: Vec::new(),
         },
     );
     Ok(())
 }
 
-fn print_table(points: &[Point], dram: f64) {
-    println!("pmlab validate: instrumented source, calibrated DRAM latency {dram:.1} ns");
+fn print_table(points: &[Point], cached: f64) {
+    let all: Vec<f64> = points.iter().flat_map(|p| p.dram_runs.clone()).collect();
+    let d = summarize(&all);
+    if all.is_empty() {
+        println!("pmlab validate: instrumented source, calibrated DRAM latency {cached:.1} ns");
+    } else {
+        println!(
+            "pmlab validate: instrumented source; DRAM latency measured before each emulated run: median {:.1} ns ({:.1}..{:.1}; cached calibration {cached:.1})",
+            d.median, d.min, d.max
+        );
+    }
     println!(
-        "{:<9} {:<34} {:>7} {:>13} {:>13} {:>22} {:>8} {:>6}",
-        "study", "config", "target", "expected", "measured", "spread (min..max)", "error%", "ok"
+        "{:<9} {:<34} {:>7} {:>7} {:>13} {:>13} {:>22} {:>8} {:>6}",
+        "study",
+        "config",
+        "target",
+        "dram",
+        "expected",
+        "measured",
+        "spread (min..max)",
+        "error%",
+        "ok"
     );
     for p in points {
         let ok = if p.bound_pct.is_finite() {
@@ -799,13 +859,18 @@ fn print_table(points: &[Point], dram: f64) {
             "-"
         };
         println!(
-            "{:<9} {:<34} {:>7} {:>13} {:>13} {:>22} {:>+8.2} {:>6}",
+            "{:<9} {:<34} {:>7} {:>7} {:>13} {:>13} {:>22} {:>+8.2} {:>6}",
             p.study,
             p.config,
             if p.target_ns > 0.0 {
                 format!("{}ns", p.target_ns)
             } else {
                 "-".into()
+            },
+            if p.dram_runs.is_empty() {
+                "-".into()
+            } else {
+                format!("{:.1}", p.dram_ns())
             },
             fmt_val(p.expected, &p.unit),
             fmt_val(p.measured.median, &p.unit),
@@ -1096,6 +1161,7 @@ mod tests {
             bound_pct: 2.0,
             runs,
             detail: String::new(),
+            dram_runs: vec![165.0, 170.0, 168.0],
         }
     }
 
@@ -1164,6 +1230,8 @@ mod tests {
         ];
         assert!(pts[0].ok());
         assert_eq!(pts[1].ok(), pts[1].error_pct.abs() <= 2.0);
+        // Each point reports the median of the latencies its runs were given.
+        assert_eq!(pts[0].dram_ns(), 168.0);
         let dir = std::env::temp_dir().join(format!("pmlab-validate-plot-{}", std::process::id()));
         write_plots(&dir, &pts).unwrap();
         for f in [

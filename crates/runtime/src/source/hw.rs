@@ -435,7 +435,7 @@ impl ThreadCounters for HwCounters {
         Ok(())
     }
 
-    fn epoch_end(&mut self) -> EpochReading {
+    fn epoch_end(&mut self, _epoch_ns: f64) -> EpochReading {
         let mut d = [0u64; 5];
         for (i, slot) in d.iter_mut().enumerate() {
             let now = self.read(i);

@@ -134,12 +134,13 @@ pub trait ThreadCounters: Send {
     /// reopened). May allocate and make system calls.
     fn start(&mut self) -> Result<(), Error>;
 
-    /// End the current epoch: return the counts since the previous call and
-    /// start a new epoch.
+    /// End the current epoch, which ran `epoch_ns` of wall time since the
+    /// previous one's delay ended: return the counts since the previous
+    /// call and start a new epoch.
     ///
     /// MUST be async-signal-safe: it may run inside the epoch signal
     /// handler. No allocation, no locks, no I/O other than reading counters.
-    fn epoch_end(&mut self) -> EpochReading;
+    fn epoch_end(&mut self, epoch_ns: f64) -> EpochReading;
 
     /// Time (ns) the source's own instrumentation added to the thread in
     /// the epoch the last [`epoch_end`](Self::epoch_end) closed (e.g. the

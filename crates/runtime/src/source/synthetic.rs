@@ -195,7 +195,7 @@ impl ThreadCounters for Cursor {
         Ok(())
     }
 
-    fn epoch_end(&mut self) -> EpochReading {
+    fn epoch_end(&mut self, _epoch_ns: f64) -> EpochReading {
         // Only reads the immutable script and moves two integers:
         // async-signal-safe.
         let lines = &self.script.lines;
@@ -230,14 +230,14 @@ mod tests {
             Reading::Accesses { pm_serial, .. } => pm_serial,
             _ => -1.0,
         };
-        assert_eq!(pm(c.epoch_end()), 2.0);
-        assert_eq!(pm(c.epoch_end()), 2.0);
-        let third = c.epoch_end();
+        assert_eq!(pm(c.epoch_end(0.0)), 2.0);
+        assert_eq!(pm(c.epoch_end(0.0)), 2.0);
+        let third = c.epoch_end(0.0);
         assert!(
             matches!(third.reading, Reading::Stalls { l2_stall_cycles, .. } if l2_stall_cycles == 10.0)
         );
         assert_eq!(third.pm_bytes, 64);
-        assert_eq!(c.epoch_end(), EpochReading::default());
+        assert_eq!(c.epoch_end(0.0), EpochReading::default());
     }
 
     #[test]
@@ -245,7 +245,7 @@ mod tests {
         let s = Script::parse("# c\npm=1\npm=2 # two\nloop\n", "t").unwrap();
         let mut c = SyntheticSource::from_script(s).thread_counters().unwrap();
         let got: Vec<f64> = (0..5)
-            .map(|_| match c.epoch_end().reading {
+            .map(|_| match c.epoch_end(0.0).reading {
                 Reading::Accesses { pm_serial, .. } => pm_serial,
                 _ => -1.0,
             })
