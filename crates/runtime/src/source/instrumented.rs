@@ -29,9 +29,10 @@
 //!   program's thread (default: on a modeller thread while a CPU is free;
 //!   see [`crate::instrument_hooks`]).
 //!
-//! The hooks' calls are charged at their calibrated costs for the share of
-//! an epoch that was not waiting on memory ([`stall_share`]); the batches
-//! the thread ran itself, as timed.
+//! The hooks' calls are charged at their calibrated costs except for the
+//! share of an epoch spent waiting on memory ([`stall_share`]) divided by
+//! the epoch's memory-level parallelism ([`mlp`]); the batches the thread
+//! ran itself, as timed.
 
 use super::{EpochReading, Reading, Source, SourceKind, ThreadCounters};
 use crate::error::{Error, ErrorKind};
