@@ -39,6 +39,7 @@ bench: build workloads
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --release -q
 
 test: build workloads lint
 	$(CARGO) test --workspace --release

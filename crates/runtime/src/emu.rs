@@ -705,7 +705,7 @@ pub fn lock_releasing() {
 
 /// The calling thread is about to read the clock: a sync point, after
 /// which the counter source drops the overhead it carries
-/// ([`ThreadCounters::time_observed`](crate::source::ThreadCounters::time_observed)).
+/// (`ThreadCounters::time_observed` in `crate::source`).
 /// Async-signal-safe.
 pub fn time_read() {
     if !active() {

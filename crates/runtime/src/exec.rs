@@ -20,7 +20,7 @@
 //! children and from signal handlers. The variadic `execl`, `execlp` and
 //! `execle` are small naked trampolines (stable Rust cannot define a
 //! C-variadic function) that hand the register and stack argument areas
-//! to [`exec_list`], which walks them as the x86-64 System V ABI lays
+//! to `exec_list`, which walks them as the x86-64 System V ABI lays
 //! them out.
 
 use crate::{emu, real};

@@ -58,7 +58,7 @@ struct TargetArgs {
     #[arg(long, default_value = "host")]
     target: String,
     /// Host memory: auto (huge pages if available), anon, hugepage,
-    /// file:PATH, pm-pool[:PATH].
+    /// file:PATH, pm-pool or pm-pool:PATH.
     #[arg(long, default_value = "auto")]
     mem: String,
     /// Host vector width: avx512, avx2, scalar (default: the widest).
