@@ -11,6 +11,9 @@
 # spin takes ~11 ms longer: a +2% bias that is the cache's, not the
 # injection's. bench/llc-warmth.sh shows it without pmlab; at 128 MiB
 # 2-4 ms of it remain (up to +0.8% here).
+# EPOCHS (default 2) splits the same 500 ms over that many epochs
+# (EPOCHS=100: 5 ms each, as the instrumented source's epochs inject on
+# memlat at a few hundred ns), to show a cost per injected spin.
 # Usage: bench/synthetic-delay.sh [ROUNDS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,12 +25,18 @@ REGION_MIB=${REGION_MIB:-128}
 [ -x "$MEMLAT" ] || { echo "synthetic-delay.sh: $MEMLAT not found: make -C workloads, or set MEMLAT" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-printf 'pm=2500000 *2\n' > "$TMP/s.txt"
+EPOCHS=${EPOCHS:-2}
+case $EPOCHS in ''|*[!0-9]*|0) echo "synthetic-delay.sh: EPOCHS=$EPOCHS: a whole number from 1 to 500" >&2; exit 2 ;; esac
+[ "$EPOCHS" -le 500 ] || { echo "synthetic-delay.sh: EPOCHS=$EPOCHS: at most 500 (the run must last that many 1 ms epochs)" >&2; exit 2; }
+printf 'pm=%d *%d\n' $((5000000 / EPOCHS)) "$EPOCHS" > "$TMP/s.txt"
+# Enough run time for every scripted epoch: ~1.7 ms of chase per epoch
+# beyond the set-up.
+STEPS=$((100000 + EPOCHS * 10000))
 run() { # prints wall ns of one run
     local t0 t1
     t0=$(date +%s%N)
     "$PMLAB" run -q --dram-latency 100ns --pm-latency 200ns --epoch-max 1ms \
-        --source "synthetic:$TMP/s.txt" "$@" -- "$MEMLAT" -r "$REGION_MIB" -n 100000 >/dev/null
+        --source "synthetic:$TMP/s.txt" "$@" -- "$MEMLAT" -r "$REGION_MIB" -n "$STEPS" >/dev/null
     t1=$(date +%s%N)
     echo $((t1 - t0))
 }
@@ -36,7 +45,7 @@ best() { # best of 3
     for _ in 1 2 3; do v=$(run "$@"); [ "$v" -lt "$b" ] && b=$v; done
     echo "$b"
 }
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); 500 ms in $EPOCHS epochs"
 errs=()
 for r in $(seq "$ROUNDS"); do
     base=$(best --no-inject)
