@@ -300,7 +300,9 @@ impl ThreadCounters for InstrumentedCounters {
     }
 
     fn epoch_end(&mut self, epoch_ns: f64) -> EpochReading {
-        // Reads the thread's own counters; no allocation, no locks.
+        // Reads the thread's own counters; no allocation, no pthread
+        // locks (it may spin until the modeller thread, which never waits
+        // for this one, finishes a batch of this thread's log).
         let now = hooks::totals();
         let r = reading_between(&self.last, &now);
         let calls = self.costs.calls_ns(&self.last, &now);
