@@ -825,10 +825,12 @@ fn tsc_after(_dep: u64) -> u64 {
 }
 
 /// The calling thread's cumulative totals, after processing what the
-/// thread has logged. Async-signal-safe: works on the thread's own state
-/// without references; when the signal interrupted a batch, the entries not
-/// yet processed count at the next reading (totals are cumulative, nothing
-/// is lost).
+/// thread has logged (waiting, spinning, for a log of it the modeller
+/// thread is running). Async-signal-safe: works on the thread's own state
+/// without references and takes no pthread lock (the modeller never waits
+/// for this thread); when the signal interrupted a batch of the thread
+/// itself, the entries not yet processed count at the next reading (totals
+/// are cumulative, nothing is lost).
 pub fn totals() -> ThreadTotals {
     let t = tls();
     // SAFETY: own thread; raw reads; `process` runs only when no batch
