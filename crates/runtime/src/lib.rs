@@ -34,6 +34,7 @@
 //! panics across the C boundary.
 
 pub mod api;
+pub mod blocking;
 pub mod clock;
 pub mod config;
 pub mod emu;

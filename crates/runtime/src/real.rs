@@ -69,6 +69,15 @@ real! {
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
     clock_gettime: fn(libc::clockid_t, *mut libc::timespec) -> c_int;
     gettimeofday: fn(*mut libc::timeval, *mut c_void) -> c_int;
+    nanosleep: fn(*const libc::timespec, *mut libc::timespec) -> c_int;
+    clock_nanosleep: fn(libc::clockid_t, c_int, *const libc::timespec, *mut libc::timespec) -> c_int;
+    usleep: fn(libc::useconds_t) -> c_int;
+    sleep: fn(libc::c_uint) -> libc::c_uint;
+    sem_wait: fn(*mut libc::sem_t) -> c_int;
+    sem_timedwait: fn(*mut libc::sem_t, *const libc::timespec) -> c_int;
+    poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+    select: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int;
+    epoll_wait: fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
 }
 
 /// The real `execveat`, `None` where the C library has none (before

@@ -1,8 +1,9 @@
 /* eintr.c -- blocking system calls while epoch signals fly: a read on a
  * pipe that a thread fills after 150 ms, a 100 ms nanosleep, a sem_wait,
- * each checked for EINTR. Prints "eintr: ok" when none was interrupted. */
+ * a 100 ms poll and a 50 ms usleep, each checked for EINTR. Prints "eintr: ok" when none was interrupted. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -53,6 +54,14 @@ int main(void)
 	}
 	if (sem_wait(&sem) != 0) {
 		printf("eintr: sem_wait failed (%s)\n", strerror(errno));
+		bad = 1;
+	}
+	if (poll(NULL, 0, 100) != 0) {
+		printf("eintr: poll interrupted (%s)\n", strerror(errno));
+		bad = 1;
+	}
+	if (usleep(50000) != 0) {
+		printf("eintr: usleep interrupted (%s)\n", strerror(errno));
 		bad = 1;
 	}
 	pthread_join(t, NULL);

@@ -1,0 +1,150 @@
+//! Blocking calls that a signal interrupts whatever `SA_RESTART` says
+//! (signal(7)): sleeps, `sem_wait`, `poll`, `select`, `epoll_wait`. The
+//! monitor signals only threads it saw running, but a thread can enter
+//! such a call between that look and the signal's arrival (on a loaded
+//! machine the monitor may be descheduled in between), and the program
+//! would see an `EINTR` it never asked for. While the emulation is active
+//! these wrappers block the epoch signal for the duration of the call: a
+//! signal sent meanwhile stays pending and is taken when the call returns,
+//! where it ends the epoch as it would have. The program's own signals
+//! interrupt the calls as before.
+//!
+//! Not covered: `ppoll`, `pselect` and `epoll_pwait` (they install a mask
+//! of their own for the call), SysV `msgrcv`/`semop`, and calls that glibc
+//! makes internally (they do not go through these symbols).
+
+use crate::{emu, real};
+use libc::{c_int, c_uint};
+
+/// Run `call` with the epoch signal blocked (when emulating), keeping the
+/// call's `errno`.
+#[inline]
+fn shielded<R>(call: impl FnOnce() -> R) -> R {
+    if !emu::active() {
+        return call();
+    }
+    let old = emu::mask_our_signal(libc::SIG_BLOCK);
+    let r = call();
+    if let Some(old) = old {
+        // SAFETY: errno is the thread's; restoring the mask the thread had.
+        unsafe {
+            let e = *libc::__errno_location();
+            real::pthread_sigmask()(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            *libc::__errno_location() = e;
+        }
+    }
+    r
+}
+
+/// Interposed `nanosleep`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As nanosleep.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
+    shielded(|| real::nanosleep()(req, rem))
+}
+
+/// Interposed `clock_nanosleep`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As clock_nanosleep.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn clock_nanosleep(
+    clock: libc::clockid_t,
+    flags: c_int,
+    req: *const libc::timespec,
+    rem: *mut libc::timespec,
+) -> c_int {
+    shielded(|| real::clock_nanosleep()(clock, flags, req, rem))
+}
+
+/// Interposed `usleep`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As usleep.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn usleep(us: libc::useconds_t) -> c_int {
+    shielded(|| real::usleep()(us))
+}
+
+/// Interposed `sleep`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As sleep.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sleep(s: c_uint) -> c_uint {
+    shielded(|| real::sleep()(s))
+}
+
+/// Interposed `sem_wait`: an available count is taken without touching
+/// the signal mask; a wait is not cut short by the epoch signal.
+///
+/// # Safety
+/// As sem_wait.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sem_wait(sem: *mut libc::sem_t) -> c_int {
+    if libc::sem_trywait(sem) == 0 {
+        return 0;
+    }
+    shielded(|| real::sem_wait()(sem))
+}
+
+/// Interposed `sem_timedwait`: as [`sem_wait`], with its deadline.
+///
+/// # Safety
+/// As sem_timedwait.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sem_timedwait(
+    sem: *mut libc::sem_t,
+    deadline: *const libc::timespec,
+) -> c_int {
+    if libc::sem_trywait(sem) == 0 {
+        return 0;
+    }
+    shielded(|| real::sem_timedwait()(sem, deadline))
+}
+
+/// Interposed `poll`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As poll.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    if timeout == 0 {
+        return real::poll()(fds, n, timeout);
+    }
+    shielded(|| real::poll()(fds, n, timeout))
+}
+
+/// Interposed `select`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As select.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    shielded(|| real::select()(n, r, w, e, timeout))
+}
+
+/// Interposed `epoll_wait`: not cut short by the epoch signal.
+///
+/// # Safety
+/// As epoll_wait.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    if timeout == 0 {
+        return real::epoll_wait()(epfd, events, max, timeout);
+    }
+    shielded(|| real::epoll_wait()(epfd, events, max, timeout))
+}
