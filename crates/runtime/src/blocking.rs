@@ -20,19 +20,9 @@ use libc::{c_int, c_uint};
 /// call's `errno`.
 #[inline]
 fn shielded<R>(call: impl FnOnce() -> R) -> R {
-    if !emu::active() {
-        return call();
-    }
-    let old = emu::mask_our_signal(libc::SIG_BLOCK);
+    let old = emu::shield_our_signal();
     let r = call();
-    if let Some(old) = old {
-        // SAFETY: errno is the thread's; restoring the mask the thread had.
-        unsafe {
-            let e = *libc::__errno_location();
-            real::pthread_sigmask()(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            *libc::__errno_location() = e;
-        }
-    }
+    emu::restore_signal_mask(old);
     r
 }
 

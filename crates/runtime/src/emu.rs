@@ -275,6 +275,29 @@ pub fn mask_our_signal(how: c_int) -> Option<libc::sigset_t> {
     }
 }
 
+/// While emulating, block the epoch signal in the calling thread (across
+/// an exec, or a blocking call it would interrupt); returns the mask for
+/// [`restore_signal_mask`]. Async-signal-safe.
+pub fn shield_our_signal() -> Option<libc::sigset_t> {
+    if !active() {
+        return None;
+    }
+    mask_our_signal(libc::SIG_BLOCK)
+}
+
+/// Restore the mask [`shield_our_signal`] saved, keeping `errno`.
+/// Async-signal-safe.
+pub fn restore_signal_mask(old: Option<libc::sigset_t>) {
+    if let Some(old) = old {
+        // SAFETY: errno is the thread's; restoring the thread's own mask.
+        unsafe {
+            let e = *libc::__errno_location();
+            real::pthread_sigmask()(libc::SIG_SETMASK, &old, null_mut());
+            *libc::__errno_location() = e;
+        }
+    }
+}
+
 /// The configuration once initialised.
 pub fn cfg() -> Option<&'static Config> {
     GLOBALS.get().map(|g| &g.cfg)

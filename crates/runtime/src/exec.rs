@@ -34,22 +34,12 @@ unsafe extern "C" {
 /// Block the epoch signal in the calling thread if the runtime uses it;
 /// returns the mask to restore if the exec fails.
 fn begin() -> Option<libc::sigset_t> {
-    if !emu::active() {
-        return None;
-    }
-    emu::mask_our_signal(libc::SIG_BLOCK)
+    emu::shield_our_signal()
 }
 
 /// The exec returned (it failed): restore the mask, keep `errno`.
 fn failed(old: Option<libc::sigset_t>, r: c_int) -> c_int {
-    if let Some(old) = old {
-        // SAFETY: restoring the mask saved by `begin`; errno is preserved.
-        unsafe {
-            let e = *libc::__errno_location();
-            real::pthread_sigmask()(libc::SIG_SETMASK, &old, null_mut());
-            *libc::__errno_location() = e;
-        }
-    }
+    emu::restore_signal_mask(old);
     r
 }
 
