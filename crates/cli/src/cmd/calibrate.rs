@@ -281,8 +281,7 @@ impl Chaser {
     /// Map and link a chain over the calibration's region (8x the LLC,
     /// 256 MiB to 1 GiB) and warm its TLB entries.
     pub fn new() -> anyhow::Result<Chaser> {
-        let len = (llc_bytes() * 8).clamp(256 << 20, 1 << 30) as usize;
-        let region = Region::new(len, None)?;
+        let region = Region::new(default_region(llc_bytes()) as usize, None)?;
         let start = build_chain(&region, 0x9E37_79B9_7F4A_7C15);
         let (_, at) = chase(start, 1_000_000);
         Ok(Chaser { region, at })
@@ -296,6 +295,12 @@ impl Chaser {
         self.at = at;
         ns
     }
+}
+
+/// The calibration's region for a last-level cache of `llc` bytes: 8x
+/// the LLC, 256 MiB to 1 GiB.
+fn default_region(llc: u64) -> u64 {
+    (llc * 8).clamp(256 << 20, 1 << 30)
 }
 
 fn chase(start: usize, n: u64) -> (f64, usize) {
@@ -358,7 +363,7 @@ fn measure(args: &Args) -> anyhow::Result<Calibration> {
         Some(s) => Bytes::parse(s)
             .map_err(|e| anyhow::anyhow!("--region: {e}"))?
             .get(),
-        None => (llc * 8).clamp(256 << 20, 1 << 30),
+        None => default_region(llc),
     };
     if region < (1 << 20) {
         bail!("--region {} is too small: give at least 1MiB (much larger than the LLC for a DRAM latency)", Bytes(region));
