@@ -9,9 +9,14 @@
 //! where it ends the epoch as it would have. The program's own signals
 //! interrupt the calls as before.
 //!
-//! Not covered: `ppoll`, `pselect` and `epoll_pwait` (they install a mask
-//! of their own for the call), SysV `msgrcv`/`semop`, and calls that glibc
-//! makes internally (they do not go through these symbols).
+//! `ppoll`, `pselect`, `epoll_pwait` and `epoll_pwait2` install a mask of
+//! their own for the call: the epoch signal is added to a copy of that
+//! mask (or, without one, blocked around the call as for the others), so
+//! the program's mask is what the kernel restores when the call returns.
+//!
+//! Not covered: SysV `msgrcv`/`semop`, `sigsuspend`/`sigwait` (a program
+//! that waits for signals expects to be woken by them), and calls that
+//! glibc makes internally (they do not go through these symbols).
 
 use crate::{emu, real};
 use libc::{c_int, c_uint};
@@ -24,6 +29,39 @@ fn shielded<R>(call: impl FnOnce() -> R) -> R {
     let r = call();
     emu::restore_signal_mask(old);
     r
+}
+
+/// The mask a `p*` call should install: the caller's `mask` plus the
+/// epoch signal, written to `buf`; `None` when the caller gave no mask or
+/// the emulation is not active (then the call runs as asked, or
+/// [`shielded`] when `mask` is null).
+#[inline]
+unsafe fn with_our_signal(
+    mask: *const libc::sigset_t,
+    buf: &mut libc::sigset_t,
+) -> Option<*const libc::sigset_t> {
+    let sig = emu::our_signal();
+    if mask.is_null() || !emu::active() || sig == 0 {
+        return None;
+    }
+    *buf = *mask;
+    libc::sigaddset(buf, sig);
+    Some(buf)
+}
+
+/// Run a `p*` call whose last argument is a signal mask: with the caller's
+/// mask plus the epoch signal, or shielded when the caller gave none.
+#[inline]
+unsafe fn masked_call(
+    mask: *const libc::sigset_t,
+    call: impl FnOnce(*const libc::sigset_t) -> c_int,
+) -> c_int {
+    let mut buf: libc::sigset_t = std::mem::zeroed();
+    match with_our_signal(mask, &mut buf) {
+        Some(m) => call(m),
+        None if mask.is_null() => shielded(|| call(mask)),
+        None => call(mask),
+    }
 }
 
 /// Interposed `nanosleep`: not cut short by the epoch signal.
@@ -137,4 +175,79 @@ pub unsafe extern "C" fn epoll_wait(
         return real::epoll_wait()(epfd, events, max, timeout);
     }
     shielded(|| real::epoll_wait()(epfd, events, max, timeout))
+}
+
+/// Interposed `ppoll`: not cut short by the epoch signal; the caller's
+/// signal mask applies during the call as asked.
+///
+/// # Safety
+/// As ppoll.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if !timeout.is_null() && (*timeout).tv_sec == 0 && (*timeout).tv_nsec == 0 {
+        return real::ppoll()(fds, n, timeout, mask);
+    }
+    masked_call(mask, |m| real::ppoll()(fds, n, timeout, m))
+}
+
+/// Interposed `pselect`: not cut short by the epoch signal; the caller's
+/// signal mask applies during the call as asked.
+///
+/// # Safety
+/// As pselect.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    masked_call(mask, |m| real::pselect()(n, r, w, e, timeout, m))
+}
+
+/// Interposed `epoll_pwait`: not cut short by the epoch signal; the
+/// caller's signal mask applies during the call as asked.
+///
+/// # Safety
+/// As epoll_pwait.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if timeout == 0 {
+        return real::epoll_pwait()(epfd, events, max, timeout, mask);
+    }
+    masked_call(mask, |m| real::epoll_pwait()(epfd, events, max, timeout, m))
+}
+
+/// Interposed `epoll_pwait2` (glibc 2.35 and later): as [`epoll_pwait`]
+/// with a `timespec` timeout. Where the C library has none, fails with
+/// `ENOSYS` as that C library's programs could not have called it.
+///
+/// # Safety
+/// As epoll_pwait2.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let Some(f) = real::epoll_pwait2_opt() else {
+        *libc::__errno_location() = libc::ENOSYS;
+        return -1;
+    };
+    masked_call(mask, |m| f(epfd, events, max, timeout, m))
 }

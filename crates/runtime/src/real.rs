@@ -36,6 +36,7 @@ macro_rules! real {
         pub fn resolve_all() {
             $( let _ = $name(); )*
             let _ = execveat_opt();
+            let _ = epoll_pwait2_opt();
         }
     };
 }
@@ -78,6 +79,36 @@ real! {
     poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
     select: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int;
     epoll_wait: fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+    ppoll: fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int;
+    pselect: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *const libc::timespec, *const libc::sigset_t) -> c_int;
+    epoll_pwait: fn(c_int, *mut libc::epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int;
+}
+
+/// The real `epoll_pwait2`, `None` where the C library has none (before
+/// glibc 2.35). Resolved with the others at initialisation.
+#[allow(clippy::type_complexity)]
+pub fn epoll_pwait2_opt() -> Option<
+    unsafe extern "C" fn(
+        c_int,
+        *mut libc::epoll_event,
+        c_int,
+        *const libc::timespec,
+        *const libc::sigset_t,
+    ) -> c_int,
+> {
+    static CACHE: AtomicUsize = AtomicUsize::new(0);
+    const ABSENT: usize = 1;
+    let mut f = CACHE.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: NUL-terminated name; dlsym is safe to call.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"epoll_pwait2".as_ptr()) } as usize;
+        if f == 0 {
+            f = ABSENT;
+        }
+        CACHE.store(f, Ordering::Relaxed);
+    }
+    // SAFETY: dlsym returned the address of this very function.
+    (f != ABSENT).then(|| unsafe { std::mem::transmute(f) })
 }
 
 /// The real `execveat`, `None` where the C library has none (before

@@ -1,11 +1,16 @@
 /* eintr.c -- blocking system calls while epoch signals fly: a read on a
  * pipe that a thread fills after 150 ms, a 100 ms nanosleep, a sem_wait,
- * a 100 ms poll and a 50 ms usleep, each checked for EINTR. Prints "eintr: ok" when none was interrupted. */
+ * a 100 ms poll, a 50 ms usleep, and 60 ms of ppoll (with an empty mask
+ * of its own), pselect (with none) and epoll_pwait (with an empty mask),
+ * each checked for EINTR. Prints "eintr: ok" when none was interrupted. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -62,6 +67,23 @@ int main(void)
 	}
 	if (usleep(50000) != 0) {
 		printf("eintr: usleep interrupted (%s)\n", strerror(errno));
+		bad = 1;
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	struct timespec ms60 = {0, 60000000};
+	if (ppoll(NULL, 0, &ms60, &none) != 0) {
+		printf("eintr: ppoll interrupted (%s)\n", strerror(errno));
+		bad = 1;
+	}
+	if (pselect(0, NULL, NULL, NULL, &ms60, NULL) != 0) {
+		printf("eintr: pselect interrupted (%s)\n", strerror(errno));
+		bad = 1;
+	}
+	int ep = epoll_create1(0);
+	struct epoll_event ev;
+	if (ep < 0 || epoll_pwait(ep, &ev, 1, 60, &none) != 0) {
+		printf("eintr: epoll_pwait interrupted (%s)\n", strerror(errno));
 		bad = 1;
 	}
 	pthread_join(t, NULL);
