@@ -592,6 +592,31 @@ fn blocking_system_calls_are_not_interrupted() {
 }
 
 #[test]
+fn a_program_ending_with_exit_underscore_still_reports() {
+    let _serial = shared();
+    let d = TempDir::new("fastexit");
+    let p = test_c(&d, "fast_exit");
+    d.write("s.txt", "pm=100\nloop\n");
+    let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("fast_exit: ready"));
+    // The report is the parent's (neither the forked child's nor the spawn
+    // child's) and includes the epoch that _exit ended.
+    assert_eq!(v["stats"]["forked_child"], false, "{v}");
+    assert!(total(&v, "epochs") >= 5.0, "{v}");
+    assert_eq!(total(&v, "epochs_exit"), 1.0, "{v}");
+    assert!(total(&v, "injected_delay_ns") > 0.0, "{v}");
+    // Nothing half-written is left beside the statistics.
+    let tmp: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pmlab-stats-") && n.contains(".tmp"))
+        .collect();
+    assert!(tmp.is_empty(), "{tmp:?}");
+}
+
+#[test]
 fn api_works_linked_directly_and_under_the_emulator() {
     let _serial = shared();
     let d = TempDir::new("api");
@@ -699,6 +724,12 @@ fn exported_symbols_match_the_header_and_the_hook_list() {
         "poll",
         "select",
         "epoll_wait",
+        "ppoll",
+        "pselect",
+        "epoll_pwait",
+        "epoll_pwait2",
+        "_exit",
+        "_Exit",
     ];
     for s in &exported {
         let known = api.contains(s)

@@ -499,6 +499,29 @@ pub unsafe extern "C" fn gettimeofday(tv: *mut libc::timeval, tz: *mut c_void) -
     real::gettimeofday()(tv, tz)
 }
 
+/// Interposed `_exit`: the process ends without its `atexit` handlers,
+/// where the runtime writes its report; the report is written first
+/// (see `emu::report_before_exit`), then the real `_exit` runs.
+///
+/// # Safety
+/// As _exit.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    emu::report_before_exit();
+    real::_exit()(code)
+}
+
+/// Interposed `_Exit`: as [`_exit`].
+///
+/// # Safety
+/// As _Exit.
+#[allow(non_snake_case)]
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
+    emu::report_before_exit();
+    real::_Exit()(code)
+}
+
 /// The program's own disposition for our signal, which we keep for it.
 static APP_ACTION: Mutex<Option<libc::sigaction>> = Mutex::new(None);
 

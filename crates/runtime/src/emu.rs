@@ -168,6 +168,13 @@ static SIGNALS_SENT: AtomicU64 = AtomicU64::new(0);
 static KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
 static FORKED: AtomicBool = AtomicBool::new(false);
 static REPORTED: AtomicBool = AtomicBool::new(false);
+/// `_exit` asked the monitor thread for the report: 0 not asked, 1
+/// asked, 2 written (see [`report_before_exit`]).
+static EXIT_REPORT: AtomicU8 = AtomicU8::new(0);
+/// The process that owns this state: the one that initialised it, or the
+/// child after `fork`. A `vfork` child (`posix_spawn`) shares our memory
+/// but has another pid and must leave it alone.
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
 struct Globals {
     cfg: Config,
@@ -427,6 +434,7 @@ pub fn init() {
         );
         libc::atexit(on_exit);
     }
+    OWNER_PID.store(own_pid(), Ordering::Relaxed);
     STATE.store(State::Active as u8, Ordering::Release);
     register_current();
     // An exec from a runtime'd image blocks the signal across it (see
@@ -836,6 +844,63 @@ extern "C" fn on_exit() {
     report();
 }
 
+/// The calling process's id, from the kernel (never a cached value: a
+/// `vfork` child must see its own). Async-signal-safe.
+fn own_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// Longest wait of `_exit` for the monitor to write the report.
+const EXIT_REPORT_WAIT_NS: u64 = 2_000_000_000;
+
+/// Called by the interposed `_exit`/`_Exit`, which skip `atexit` handlers
+/// and with them [`report`]: end the calling thread's epoch as at `exit`,
+/// then have the monitor thread write the report and wait for it, at most
+/// [`EXIT_REPORT_WAIT_NS`]. `_exit` may be called from a signal handler,
+/// where writing the report (it allocates) is not allowed; the monitor is
+/// an ordinary thread, and the bounded wait means a monitor that cannot
+/// finish (say, on a lock the interrupted code holds) delays the exit but
+/// never hangs it, and the rename in [`report`] that no half-written file
+/// is left. Nothing is done in a forked child (its report would only
+/// litter the statistics' directory), a `vfork` child (it shares the
+/// parent's memory), when not emulating, or when the report is written
+/// already. Async-signal-safe.
+pub fn report_before_exit() {
+    if !active()
+        || REPORTED.load(Ordering::Acquire)
+        || FORKED.load(Ordering::Relaxed)
+        || !MONITOR_ON.load(Ordering::Acquire)
+        || own_pid() != OWNER_PID.load(Ordering::Relaxed)
+    {
+        return;
+    }
+    if let Some(t) = current() {
+        if enter(t) {
+            end_epoch(t, Cause::Exit, rdtsc());
+            t.busy.store(false, Ordering::Release);
+        }
+    }
+    if EXIT_REPORT
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return; // another thread's _exit asked first: the first one waits
+    }
+    let start = clock::monotonic_ns();
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+    while EXIT_REPORT.load(Ordering::Acquire) != 2
+        && clock::monotonic_ns().saturating_sub(start) < EXIT_REPORT_WAIT_NS
+    {
+        // SAFETY: the real nanosleep (async-signal-safe) with a valid
+        // timespec; the epoch signal may cut it short, which is harmless.
+        unsafe { real::nanosleep()(&nap, null_mut()) };
+    }
+}
+
 /// Write the exit report (once).
 pub fn report() {
     if REPORTED.swap(true, Ordering::AcqRel) {
@@ -891,7 +956,15 @@ pub fn report() {
             } else {
                 format!("{path}.{}", std::process::id())
             };
-            let _ = std::fs::write(&path, rep.to_json());
+            // Written next to the file and renamed over it, so that a
+            // reader never sees half a report (the process may be cut
+            // short while `_exit` waits for the monitor to write it).
+            let tmp = format!("{path}.tmp{}", std::process::id());
+            if std::fs::write(&tmp, rep.to_json()).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            } else {
+                let _ = std::fs::remove_file(&tmp);
+            }
         }
         None => {
             if g.cfg.stats_stderr {
@@ -938,6 +1011,12 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
     while MONITOR_ON.load(Ordering::Acquire) {
         // SAFETY: nanosleep with a valid timespec.
         unsafe { libc::nanosleep(&ts, null_mut()) };
+        if EXIT_REPORT.load(Ordering::Acquire) == 1 {
+            // `_exit` waits for this (see `report_before_exit`).
+            report();
+            EXIT_REPORT.store(2, Ordering::Release);
+            break;
+        }
         let now = rdtsc();
         let high = HIGH.load(Ordering::Acquire);
         for slot in SLOTS.iter().take(high) {
@@ -1040,6 +1119,8 @@ extern "C" fn after_fork_child() {
     crate::pool::reset_after_fork();
     FORKED.store(true, Ordering::Relaxed);
     REPORTED.store(false, Ordering::Relaxed);
+    EXIT_REPORT.store(0, Ordering::Relaxed);
+    OWNER_PID.store(own_pid(), Ordering::Relaxed);
     // SAFETY: single-threaded now; we own the list.
     unsafe { (*FINISHED.list.get()).clear() };
     let me = current().map(|t| t as *const ThreadState);

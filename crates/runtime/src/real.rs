@@ -79,6 +79,8 @@ real! {
     poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
     select: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int;
     epoll_wait: fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+    _exit: fn(c_int) -> !;
+    _Exit: fn(c_int) -> !;
     ppoll: fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int;
     pselect: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *const libc::timespec, *const libc::sigset_t) -> c_int;
     epoll_pwait: fn(c_int, *mut libc::epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int;

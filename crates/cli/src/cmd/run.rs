@@ -384,7 +384,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         }
         None => {
             eprintln!(
-                "pmlab: warning: the runtime wrote no statistics: the program may be statically linked or setuid (LD_PRELOAD ignored), or ended by _exit or a crash"
+                "pmlab: warning: the runtime wrote no statistics: the program may be statically linked or setuid (LD_PRELOAD ignored), or it was killed or crashed"
             );
             if args.json {
                 let _ = writeln!(
