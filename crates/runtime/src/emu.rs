@@ -857,7 +857,7 @@ const EXIT_REPORT_WAIT_NS: u64 = 2_000_000_000;
 /// Called by the interposed `_exit`/`_Exit`, which skip `atexit` handlers
 /// and with them [`report`]: end the calling thread's epoch as at `exit`,
 /// then have the monitor thread write the report and wait for it, at most
-/// [`EXIT_REPORT_WAIT_NS`]. `_exit` may be called from a signal handler,
+/// 2 s (`EXIT_REPORT_WAIT_NS`). `_exit` may be called from a signal handler,
 /// where writing the report (it allocates) is not allowed; the monitor is
 /// an ordinary thread, and the bounded wait means a monitor that cannot
 /// finish (say, on a lock the interrupted code holds) delays the exit but
