@@ -581,6 +581,59 @@ fn trace_fork_and_exec_policy() {
     assert_eq!(a["flushes"], 10);
 }
 
+const FAST_EXIT: &str = r#"
+#include <libpmem.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+extern char **environ;
+int main(void) {
+    static char buf[4096] __attribute__((aligned(64)));
+    for (int i = 0; i < 100; i++) pmem_persist(buf + 64 * (i % 64), 8);
+    /* glibc's spawn child shares our memory and ends with _exit(127):
+       it must not stop the parent's trace. */
+    char *argv[] = {"/nonexistent/pmlab-test", NULL};
+    pid_t s;
+    int st;
+    if (posix_spawn(&s, argv[0], NULL, NULL, argv, environ) == 0)
+        waitpid(s, &st, 0);
+    for (int i = 0; i < 50; i++) pmem_persist(buf, 8);
+    _exit(0);
+}
+"#;
+
+/// A program that ends with `_exit` (no `atexit` handlers) still gets a
+/// complete trace, and a `posix_spawn` child's `_exit` does not end it.
+#[test]
+fn trace_is_completed_when_the_program_ends_with_exit_underscore() {
+    let Some(rt) = runtime_lib() else {
+        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
+        return;
+    };
+    let d = tempdir("fastexit");
+    std::fs::write(d.join("fast.c"), FAST_EXIT).unwrap();
+    let ok = Command::new("cc")
+        .current_dir(&d)
+        .args(["-O2", "-o", "fast", "fast.c", "-lpmem"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: cannot build a libpmem program (cc, libpmem-dev)");
+        return;
+    }
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "f.pmt", "--json", "--", "./fast"])
+        .env("PMLAB_RUNTIME", &rt)
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["finished"], true, "{v}");
+    // pmem_persist = flush + drain: 150 persists, all after the spawn too.
+    assert_eq!(v["records"], 300, "{v}");
+}
+
 #[test]
 fn trace_without_runtime_says_how_to_get_it() {
     let d = tempdir("noruntime");

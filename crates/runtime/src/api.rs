@@ -500,14 +500,16 @@ pub unsafe extern "C" fn gettimeofday(tv: *mut libc::timeval, tz: *mut c_void) -
 }
 
 /// Interposed `_exit`: the process ends without its `atexit` handlers,
-/// where the runtime writes its report; the report is written first
-/// (see `emu::report_before_exit`), then the real `_exit` runs.
+/// where the runtime writes its report and completes a trace; both are
+/// done first (see `emu::report_before_exit` and
+/// `tracer::finish_before_exit`), then the real `_exit` runs.
 ///
 /// # Safety
 /// As _exit.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _exit(code: c_int) -> ! {
     emu::report_before_exit();
+    crate::tracer::finish_before_exit();
     real::_exit()(code)
 }
 
@@ -519,6 +521,7 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
     emu::report_before_exit();
+    crate::tracer::finish_before_exit();
     real::_Exit()(code)
 }
 

@@ -846,7 +846,7 @@ extern "C" fn on_exit() {
 
 /// The calling process's id, from the kernel (never a cached value: a
 /// `vfork` child must see its own). Async-signal-safe.
-fn own_pid() -> i32 {
+pub(crate) fn own_pid() -> i32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::syscall(libc::SYS_getpid) as i32 }
 }

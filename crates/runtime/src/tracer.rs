@@ -42,8 +42,11 @@
 //!   thread are in order; threads interleave by drain batch (the format
 //!   allows it).
 //! * At `exit` (an `atexit` handler) the writer drains everything, flushes
-//!   and patches the header's counters. A program ended by `_exit` or a
-//!   signal leaves a readable trace up to the last drain, with counters 0.
+//!   and patches the header's counters. `_exit` and `_Exit` skip `atexit`:
+//!   the interposed ones (`api.rs`) stop recording and wait, at most 2 s,
+//!   for the writer to do the same ([`finish_before_exit`]). A program
+//!   ended by a signal leaves a readable trace up to the last drain, with
+//!   counters 0.
 //! * `fork`: the child stops recording (its copy of the rings has no writer
 //!   thread). `exec`: the constructor of the new image sees
 //!   `PMLAB_TRACE_NESTED` (set by the first traced process) and records
@@ -114,6 +117,11 @@ static START_NS: AtomicU64 = AtomicU64::new(0);
 static STOP: AtomicBool = AtomicBool::new(false);
 static IN_CHILD: AtomicBool = AtomicBool::new(false);
 static WRITER: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+/// The writer thread has completed the file (or given up on it).
+static WRITER_DONE: AtomicBool = AtomicBool::new(false);
+/// The process that started the trace (a `vfork` child shares our memory
+/// but not our pid).
+static OWNER_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 thread_local! {
     static LOCAL: Cell<*mut Ring> = const { Cell::new(ptr::null_mut()) };
@@ -240,6 +248,7 @@ pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
         .name("pmlab-trace".into())
         .spawn(move || writer_loop(w, offsets))?;
     *WRITER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    OWNER_PID.store(crate::emu::own_pid(), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
     Ok(())
 }
@@ -366,6 +375,7 @@ fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 4]) {
         // SAFETY: plain write(2) of a valid buffer to stderr.
         unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
     }
+    WRITER_DONE.store(true, Ordering::Release);
 }
 
 /// Stop recording, drain every ring and complete the file. Idempotent;
@@ -380,6 +390,40 @@ pub fn finish() {
     let handle = WRITER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(h) = handle {
         let _ = h.join();
+    }
+}
+
+/// Longest wait of `_exit` for the writer.
+const EXIT_WAIT_NS: u64 = 2_000_000_000;
+
+/// For the interposed `_exit`/`_Exit`: stop recording and wait (at most
+/// 2 s) until the writer thread has drained the rings and completed the
+/// file, as [`finish`] does at `exit`. It does not join the writer (not
+/// allowed in a signal handler, where `_exit` may be called) but polls its
+/// flag; a writer that cannot finish in time leaves the trace readable up
+/// to its last drain. Nothing happens in a forked child, in a `vfork`
+/// child (`posix_spawn`: it shares the parent's memory), or when not
+/// tracing. Async-signal-safe.
+pub fn finish_before_exit() {
+    if IN_CHILD.load(Ordering::Relaxed)
+        || !ENABLED.load(Ordering::Acquire)
+        || crate::emu::own_pid() != OWNER_PID.load(Ordering::Relaxed)
+    {
+        return;
+    }
+    crate::instrument_hooks::flush_trace_counts();
+    ENABLED.store(false, Ordering::Release);
+    STOP.store(true, Ordering::Release);
+    let start = monotonic_ns();
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+    while !WRITER_DONE.load(Ordering::Acquire)
+        && monotonic_ns().saturating_sub(start) < EXIT_WAIT_NS
+    {
+        // SAFETY: the real nanosleep with a valid timespec.
+        unsafe { crate::real::nanosleep()(&nap, ptr::null_mut()) };
     }
 }
 
