@@ -28,6 +28,11 @@ enum Command {
     /// Compile C++ with pmlab's instrumentation (a drop-in for CXX).
     #[command(name = "c++")]
     Cxx(cmd::cc::Args),
+    /// As `cc`, always with gcc (CC="pmlab gcc": the choice stays with the build).
+    Gcc(cmd::cc::Args),
+    /// As `c++`, always with g++.
+    #[command(name = "g++")]
+    Gxx(cmd::cc::Args),
     /// Measure the emulator's accuracy on the bundled workloads.
     Validate(cmd::validate::Args),
     /// Simulate a memory device on a trace.
@@ -45,8 +50,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
-        Command::Cc(a) => cmd::cc::run(a, cmd::cc::Lang::C),
-        Command::Cxx(a) => cmd::cc::run(a, cmd::cc::Lang::Cxx),
+        Command::Cc(a) => cmd::cc::run(a, cmd::cc::Lang::C, false),
+        Command::Cxx(a) => cmd::cc::run(a, cmd::cc::Lang::Cxx, false),
+        Command::Gcc(a) => cmd::cc::run(a, cmd::cc::Lang::C, true),
+        Command::Gxx(a) => cmd::cc::run(a, cmd::cc::Lang::Cxx, true),
         Command::Validate(a) => cmd::validate::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Probe(a) => cmd::probe::run(a),

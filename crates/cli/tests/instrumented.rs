@@ -430,6 +430,48 @@ fn gcc_builds_a_multi_file_project_with_make() {
     assert!(!imports_tsan_hooks(&exe));
 }
 
+/// `pmlab gcc` pins gcc in the command, so CMake records it with the build
+/// and nothing has to stay set in the environment (with `pmlab cc` the
+/// build step would silently fall back to clang without `PMLAB_CC`).
+#[test]
+fn pmlab_gcc_is_recorded_by_cmake() {
+    if !have_compiler("gcc") || Command::new("cmake").arg("--version").output().is_err() {
+        eprintln!("gcc or cmake not installed: case not run");
+        return;
+    }
+    ensure_runtime();
+    let t = TempDir::new("gcccmake");
+    let build = t.0.join("build");
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(project_dir())
+        .arg("-B")
+        .arg(&build)
+        .env("CC", format!("{PMLAB} gcc"))
+        .env_remove("PMLAB_CC"));
+    run(Command::new("cmake")
+        .arg("--build")
+        .arg(&build)
+        .env_remove("PMLAB_CC"));
+    let exe = build.join("listsum");
+    assert!(imports_tsan_hooks(&exe), "not built by gcc through pmlab");
+    assert!(!needs_libtsan(&exe));
+    let out = run(Command::new(&exe).arg("777"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 301476\n");
+    // A PMLAB_GCC that is not gcc is refused in one line.
+    let o = Command::new(PMLAB)
+        .args(["gcc", "-c", "x.c"])
+        .env("PMLAB_GCC", "clang-14")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is not gcc") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
 #[test]
 fn gcc_compiles_and_links_in_one_step() {
     if !have_compiler("gcc") {

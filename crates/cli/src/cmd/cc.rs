@@ -11,6 +11,9 @@
 //! `clang` in the name or in that of the file it links to), else by its
 //! `--version`. So `CC="pmlab cc" PMLAB_CC=gcc make` builds with gcc (keep
 //! the variable set for every step: CMake records `CC`, not `PMLAB_CC`).
+//! `pmlab gcc` and `pmlab g++` always wrap gcc (`PMLAB_GCC` / `PMLAB_GXX`,
+//! else `gcc` / `g++` on PATH): `CC="pmlab gcc" cmake ...` records the
+//! choice with the build, and no variable has to stay set.
 //!
 //! # clang
 //!
@@ -88,7 +91,8 @@ pub enum Lang {
     disable_version_flag = true,
     after_help = "Compiler: $PMLAB_CC (pmlab cc) or $PMLAB_CXX (pmlab c++), gcc or clang, \
 a name on PATH or a path; else $PMLAB_CLANG / $PMLAB_CLANGXX; else clang-14 or clang. \
-Example: CC=\"pmlab cc\" PMLAB_CC=gcc make. PMLAB_CC_VERBOSE=1 prints each compiler command."
+Example: CC=\"pmlab cc\" PMLAB_CC=gcc make (or CC=\"pmlab gcc\", which build systems record). \
+PMLAB_CC_VERBOSE=1 prints each compiler command."
 )]
 pub struct Args {
     /// Compiler arguments (as for gcc or clang).
@@ -147,8 +151,31 @@ pub fn classify(args: &[String]) -> Mode {
 }
 
 /// The compiler to run for `lang`: `PMLAB_CC`/`PMLAB_CXX`, else
-/// `PMLAB_CLANG`/`PMLAB_CLANGXX`, else clang from PATH.
-pub fn find_compiler(lang: Lang) -> Result<PathBuf> {
+/// `PMLAB_CLANG`/`PMLAB_CLANGXX`, else clang from PATH; with `gcc` (`pmlab
+/// gcc`, `pmlab g++`): `PMLAB_GCC`/`PMLAB_GXX`, else gcc from PATH.
+pub fn find_compiler(lang: Lang, gcc: bool) -> Result<PathBuf> {
+    if gcc {
+        let (var, name) = match lang {
+            Lang::C => ("PMLAB_GCC", "gcc"),
+            Lang::Cxx => ("PMLAB_GXX", "g++"),
+        };
+        let p = std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from(name), PathBuf::from);
+        let Some(found) = which(&p) else {
+            bail!(
+                "{} not found: install gcc (Debian: apt-get install gcc g++), or set {var} to a gcc",
+                p.display()
+            );
+        };
+        if family(&found)? != Family::Gcc {
+            bail!(
+                "{} is not gcc (its name and --version say clang): use pmlab cc / pmlab c++ for clang, or set {var} to a gcc",
+                found.display()
+            );
+        }
+        return Ok(found);
+    }
     let (any_var, clang_var, names): (&str, &str, &[&str]) = match lang {
         Lang::C => ("PMLAB_CC", "PMLAB_CLANG", &["clang-14", "clang"]),
         Lang::Cxx => ("PMLAB_CXX", "PMLAB_CLANGXX", &["clang++-14", "clang++"]),
@@ -403,7 +430,9 @@ fn gcc_specs_file(cc: &Path) -> Result<TempFile> {
 }
 
 /// Run the command: run the compiler (its exit status becomes ours).
-pub fn run(args: Args, lang: Lang) -> Result<u8> {
+/// `pmlab cc` / `pmlab c++` (`gcc` false) and `pmlab gcc` / `pmlab g++`
+/// (`gcc` true).
+pub fn run(args: Args, lang: Lang, gcc: bool) -> Result<u8> {
     let rest: Vec<String> = args
         .rest
         .into_iter()
@@ -412,7 +441,7 @@ pub fn run(args: Args, lang: Lang) -> Result<u8> {
                 .map_err(|a| anyhow::anyhow!("argument {a:?} is not valid UTF-8"))
         })
         .collect::<Result<_>>()?;
-    let cc = find_compiler(lang)?;
+    let cc = find_compiler(lang, gcc)?;
     let mode = classify(&rest);
     if matches!(mode, Mode::Query | Mode::Preprocess) {
         return status_of(&cc, &rest);

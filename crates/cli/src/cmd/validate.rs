@@ -1135,7 +1135,7 @@ fn build_workloads(pmlab: &Path, wl: &Path, build: &Path) -> Result<(PathBuf, Pa
         .and_then(|_| std::fs::create_dir_all(&instr))
         .with_context(|| format!("cannot create {}", build.display()))?;
     let include = wl.join("../include");
-    let cc = crate::cmd::cc::find_compiler(crate::cmd::cc::Lang::C)?;
+    let cc = crate::cmd::cc::find_compiler(crate::cmd::cc::Lang::C, false)?;
     for prog in ["memlat", "multilat", "mtlat"] {
         let src = wl.join(format!("{prog}.c"));
         for (dir, instrumented) in [(&native, false), (&instr, true)] {
