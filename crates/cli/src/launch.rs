@@ -63,8 +63,20 @@ pub fn check_environment() -> anyhow::Result<()> {
 }
 
 /// Resolve a program name like the shell: a path if it has a `/`, else
-/// searched in `$PATH`. One-line error when it does not exist.
+/// searched in `$PATH`. One-line error when it does not exist, or when it
+/// carries ThreadSanitizer's runtime, which libpmlab cannot run beside.
 pub fn resolve_program(name: &str) -> anyhow::Result<PathBuf> {
+    let p = find_program(name)?;
+    if crate::cmd::cc::uses_tsan_runtime(&p).unwrap_or(false) {
+        bail!(
+            "{} carries ThreadSanitizer's runtime (built with -fsanitize=thread), which libpmlab's callbacks and interposers would fight: rebuild it without -fsanitize=thread (pmlab gcc uses gcc's ThreadSanitizer hooks without that runtime)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn find_program(name: &str) -> anyhow::Result<PathBuf> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         if p.is_file() {

@@ -617,6 +617,31 @@ fn a_program_ending_with_exit_underscore_still_reports() {
 }
 
 #[test]
+fn programs_carrying_the_tsan_runtime_are_refused_in_one_line() {
+    let d = TempDir::new("tsanrt");
+    d.write("t.c", "int main(void) { return 0; }\n");
+    let ok = Command::new("gcc")
+        .current_dir(&d.0)
+        .args(["-fsanitize=thread", "-o", "t", "t.c"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: gcc cannot build with -fsanitize=thread (libtsan)");
+        return;
+    }
+    for args in [
+        &["run", "--source", "synthetic:s.txt", "--", "./t"][..],
+        &["trace", "-o", "t.pmt", "--", "./t"][..],
+    ] {
+        let o = pmlab(&d, args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains("ThreadSanitizer's runtime"), "{err}");
+    }
+}
+
+#[test]
 fn api_works_linked_directly_and_under_the_emulator() {
     let _serial = shared();
     let d = TempDir::new("api");

@@ -517,45 +517,112 @@ const HOOK_PREFIXES: [&[u8]; 6] = [
     b"__tsan_volatile_",
 ];
 
-/// Scan a 64-bit little-endian ELF's `.dynsym` for an undefined symbol
-/// named by one of [`HOOK_PREFIXES`].
-fn elf_imports_hooks(d: &[u8]) -> bool {
-    fn scan(d: &[u8]) -> Option<bool> {
+/// One section of an ELF file, with the string table it links to.
+struct Section<'a> {
+    /// `sh_type` (11: `.dynsym`, 6: `.dynamic`).
+    kind: usize,
+    /// The section's bytes.
+    data: &'a [u8],
+    /// `sh_entsize`.
+    entsize: usize,
+    /// The linked string table's bytes.
+    strtab: &'a [u8],
+}
+
+/// The sections of a 64-bit little-endian ELF (empty for anything else,
+/// and for malformed files).
+fn elf_sections(d: &[u8]) -> Vec<Section<'_>> {
+    fn read(d: &[u8]) -> Option<Vec<Section<'_>>> {
         if d.get(0..4)? != b"\x7fELF" || *d.get(4)? != 2 || *d.get(5)? != 1 {
-            return Some(false);
+            return Some(Vec::new());
         }
         let shoff = u64_at(d, 0x28)?;
         let shentsize = u16_at(d, 0x3a)?;
         let shnum = u16_at(d, 0x3c)?;
         let sh = |i: usize| shoff.checked_add(i.checked_mul(shentsize)?);
+        let bytes = |h: usize| {
+            let off = u64_at(d, h + 0x18)?;
+            d.get(off..off.checked_add(u64_at(d, h + 0x20)?)?)
+        };
+        let mut out = Vec::new();
         for i in 0..shnum {
             let h = sh(i)?;
-            // SHT_DYNSYM = 11
-            if u32_at(d, h + 4)? != 11 {
+            let kind = u32_at(d, h + 4)?;
+            if kind != 11 && kind != 6 {
                 continue;
             }
-            let off = u64_at(d, h + 0x18)?;
-            let size = u64_at(d, h + 0x20)?;
-            let link = u32_at(d, h + 0x28)?;
-            let entsize = u64_at(d, h + 0x38)?.max(24);
-            let sh_str = sh(link)?;
-            let str_off = u64_at(d, sh_str + 0x18)?;
-            let str_size = u64_at(d, sh_str + 0x20)?;
-            let strtab = d.get(str_off..str_off.checked_add(str_size)?)?;
-            for s in (off..off.checked_add(size)?).step_by(entsize) {
-                let name = u32_at(d, s)?;
-                let shndx = u16_at(d, s + 6)?;
-                let rest = strtab.get(name..)?;
-                let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-                let n = &rest[..end];
-                if shndx == 0 && HOOK_PREFIXES.iter().any(|p| n.starts_with(p)) {
-                    return Some(true);
-                }
+            out.push(Section {
+                kind,
+                data: bytes(h)?,
+                entsize: u64_at(d, h + 0x38)?,
+                strtab: bytes(sh(u32_at(d, h + 0x28)?)?)?,
+            });
+        }
+        Some(out)
+    }
+    read(d).unwrap_or_default()
+}
+
+/// The NUL-terminated string at `at` of a string table (empty if out of
+/// range).
+fn c_str(strtab: &[u8], at: usize) -> &[u8] {
+    let rest = strtab.get(at..).unwrap_or_default();
+    &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+}
+
+/// The `.dynsym` symbols of an ELF: (name, defined).
+fn elf_dynamic_symbols(d: &[u8]) -> Vec<(&[u8], bool)> {
+    let mut out = Vec::new();
+    for sec in elf_sections(d).into_iter().filter(|s| s.kind == 11) {
+        for e in sec.data.chunks_exact(sec.entsize.max(24)) {
+            let (Some(name), Some(shndx)) = (u32_at(e, 0), u16_at(e, 6)) else {
+                continue;
+            };
+            out.push((c_str(sec.strtab, name), shndx != 0));
+        }
+    }
+    out
+}
+
+/// The `DT_NEEDED` library names of an ELF's `.dynamic` section.
+fn elf_needed(d: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    for sec in elf_sections(d).into_iter().filter(|s| s.kind == 6) {
+        for e in sec.data.chunks_exact(16) {
+            match (u64_at(e, 0), u64_at(e, 8)) {
+                (Some(0), _) | (None, _) => break, // DT_NULL
+                (Some(1), Some(at)) => out.push(c_str(sec.strtab, at)),
+                _ => {}
             }
         }
-        Some(false)
     }
-    scan(d).unwrap_or(false)
+    out
+}
+
+/// Whether a 64-bit little-endian ELF imports (leaves undefined) a symbol
+/// named by one of [`HOOK_PREFIXES`].
+fn elf_imports_hooks(d: &[u8]) -> bool {
+    elf_dynamic_symbols(d)
+        .iter()
+        .any(|(n, defined)| !defined && HOOK_PREFIXES.iter().any(|p| n.starts_with(p)))
+}
+
+/// True when the program at `path` carries ThreadSanitizer's own runtime:
+/// it needs `libtsan` (gcc's `-fsanitize=thread`) or defines `__tsan_init`
+/// itself (clang links the runtime statically). libpmlab, preloaded, would
+/// then fight that runtime over the `__tsan_*` callbacks and the thread
+/// and signal functions both interpose. Programs built by `pmlab gcc`
+/// import the callbacks and need neither.
+pub fn uses_tsan_runtime(path: &Path) -> Result<bool> {
+    let d = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(elf_uses_tsan_runtime(&d))
+}
+
+fn elf_uses_tsan_runtime(d: &[u8]) -> bool {
+    elf_needed(d).iter().any(|l| l.starts_with(b"libtsan"))
+        || elf_dynamic_symbols(d)
+            .iter()
+            .any(|&(n, defined)| defined && n == b"__tsan_init")
 }
 
 #[cfg(test)]
@@ -564,6 +631,42 @@ mod tests {
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn tsan_runtime_is_told_from_pmlab_gcc_builds() {
+        // Real binaries where the tools exist; nothing to check otherwise.
+        let dir = std::env::temp_dir().join(format!("pmlab-tsan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("t.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let build = |cc: &str, flags: &[&str], out: &str| {
+            let exe = dir.join(out);
+            Command::new(cc)
+                .args(flags)
+                .arg("-o")
+                .arg(&exe)
+                .arg(&src)
+                .status()
+                .is_ok_and(|s| s.success())
+                .then_some(exe)
+        };
+        if let Some(exe) = build("gcc", &["-fsanitize=thread"], "gcc_tsan") {
+            assert!(uses_tsan_runtime(&exe).unwrap(), "gcc: needs libtsan");
+        }
+        if let Some(exe) = build("clang-14", &["-fsanitize=thread"], "clang_tsan") {
+            assert!(
+                uses_tsan_runtime(&exe).unwrap(),
+                "clang: defines __tsan_init"
+            );
+        }
+        if let Some(exe) = build("gcc", &[], "plain") {
+            assert!(!uses_tsan_runtime(&exe).unwrap());
+        }
+        // Not ELF, or cut short: no.
+        assert!(!elf_uses_tsan_runtime(b"#!/bin/sh\n"));
+        assert!(!elf_uses_tsan_runtime(b"\x7fELF\x02\x01"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
