@@ -2,17 +2,18 @@
 //! built binary on hand-made traces, malformed traces, WHISPER traces, and
 //! a libpmemobj workload traced end to end.
 
+mod common;
+
+use common::TempDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
 
-/// A fresh directory for one test.
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pmlab-trace-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test, removed when the test ends (the
+/// libpmemobj tests leave 256 MiB pools in theirs).
+fn tempdir(name: &str) -> TempDir {
+    TempDir::new(name)
 }
 
 fn pmlab(dir: &Path, args: &[&str]) -> Output {
@@ -401,7 +402,7 @@ fn pmemobj_rfo_reads(
 
 /// The runtime, a fresh directory and `workload` built there; None (after
 /// saying why the test is skipped) when either cannot be had.
-fn runtime_and_workload(dir: &str, workload: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
+fn runtime_and_workload(dir: &str, workload: &str) -> Option<(PathBuf, TempDir, PathBuf)> {
     let Some(rt) = runtime_lib() else {
         eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
         return None;
