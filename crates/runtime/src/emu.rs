@@ -881,12 +881,9 @@ pub fn report_before_exit() {
             t.busy.store(false, Ordering::Release);
         }
     }
-    if EXIT_REPORT
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return; // another thread's _exit asked first: the first one waits
-    }
+    // A second thread calling `_exit` meanwhile waits too: its exit would
+    // end the process under the monitor's feet.
+    let _ = EXIT_REPORT.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
     let start = clock::monotonic_ns();
     let nap = libc::timespec {
         tv_sec: 0,

@@ -406,14 +406,19 @@ const EXIT_WAIT_NS: u64 = 2_000_000_000;
 /// tracing. Async-signal-safe.
 pub fn finish_before_exit() {
     if IN_CHILD.load(Ordering::Relaxed)
-        || !ENABLED.load(Ordering::Acquire)
         || crate::emu::own_pid() != OWNER_PID.load(Ordering::Relaxed)
+        || !(ENABLED.load(Ordering::Acquire) || STOP.load(Ordering::Acquire))
     {
         return;
     }
-    crate::instrument_hooks::flush_trace_counts();
-    ENABLED.store(false, Ordering::Release);
-    STOP.store(true, Ordering::Release);
+    // A second thread calling `_exit` meanwhile (recording already off)
+    // waits for the same writer.
+    if ENABLED.load(Ordering::Acquire) {
+        // Counts first: recording stops with ENABLED.
+        crate::instrument_hooks::flush_trace_counts();
+        ENABLED.store(false, Ordering::Release);
+        STOP.store(true, Ordering::Release);
+    }
     let start = monotonic_ns();
     let nap = libc::timespec {
         tv_sec: 0,
