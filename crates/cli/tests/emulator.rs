@@ -459,6 +459,29 @@ fn fork_child_reinitialises_and_reports_separately() {
         cv["total"]["epochs"].as_u64().unwrap() > 0,
         "the child emulates too: {cv}"
     );
+    // `--json` carries the children's reports too.
+    let kids = v["children"].as_array().unwrap();
+    assert_eq!(kids.len(), 1, "{v}");
+    assert_eq!(kids[0]["stats"], cv);
+    // Without --stats-json the reports go to pmlab's temporary file, and
+    // the children's beside it are removed with it.
+    let leftovers = || -> Vec<String> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("pmlab-stats-") && n.contains(".json."))
+            .collect()
+    };
+    let before = leftovers();
+    let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(v["children"].as_array().unwrap().len(), 1, "{v}");
+    let after: Vec<String> = leftovers()
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
+    assert!(after.is_empty(), "left in the temp dir: {after:?}");
 }
 
 #[test]

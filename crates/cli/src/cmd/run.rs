@@ -334,6 +334,49 @@ fn choose_source(
     }
 }
 
+/// The reports of forked children, written beside `stats_path` as
+/// `<file>.<pid>` (see the runtime's `report`): `{"pid", "stats"}` each,
+/// by pid, `stats` null where a file does not parse (a child still
+/// writing). With `remove` (the statistics file is pmlab's own temporary
+/// one) they are deleted, with any `<file>.tmp<pid>` a report cut short
+/// left; beside a `--stats-json` file they stay.
+fn child_reports(stats_path: &Path, remove: bool) -> Vec<serde_json::Value> {
+    let (Some(dir), Some(name)) = (stats_path.parent(), stats_path.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some(suffix) = file.strip_prefix(&prefix) else {
+            continue;
+        };
+        if let Ok(pid) = suffix.parse::<u32>() {
+            let stats = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
+            out.push((pid, stats));
+        } else if !suffix.starts_with("tmp") {
+            continue;
+        }
+        if remove {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    out.sort_by_key(|(pid, _)| *pid);
+    out.into_iter()
+        .map(|(pid, stats)| serde_json::json!({ "pid": pid, "stats": stats }))
+        .collect()
+}
+
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let program = launch::resolve_program(&args.command[0])?;
@@ -362,6 +405,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let status = launch::spawn_and_wait(cmd)?;
     let code = launch::exit_code(status);
     let stats = std::fs::read_to_string(&stats_path).ok();
+    let children = child_reports(&stats_path, temp);
     if temp {
         let _ = std::fs::remove_file(&stats_path);
     }
@@ -375,7 +419,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 let _ = writeln!(
                     std::io::stdout(),
                     "{}",
-                    serde_json::json!({ "exit_code": code, "stats": v })
+                    serde_json::json!({ "exit_code": code, "stats": v, "children": children })
                 );
             }
             if !args.quiet {
@@ -390,7 +434,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 let _ = writeln!(
                     std::io::stdout(),
                     "{}",
-                    serde_json::json!({ "exit_code": code, "stats": null })
+                    serde_json::json!({ "exit_code": code, "stats": null, "children": children })
                 );
             }
         }
