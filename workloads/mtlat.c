@@ -14,7 +14,17 @@
  * to the return of pthread_mutex_unlock (a delay injected at the unlock
  * lengthens it), both summed over threads.
  *
- * Usage: mtlat [-t THREADS] [-k SECTIONS] [-i INSIDE] [-o OUTSIDE] [-r REGION_MIB]
+ * With -x EXTRA_NS each stretch of steps (a critical section, the work
+ * outside) is followed by a busy wait of EXTRA_NS per step (on the TSC,
+ * calibrated at start; what a wait overshoots is taken off the next one),
+ * the section's before the unlock: the lock is held, and the CPU kept, as
+ * long as if every access had cost its DRAM time plus EXTRA_NS, as a
+ * thread stalled on slower memory keeps its CPU. With EXTRA_NS = L - DRAM
+ * latency the run has the schedule the program would have if every
+ * access cost L, without any emulator (pmlab validate's reference for
+ * mtlat).
+ *
+ * Usage: mtlat [-t THREADS] [-k SECTIONS] [-i INSIDE] [-o OUTSIDE] [-r REGION_MIB] [-x EXTRA_NS]
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -24,6 +34,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #define LINE 64
 #define MAX_THREADS 256
@@ -34,6 +45,7 @@ static void **shared_head;
 static size_t region_bytes;
 static uint64_t wait_ns[MAX_THREADS], hold_ns[MAX_THREADS];
 static void **own_head[MAX_THREADS];
+static uint64_t extra_ticks; /* -x, in TSC ticks; 0: none */
 
 static uint64_t now_ns(void)
 {
@@ -70,11 +82,40 @@ static void **make_chain(size_t bytes, uint64_t seed)
 	return head;
 }
 
+/* TSC ticks per ns, from 20 ms of CLOCK_MONOTONIC. */
+static double tsc_per_ns(void)
+{
+	uint64_t c0 = now_ns(), r0 = __rdtsc(), c1;
+	do
+		c1 = now_ns();
+	while (c1 - c0 < 20000000);
+	return (double)(__rdtsc() - r0) / (double)(c1 - c0);
+}
+
+/* Wait `steps` x extra_ticks more, less what earlier waits overshot
+ * (`*owed` carries it). The lfence first: the wait starts when the last
+ * step's load has returned, as a stall would. */
+static inline void pay(int64_t *owed, long steps)
+{
+	if (extra_ticks == 0 || steps == 0)
+		return;
+	_mm_lfence();
+	*owed += (int64_t)extra_ticks * steps;
+	if (*owed <= 0)
+		return;
+	uint64_t start = __rdtsc(), now;
+	do
+		now = __rdtsc();
+	while ((int64_t)(now - start) < *owed);
+	*owed -= (int64_t)(now - start);
+}
+
 static void *worker(void *arg)
 {
 	long id = (long)arg;
 	void **own = own_head[id];
 	void **sh;
+	int64_t owed = 0;
 	for (long k = 0; k < sections; k++) {
 		uint64_t t0 = now_ns();
 		pthread_mutex_lock(&lock);
@@ -84,10 +125,12 @@ static void *worker(void *arg)
 		for (long i = 0; i < inside; i++)
 			sh = (void **)*sh;
 		shared_head = sh;
+		pay(&owed, inside);
 		pthread_mutex_unlock(&lock);
 		hold_ns[id] += now_ns() - t1;
 		for (long i = 0; i < outside; i++)
 			own = (void **)*own;
+		pay(&owed, outside);
 	}
 	return (void *)((uintptr_t)own & 1);
 }
@@ -98,7 +141,7 @@ static long arg_long(const char *s, long lo, long hi)
 	long v = strtol(s, &end, 10);
 	if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
 		fprintf(stderr, "usage: mtlat [-t THREADS (1-%d)] [-k SECTIONS] "
-				"[-i INSIDE] [-o OUTSIDE] [-r REGION_MIB]\n", MAX_THREADS);
+				"[-i INSIDE] [-o OUTSIDE] [-r REGION_MIB] [-x EXTRA_NS]\n", MAX_THREADS);
 		exit(2);
 	}
 	return v;
@@ -106,18 +149,21 @@ static long arg_long(const char *s, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-	long region_mib = 64;
+	long region_mib = 64, extra_ns = 0;
 	int opt;
-	while ((opt = getopt(argc, argv, "t:k:i:o:r:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:k:i:o:r:x:")) != -1) {
 		switch (opt) {
 		case 't': nthreads = arg_long(optarg, 1, MAX_THREADS); break;
 		case 'k': sections = arg_long(optarg, 1, 1L << 40); break;
 		case 'i': inside = arg_long(optarg, 0, 1L << 30); break;
 		case 'o': outside = arg_long(optarg, 0, 1L << 30); break;
 		case 'r': region_mib = arg_long(optarg, 1, 1 << 16); break;
+		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
 		default: arg_long("", 0, 0);
 		}
 	}
+	if (extra_ns > 0)
+		extra_ticks = (uint64_t)((double)extra_ns * tsc_per_ns());
 	region_bytes = (size_t)region_mib << 20;
 	shared_head = make_chain(region_bytes, 4242);
 	if (!shared_head) {
@@ -149,9 +195,9 @@ int main(int argc, char **argv)
 		wait += wait_ns[i];
 		hold += hold_ns[i];
 	}
-	printf("mtlat: threads=%ld sections=%ld inside=%ld outside=%ld "
+	printf("mtlat: threads=%ld sections=%ld inside=%ld outside=%ld extra_ns=%ld "
 			"elapsed_ns=%llu ns_per_section=%.1f lock_wait_ns=%llu lock_hold_ns=%llu\n",
-			nthreads, sections, inside, outside,
+			nthreads, sections, inside, outside, extra_ns,
 			(unsigned long long)(t1 - t0),
 			(double)(t1 - t0) / (double)(nthreads * sections),
 			(unsigned long long)wait, (unsigned long long)hold);

@@ -664,6 +664,29 @@ fn programs_carrying_the_tsan_runtime_are_refused_in_one_line() {
     }
 }
 
+/// `mtlat -x` (validate's reference for mtlat) adds its wait to every
+/// access, the section's before the unlock: never less than asked.
+#[test]
+fn mtlat_extra_wait_holds_the_lock_for_every_access() {
+    let d = TempDir::new("mtlatx");
+    let m = workload(&d, "mtlat");
+    let o = Command::new(&m)
+        .args([
+            "-t", "1", "-k", "20", "-i", "100", "-o", "50", "-r", "8", "-x", "1000",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let line = text(&o.stdout);
+    assert_eq!(field(&line, "extra_ns"), 1000.0);
+    // 20 sections x 100 accesses x 1 us inside the lock, 20 x 50 outside.
+    assert!(field(&line, "lock_hold_ns") >= 2_000_000.0, "{line}");
+    assert!(field(&line, "elapsed_ns") >= 3_000_000.0, "{line}");
+    // A bad value is refused.
+    let o = Command::new(&m).args(["-x", "-5"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
 #[test]
 fn api_works_linked_directly_and_under_the_emulator() {
     let _serial = shared();

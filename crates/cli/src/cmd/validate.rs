@@ -135,6 +135,16 @@ pub struct Point {
     /// diagnostic beside `error_pct`, which stays the verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_adjusted_error_pct: Option<f64>,
+    /// mtlat points: the error of the median against a measured reference
+    /// instead of the formula: the native build run with every access
+    /// followed by `target - DRAM` ns of CPU-holding wait (`mtlat -x`),
+    /// the schedule with every access at the target and no emulator; a
+    /// diagnostic beside `error_pct`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_error_pct: Option<f64>,
+    /// mtlat points: that reference's runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reference_runs: Vec<f64>,
 }
 
 /// A memlat run corrected for the DRAM latency's drift during it: the
@@ -558,6 +568,8 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 dram_runs: drams,
                 dram_after_runs: afters,
                 drift_adjusted_error_pct: Some(error_pct(summarize(&adjusted).median, lat)),
+                reference_error_pct: None,
+                reference_runs: Vec::new(),
             },
         );
     }
@@ -621,6 +633,8 @@ fn scaled_point(
             dram_runs: drams,
             dram_after_runs: Vec::new(),
             drift_adjusted_error_pct: None,
+            reference_error_pct: None,
+            reference_runs: Vec::new(),
         },
     );
     Ok(())
@@ -731,6 +745,8 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         dram_runs: drams,
                         dram_after_runs: Vec::new(),
                         drift_adjusted_error_pct: None,
+                        reference_error_pct: None,
+                        reference_runs: Vec::new(),
                     },
                 );
             }
@@ -785,15 +801,6 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         for &n in &p.mtlat_threads {
             let out_steps = if outside { p.mtlat_cs } else { 0 };
             let crit = mtlat_critical_accesses(n as u64, p.mtlat_k, p.mtlat_cs, out_steps, cpus);
-            let expect = move |native: f64, dram: f64| {
-                (
-                    native + crit * (lat - dram),
-                    format!(
-                        "native {:.2} ms + {crit} critical-path accesses x ({lat} - {dram:.1}) ns ({cpus} CPUs)",
-                        native / 1e6
-                    ),
-                )
-            };
             let args = vec![
                 s("-t"),
                 s(n),
@@ -811,21 +818,56 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             } else {
                 "cs only"
             };
-            scaled_point(
+            ctx.say(&format!(
+                "mtlat {n} threads, {what}: native, reference and {lat} ns, interleaved"
+            ));
+            // Per repetition: the native build; the native build again with
+            // every access followed by (lat - DRAM) ns of CPU-holding wait
+            // (`mtlat -x`), the DRAM latency measured just before: the
+            // schedule with every access at `lat`, no emulator involved;
+            // then the emulated run.
+            let (mut native_runs, mut reference, mut runs, mut drams) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..ctx.reps {
+                native_runs.push(need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY)?);
+                let d = ctx.chaser.borrow_mut().measure(ctx.chase_steps);
+                let mut slow = args.clone();
+                slow.extend([s("-x"), s((lat - d).max(0.0).round() as u64)]);
+                reference.push(need("mtlat", &ctx.native("mtlat", &slow)?, MTLAT_KEY)?);
+                let (o, dram) = ctx.emulated("mtlat", &args, lat, false)?;
+                drams.push(dram);
+                runs.push(need("mtlat", &o, MTLAT_KEY)?);
+            }
+            let native = summarize(&native_runs).median;
+            let dram = summarize(&drams).median;
+            let expected = native + crit * (lat - dram);
+            let refm = summarize(&reference).median;
+            let m = summarize(&runs);
+            push(
                 ctx,
                 out,
-                Scaled {
-                    expect: &expect,
-                    prog: "mtlat",
-                    key: MTLAT_KEY,
-                    args: &args,
-                    lat,
-                    label: &format!("mtlat {n} threads, {what}"),
-                    study: "mtlat",
-                    unit: "ns",
+                Point {
+                    study: s("mtlat"),
+                    config: format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
+                    target_ns: lat,
+                    unit: s("ns"),
+                    expected,
+                    measured: m,
+                    error_pct: error_pct(m.median, expected),
+                    bound_pct: 5.0,
+                    runs,
+                    detail: format!(
+                        "native {:.2} ms + {crit} critical-path accesses x ({lat} - {dram:.1}) ns ({cpus} CPUs); reference (native build, {lat} - DRAM ns of CPU-holding wait per access, mtlat -x): {:.2} ms",
+                        native / 1e6,
+                        refm / 1e6
+                    ),
+                    dram_runs: drams,
+                    dram_after_runs: Vec::new(),
+                    drift_adjusted_error_pct: None,
+                    reference_error_pct: Some(error_pct(m.median, refm)),
+                    reference_runs: reference,
                 },
-                |_| format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" }),
-            )?;
+            );
         }
     }
     Ok(())
@@ -863,6 +905,8 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             dram_runs: Vec::new(),
             dram_after_runs: Vec::new(),
             drift_adjusted_error_pct: None,
+            reference_error_pct: None,
+            reference_runs: Vec::new(),
         },
     );
     Ok(())
@@ -954,25 +998,35 @@ fn print_table(points: &[Point], cached: f64) {
             v[0].bound_pct,
             v.len()
         );
-        let adjusted: Vec<f64> = v
-            .iter()
-            .filter_map(|p| p.drift_adjusted_error_pct)
-            .collect();
-        if !adjusted.is_empty() {
-            let within = adjusted
-                .iter()
-                .filter(|e| e.abs() <= v[0].bound_pct)
-                .count();
-            let a = summarize(&adjusted);
+        let diagnostics: [(&str, ErrorOf); 2] = [
+            (
+                "against the measured reference instead of the formula (diagnostic; mtlat -x, no emulator)",
+                |p| p.reference_error_pct,
+            ),
+            (
+                "corrected for the DRAM latency's drift during each run (diagnostic; measured before and after)",
+                |p| p.drift_adjusted_error_pct,
+            ),
+        ];
+        for (what, error) in diagnostics {
+            let e: Vec<f64> = v.iter().filter_map(|p| error(p)).collect();
+            if e.is_empty() {
+                continue;
+            }
+            let within = e.iter().filter(|x| x.abs() <= v[0].bound_pct).count();
+            let a = summarize(&e);
             println!(
-                "{study}, corrected for the DRAM latency's drift during each run (diagnostic; measured before and after): {within}/{} within, errors {:+.2}..{:+.2}%",
-                adjusted.len(),
+                "{study}, {what}: {within}/{} within, errors {:+.2}..{:+.2}%",
+                e.len(),
                 a.min,
                 a.max
             );
         }
     }
 }
+
+/// A diagnostic error of a point, when the point has one.
+type ErrorOf = fn(&Point) -> Option<f64>;
 
 fn fmt_val(v: f64, unit: &str) -> String {
     if unit == "ns" {
@@ -1250,6 +1304,8 @@ mod tests {
             dram_runs: vec![165.0, 170.0, 168.0],
             dram_after_runs: Vec::new(),
             drift_adjusted_error_pct: None,
+            reference_error_pct: None,
+            reference_runs: Vec::new(),
         }
     }
 
