@@ -16,7 +16,8 @@
  *
  * With -x EXTRA_NS each stretch of steps (a critical section, the work
  * outside) is followed by a busy wait of EXTRA_NS per step (on the TSC,
- * calibrated at start; what a wait overshoots is taken off the next one),
+ * calibrated at start; what a wait overshoots, up to 10 us, is taken off
+ * the next one: more is a preemption),
  * the section's before the unlock: the lock is held, and the CPU kept, as
  * long as if every access had cost its DRAM time plus EXTRA_NS, as a
  * thread stalled on slower memory keeps its CPU. With EXTRA_NS = L - DRAM
@@ -46,6 +47,7 @@ static size_t region_bytes;
 static uint64_t wait_ns[MAX_THREADS], hold_ns[MAX_THREADS];
 static void **own_head[MAX_THREADS];
 static uint64_t extra_ticks; /* -x, in TSC ticks; 0: none */
+static int64_t carry_cap; /* the most overshoot a wait owes back: 10 us */
 
 static uint64_t now_ns(void)
 {
@@ -82,14 +84,30 @@ static void **make_chain(size_t bytes, uint64_t seed)
 	return head;
 }
 
+/* A (clock, TSC) pair read close together: retried until the two TSC
+ * reads around the clock read are near, so that a preemption between
+ * them cannot skew the calibration. */
+static void clock_tsc(uint64_t *c, uint64_t *r)
+{
+	for (;;) {
+		uint64_t a = __rdtsc(), t = now_ns(), b = __rdtsc();
+		if (b - a < 100000) {
+			*c = t;
+			*r = a + (b - a) / 2;
+			return;
+		}
+	}
+}
+
 /* TSC ticks per ns, from 20 ms of CLOCK_MONOTONIC. */
 static double tsc_per_ns(void)
 {
-	uint64_t c0 = now_ns(), r0 = __rdtsc(), c1;
+	uint64_t c0, r0, c1, r1;
+	clock_tsc(&c0, &r0);
 	do
-		c1 = now_ns();
+		clock_tsc(&c1, &r1);
 	while (c1 - c0 < 20000000);
-	return (double)(__rdtsc() - r0) / (double)(c1 - c0);
+	return (double)(r1 - r0) / (double)(c1 - c0);
 }
 
 /* Wait `steps` x extra_ticks more, less what earlier waits overshot
@@ -108,6 +126,10 @@ static inline void pay(int64_t *owed, long steps)
 		now = __rdtsc();
 	while ((int64_t)(now - start) < *owed);
 	*owed -= (int64_t)(now - start);
+	/* A longer overshoot is a preemption, not the loop's granularity: the
+	 * thread was not running, so it owes nothing back. */
+	if (*owed < -carry_cap)
+		*owed = 0;
 }
 
 static void *worker(void *arg)
@@ -162,8 +184,11 @@ int main(int argc, char **argv)
 		default: arg_long("", 0, 0);
 		}
 	}
-	if (extra_ns > 0)
-		extra_ticks = (uint64_t)((double)extra_ns * tsc_per_ns());
+	if (extra_ns > 0) {
+		double per_ns = tsc_per_ns();
+		extra_ticks = (uint64_t)((double)extra_ns * per_ns);
+		carry_cap = (int64_t)(10000.0 * per_ns);
+	}
 	region_bytes = (size_t)region_mib << 20;
 	shared_head = make_chain(region_bytes, 4242);
 	if (!shared_head) {

@@ -338,8 +338,11 @@ fn sync_point_epochs_carry_the_critical_section_delay_to_the_waiting_thread() {
         hold_nosync / 1e6,
         wait_nosync / 1e6
     );
+    // Normally ~1% of it; a lock holder preempted on a loaded machine
+    // (two busy loops on the two vCPUs: 24.8 ms of 97 once in five runs)
+    // inflates it, hence the wide margin.
     assert!(
-        hold_nosync < 0.2 * hold_sync,
+        hold_nosync < 0.5 * hold_sync,
         "{hold_nosync} vs {hold_sync}"
     );
     // And the other thread waits for it (work outside the sections lets
@@ -465,12 +468,20 @@ fn fork_child_reinitialises_and_reports_separately() {
     assert_eq!(kids[0]["stats"], cv);
     // Without --stats-json the reports go to pmlab's temporary file, and
     // the children's beside it are removed with it.
+    // Files of pmlab processes that have ended (other tests may be running
+    // pmlab meanwhile; theirs go when they end).
     let leftovers = || -> Vec<String> {
         std::fs::read_dir(std::env::temp_dir())
             .unwrap()
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("pmlab-stats-") && n.contains(".json."))
+            .filter(|n| {
+                let pid = n
+                    .strip_prefix("pmlab-stats-")
+                    .and_then(|r| r.split_once(".json."))
+                    .map(|(pid, _)| pid.to_string());
+                pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            })
             .collect()
     };
     let before = leftovers();
@@ -540,6 +551,10 @@ fn exec_keeps_the_runtime_through_the_environment() {
         assert!(o.status.success(), "{:?} {}", o.status, text(&o.stderr));
         assert!(text(&o.stdout).contains("exec: new image ok preload=yes"));
         assert!(total(&v, "epochs") > 0.0);
+        // The image before the exec reported too.
+        let pre = v["pre_exec"].as_array().unwrap();
+        assert_eq!(pre.len(), 1, "{v}");
+        assert!(pre[0]["total"]["epochs"].as_u64().unwrap() > 0, "{v}");
     }
 }
 
@@ -558,6 +573,11 @@ fn every_exec_function_keeps_the_runtime_and_failed_execs_block_nothing() {
         text(&o.stderr)
     );
     assert!(out.contains("exec: chain ok steps=8 preload=yes"), "{out}");
+    // One pre-exec report per successful exec; the failed execs' are
+    // deleted.
+    let pre = v["pre_exec"].as_array().unwrap();
+    assert_eq!(pre.len(), 8, "{v}");
+    assert!(pre.iter().all(|r| r["pid"].as_u64().is_some()), "{v}");
     assert!(total(&v, "epochs") > 0.0);
 }
 

@@ -171,6 +171,12 @@ static REPORTED: AtomicBool = AtomicBool::new(false);
 /// `_exit` asked the monitor thread for the report: 0 not asked, 1
 /// asked, 2 written (see [`report_before_exit`]).
 static EXIT_REPORT: AtomicU8 = AtomicU8::new(0);
+/// An exec asked the monitor for the pre-exec report: 0 idle, 1 asked, 2
+/// written, 3 the exec failed: delete it, 4 being asked (see
+/// [`report_before_exec`]).
+static EXEC_REPORT: AtomicU8 = AtomicU8::new(0);
+/// The pre-exec report's stamp (see [`pre_exec_path`]).
+static EXEC_STAMP: AtomicU64 = AtomicU64::new(0);
 /// The process that owns this state: the one that initialised it, or the
 /// child after `fork`. A `vfork` child (`posix_spawn`) shares our memory
 /// but has another pid and must leave it alone.
@@ -851,6 +857,66 @@ pub(crate) fn own_pid() -> i32 {
     unsafe { libc::syscall(libc::SYS_getpid) as i32 }
 }
 
+/// Called by the interposed exec functions before the real exec: have the
+/// monitor write the process's report so far to the pre-exec file (see
+/// `<file>.exec-<ns>`) and wait for it, at most 2 s, as for `_exit` (an
+/// exec may come from a signal handler; nothing here allocates). The new
+/// image starts a report of its own, which becomes the main file; `pmlab
+/// run` lists the pre-exec ones beside it. Only the launched process does
+/// this (a forked child's exec, the usual fork-exec, and a `vfork` child's
+/// are skipped), and only with a statistics file. Returns whether a report
+/// was asked for, for [`exec_failed`]. Async-signal-safe.
+pub fn report_before_exec() -> bool {
+    let Some(g) = GLOBALS.get() else { return false };
+    if !active()
+        || g.cfg.stats_file.is_none()
+        || REPORTED.load(Ordering::Acquire)
+        || FORKED.load(Ordering::Relaxed)
+        || !MONITOR_ON.load(Ordering::Acquire)
+        || own_pid() != OWNER_PID.load(Ordering::Relaxed)
+        || g.cfg.launcher_pid.is_some_and(|lp| {
+            // SAFETY: getppid has no preconditions.
+            unsafe { libc::getppid() != lp }
+        })
+    {
+        return false;
+    }
+    let start = clock::monotonic_ns();
+    let wait_while = |state: u8| {
+        let nap = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000,
+        };
+        while EXEC_REPORT.load(Ordering::Acquire) == state
+            && clock::monotonic_ns().saturating_sub(start) < EXIT_REPORT_WAIT_NS
+        {
+            // SAFETY: the real nanosleep with a valid timespec.
+            unsafe { real::nanosleep()(&nap, null_mut()) };
+        }
+    };
+    // A failed exec just before (a program trying several paths): let the
+    // monitor delete its report first.
+    wait_while(3);
+    // 4: being set up (the monitor ignores it).
+    if EXEC_REPORT
+        .compare_exchange(0, 4, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false; // another thread's exec is under way
+    }
+    EXEC_STAMP.store(clock::monotonic_ns(), Ordering::Relaxed);
+    EXEC_REPORT.store(1, Ordering::Release);
+    wait_while(1);
+    true
+}
+
+/// The exec after [`report_before_exec`] returned `true` failed: the
+/// monitor deletes the pre-exec file (the process goes on, and its exit
+/// report covers that part too). Async-signal-safe.
+pub fn exec_failed() {
+    EXEC_REPORT.store(3, Ordering::Release);
+}
+
 /// Longest wait of `_exit` for the monitor to write the report.
 const EXIT_REPORT_WAIT_NS: u64 = 2_000_000_000;
 
@@ -905,6 +971,52 @@ pub fn report() {
     }
     let Some(g) = GLOBALS.get() else { return };
     MONITOR_ON.store(false, Ordering::Release);
+    let rep = build_report(g);
+    match &g.cfg.stats_file {
+        Some(path) => {
+            // A forked child (or a process other than the launched one)
+            // writes next to the main file, never over it.
+            let mine = g.cfg.launcher_pid.is_none_or(|lp| {
+                // SAFETY: getppid has no preconditions.
+                unsafe { libc::getppid() == lp }
+            }) && !FORKED.load(Ordering::Relaxed);
+            let path = if mine {
+                path.clone()
+            } else {
+                format!("{path}.{}", std::process::id())
+            };
+            write_report_file(&path, &rep);
+        }
+        None => {
+            if g.cfg.stats_stderr {
+                let text = rep.to_text();
+                // SAFETY: write(2) to stderr.
+                unsafe { libc::write(2, text.as_ptr() as *const c_void, text.len()) };
+            }
+        }
+    }
+}
+
+/// Write `rep` to `path`: next to it first, then renamed over it, so that
+/// a reader never sees half a report (the process may be cut short while
+/// `_exit` or an exec waits for the monitor to write it).
+fn write_report_file(path: &str, rep: &stats::Report) {
+    let tmp = format!("{path}.tmp{}", std::process::id());
+    if std::fs::write(&tmp, rep.to_json()).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    } else {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// The pre-exec report's file: `<stats file>.exec-<CLOCK_MONOTONIC ns,
+/// 20 digits>`, so that a chain of execs sorts in order.
+fn pre_exec_path(path: &str, stamp: u64) -> String {
+    format!("{path}.exec-{stamp:020}")
+}
+
+/// The report of the process now (every thread's numbers so far).
+fn build_report(g: &Globals) -> stats::Report {
     let mut threads = with_finished(|l| l.clone());
     let high = HIGH.load(Ordering::Acquire);
     for slot in SLOTS.iter().take(high) {
@@ -917,7 +1029,7 @@ pub fn report() {
             }
         }
     }
-    let rep = stats::Report {
+    stats::Report {
         pid: std::process::id(),
         source: g.source.name(),
         inject: !g.cfg.no_inject,
@@ -939,37 +1051,6 @@ pub fn report() {
             .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
             .unwrap_or(0),
         threads,
-    };
-    match &g.cfg.stats_file {
-        Some(path) => {
-            // A forked child (or a process other than the launched one)
-            // writes next to the main file, never over it.
-            let mine = g.cfg.launcher_pid.is_none_or(|lp| {
-                // SAFETY: getppid has no preconditions.
-                unsafe { libc::getppid() == lp }
-            }) && !FORKED.load(Ordering::Relaxed);
-            let path = if mine {
-                path.clone()
-            } else {
-                format!("{path}.{}", std::process::id())
-            };
-            // Written next to the file and renamed over it, so that a
-            // reader never sees half a report (the process may be cut
-            // short while `_exit` waits for the monitor to write it).
-            let tmp = format!("{path}.tmp{}", std::process::id());
-            if std::fs::write(&tmp, rep.to_json()).is_ok() {
-                let _ = std::fs::rename(&tmp, &path);
-            } else {
-                let _ = std::fs::remove_file(&tmp);
-            }
-        }
-        None => {
-            if g.cfg.stats_stderr {
-                let text = rep.to_text();
-                // SAFETY: write(2) to stderr.
-                unsafe { libc::write(2, text.as_ptr() as *const c_void, text.len()) };
-            }
-        }
     }
 }
 
@@ -1013,6 +1094,26 @@ extern "C" fn monitor_main(_: *mut c_void) -> *mut c_void {
             report();
             EXIT_REPORT.store(2, Ordering::Release);
             break;
+        }
+        match EXEC_REPORT.load(Ordering::Acquire) {
+            1 => {
+                // An exec waits for this (see `report_before_exec`).
+                if let Some(path) = &g.cfg.stats_file {
+                    let stamp = EXEC_STAMP.load(Ordering::Relaxed);
+                    write_report_file(&pre_exec_path(path, stamp), &build_report(g));
+                }
+                let _ = EXEC_REPORT.compare_exchange(1, 2, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            3 => {
+                // The exec failed: the process goes on and its exit report
+                // will cover this part too.
+                if let Some(path) = &g.cfg.stats_file {
+                    let stamp = EXEC_STAMP.load(Ordering::Relaxed);
+                    let _ = std::fs::remove_file(pre_exec_path(path, stamp));
+                }
+                EXEC_REPORT.store(0, Ordering::Release);
+            }
+            _ => {}
         }
         let now = rdtsc();
         let high = HIGH.load(Ordering::Acquire);
@@ -1117,6 +1218,7 @@ extern "C" fn after_fork_child() {
     FORKED.store(true, Ordering::Relaxed);
     REPORTED.store(false, Ordering::Relaxed);
     EXIT_REPORT.store(0, Ordering::Relaxed);
+    EXEC_REPORT.store(0, Ordering::Relaxed);
     OWNER_PID.store(own_pid(), Ordering::Relaxed);
     // SAFETY: single-threaded now; we own the list.
     unsafe { (*FINISHED.list.get()).clear() };

@@ -31,14 +31,20 @@ unsafe extern "C" {
     static environ: *const *const c_char;
 }
 
-/// Block the epoch signal in the calling thread if the runtime uses it;
-/// returns the mask to restore if the exec fails.
-fn begin() -> Option<libc::sigset_t> {
-    emu::shield_our_signal()
+/// Before an exec: the pre-exec report (see `emu::report_before_exec`),
+/// then the epoch signal blocked in the calling thread if the runtime uses
+/// it; returns what [`failed`] needs if the exec fails.
+fn begin() -> (Option<libc::sigset_t>, bool) {
+    let reported = emu::report_before_exec();
+    (emu::shield_our_signal(), reported)
 }
 
-/// The exec returned (it failed): restore the mask, keep `errno`.
-fn failed(old: Option<libc::sigset_t>, r: c_int) -> c_int {
+/// The exec returned (it failed): restore the mask, keep `errno`, drop the
+/// pre-exec report.
+fn failed((old, reported): (Option<libc::sigset_t>, bool), r: c_int) -> c_int {
+    if reported {
+        emu::exec_failed();
+    }
     emu::restore_signal_mask(old);
     r
 }

@@ -334,15 +334,19 @@ fn choose_source(
     }
 }
 
-/// The reports of forked children, written beside `stats_path` as
-/// `<file>.<pid>` (see the runtime's `report`): `{"pid", "stats"}` each,
-/// by pid, `stats` null where a file does not parse (a child still
-/// writing). With `remove` (the statistics file is pmlab's own temporary
-/// one) they are deleted, with any `<file>.tmp<pid>` a report cut short
-/// left; beside a `--stats-json` file they stay.
-fn child_reports(stats_path: &Path, remove: bool) -> Vec<serde_json::Value> {
+/// The reports written beside `stats_path`: forked children's as
+/// `<file>.<pid>` (`{"pid", "stats"}` each, by pid) and the launched
+/// process's before each of its execs as `<file>.exec-<ns>` (in order),
+/// `stats` null where a file does not parse. With `remove` (the
+/// statistics file is pmlab's own temporary one) they are deleted, with
+/// any `.tmp<pid>` file of a report cut short; beside a `--stats-json`
+/// file they stay.
+fn side_reports(
+    stats_path: &Path,
+    remove: bool,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     let (Some(dir), Some(name)) = (stats_path.parent(), stats_path.file_name()) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
@@ -351,30 +355,41 @@ fn child_reports(stats_path: &Path, remove: bool) -> Vec<serde_json::Value> {
     };
     let prefix = format!("{}.", name.to_string_lossy());
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    let mut out = Vec::new();
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+    };
+    let (mut children, mut execs) = (Vec::new(), Vec::new());
     for e in entries.flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
         let Some(suffix) = file.strip_prefix(&prefix) else {
             continue;
         };
-        if let Ok(pid) = suffix.parse::<u32>() {
-            let stats = std::fs::read_to_string(e.path())
-                .ok()
-                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
-            out.push((pid, stats));
-        } else if !suffix.starts_with("tmp") {
+        if suffix.contains("tmp") {
+            // A report cut short: nothing to read.
+        } else if let Ok(pid) = suffix.parse::<u32>() {
+            children.push((pid, read(&e.path())));
+        } else if let Some(stamp) = suffix.strip_prefix("exec-") {
+            execs.push((stamp.to_string(), read(&e.path())));
+        } else {
             continue;
         }
         if remove {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    out.sort_by_key(|(pid, _)| *pid);
-    out.into_iter()
-        .map(|(pid, stats)| serde_json::json!({ "pid": pid, "stats": stats }))
-        .collect()
+    children.sort_by_key(|(pid, _)| *pid);
+    execs.sort_by(|a, b| a.0.cmp(&b.0));
+    (
+        children
+            .into_iter()
+            .map(|(pid, stats)| serde_json::json!({ "pid": pid, "stats": stats }))
+            .collect(),
+        execs.into_iter().map(|(_, stats)| stats.into()).collect(),
+    )
 }
 
 /// Run the command.
@@ -405,7 +420,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let status = launch::spawn_and_wait(cmd)?;
     let code = launch::exit_code(status);
     let stats = std::fs::read_to_string(&stats_path).ok();
-    let children = child_reports(&stats_path, temp);
+    let (children, pre_exec) = side_reports(&stats_path, temp);
     if temp {
         let _ = std::fs::remove_file(&stats_path);
     }
@@ -419,7 +434,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 let _ = writeln!(
                     std::io::stdout(),
                     "{}",
-                    serde_json::json!({ "exit_code": code, "stats": v, "children": children })
+                    serde_json::json!({ "exit_code": code, "stats": v, "children": children, "pre_exec": pre_exec })
                 );
             }
             if !args.quiet {
@@ -434,7 +449,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 let _ = writeln!(
                     std::io::stdout(),
                     "{}",
-                    serde_json::json!({ "exit_code": code, "stats": null, "children": children })
+                    serde_json::json!({ "exit_code": code, "stats": null, "children": children, "pre_exec": pre_exec })
                 );
             }
         }
