@@ -100,6 +100,25 @@ pub fn ns_to_ticks(ns: f64) -> u64 {
     (ns.max(0.0) * tsc_ghz()) as u64
 }
 
+/// Longest wait of `_exit` or an exec for another thread (the monitor, the
+/// trace writer) to finish writing on its behalf.
+pub const HANDOFF_WAIT_NS: u64 = 2_000_000_000;
+
+/// Sleep in 200 us steps (the real `nanosleep`, not the interposed one)
+/// while `busy()` holds, for at most `max_ns`. Async-signal-safe when
+/// `busy` is; an epoch signal cutting a step short is harmless.
+pub fn wait_while(max_ns: u64, mut busy: impl FnMut() -> bool) {
+    let start = monotonic_ns();
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+    while busy() && monotonic_ns().saturating_sub(start) < max_ns {
+        // SAFETY: the real nanosleep with a valid timespec.
+        unsafe { crate::real::nanosleep()(&nap, std::ptr::null_mut()) };
+    }
+}
+
 /// Spin until `ns` have passed on the TSC; returns the TSC at the end.
 /// Async-signal-safe.
 #[inline]

@@ -857,9 +857,22 @@ pub(crate) fn own_pid() -> i32 {
     unsafe { libc::syscall(libc::SYS_getpid) as i32 }
 }
 
+/// Whether the calling process may have the monitor write a report for it
+/// (before `_exit` or an exec): emulating, the report not written yet, the
+/// monitor running, and the process the state's owner, not a forked child
+/// (its reports would litter the directory) nor a `vfork` child (it shares
+/// the parent's memory; told apart by pid). Async-signal-safe.
+fn monitor_can_report() -> bool {
+    active()
+        && !REPORTED.load(Ordering::Acquire)
+        && !FORKED.load(Ordering::Relaxed)
+        && MONITOR_ON.load(Ordering::Acquire)
+        && own_pid() == OWNER_PID.load(Ordering::Relaxed)
+}
+
 /// Called by the interposed exec functions before the real exec: have the
-/// monitor write the process's report so far to the pre-exec file (see
-/// `<file>.exec-<ns>`) and wait for it, at most 2 s, as for `_exit` (an
+/// monitor write the process's report so far to the pre-exec file
+/// `<file>.exec-<ns>` and wait for it, at most 2 s, as for `_exit` (an
 /// exec may come from a signal handler; nothing here allocates). The new
 /// image starts a report of its own, which becomes the main file; `pmlab
 /// run` lists the pre-exec ones beside it. Only the launched process does
@@ -868,12 +881,8 @@ pub(crate) fn own_pid() -> i32 {
 /// was asked for, for [`exec_failed`]. Async-signal-safe.
 pub fn report_before_exec() -> bool {
     let Some(g) = GLOBALS.get() else { return false };
-    if !active()
+    if !monitor_can_report()
         || g.cfg.stats_file.is_none()
-        || REPORTED.load(Ordering::Acquire)
-        || FORKED.load(Ordering::Relaxed)
-        || !MONITOR_ON.load(Ordering::Acquire)
-        || own_pid() != OWNER_PID.load(Ordering::Relaxed)
         || g.cfg.launcher_pid.is_some_and(|lp| {
             // SAFETY: getppid has no preconditions.
             unsafe { libc::getppid() != lp }
@@ -881,22 +890,10 @@ pub fn report_before_exec() -> bool {
     {
         return false;
     }
-    let start = clock::monotonic_ns();
-    let wait_while = |state: u8| {
-        let nap = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 200_000,
-        };
-        while EXEC_REPORT.load(Ordering::Acquire) == state
-            && clock::monotonic_ns().saturating_sub(start) < EXIT_REPORT_WAIT_NS
-        {
-            // SAFETY: the real nanosleep with a valid timespec.
-            unsafe { real::nanosleep()(&nap, null_mut()) };
-        }
-    };
+    let in_state = |state: u8| move || EXEC_REPORT.load(Ordering::Acquire) == state;
     // A failed exec just before (a program trying several paths): let the
     // monitor delete its report first.
-    wait_while(3);
+    clock::wait_while(clock::HANDOFF_WAIT_NS, in_state(3));
     // 4: being set up (the monitor ignores it).
     if EXEC_REPORT
         .compare_exchange(0, 4, Ordering::AcqRel, Ordering::Acquire)
@@ -906,7 +903,7 @@ pub fn report_before_exec() -> bool {
     }
     EXEC_STAMP.store(clock::monotonic_ns(), Ordering::Relaxed);
     EXEC_REPORT.store(1, Ordering::Release);
-    wait_while(1);
+    clock::wait_while(clock::HANDOFF_WAIT_NS, in_state(1));
     true
 }
 
@@ -917,13 +914,10 @@ pub fn exec_failed() {
     EXEC_REPORT.store(3, Ordering::Release);
 }
 
-/// Longest wait of `_exit` for the monitor to write the report.
-const EXIT_REPORT_WAIT_NS: u64 = 2_000_000_000;
-
 /// Called by the interposed `_exit`/`_Exit`, which skip `atexit` handlers
 /// and with them [`report`]: end the calling thread's epoch as at `exit`,
 /// then have the monitor thread write the report and wait for it, at most
-/// 2 s (`EXIT_REPORT_WAIT_NS`). `_exit` may be called from a signal handler,
+/// 2 s (`clock::HANDOFF_WAIT_NS`). `_exit` may be called from a signal handler,
 /// where writing the report (it allocates) is not allowed; the monitor is
 /// an ordinary thread, and the bounded wait means a monitor that cannot
 /// finish (say, on a lock the interrupted code holds) delays the exit but
@@ -933,12 +927,7 @@ const EXIT_REPORT_WAIT_NS: u64 = 2_000_000_000;
 /// parent's memory), when not emulating, or when the report is written
 /// already. Async-signal-safe.
 pub fn report_before_exit() {
-    if !active()
-        || REPORTED.load(Ordering::Acquire)
-        || FORKED.load(Ordering::Relaxed)
-        || !MONITOR_ON.load(Ordering::Acquire)
-        || own_pid() != OWNER_PID.load(Ordering::Relaxed)
-    {
+    if !monitor_can_report() {
         return;
     }
     if let Some(t) = current() {
@@ -950,18 +939,9 @@ pub fn report_before_exit() {
     // A second thread calling `_exit` meanwhile waits too: its exit would
     // end the process under the monitor's feet.
     let _ = EXIT_REPORT.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
-    let start = clock::monotonic_ns();
-    let nap = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 200_000,
-    };
-    while EXIT_REPORT.load(Ordering::Acquire) != 2
-        && clock::monotonic_ns().saturating_sub(start) < EXIT_REPORT_WAIT_NS
-    {
-        // SAFETY: the real nanosleep (async-signal-safe) with a valid
-        // timespec; the epoch signal may cut it short, which is harmless.
-        unsafe { real::nanosleep()(&nap, null_mut()) };
-    }
+    clock::wait_while(clock::HANDOFF_WAIT_NS, || {
+        EXIT_REPORT.load(Ordering::Acquire) != 2
+    });
 }
 
 /// Write the exit report (once).

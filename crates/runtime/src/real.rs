@@ -4,19 +4,27 @@
 use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Resolve `name` (NUL-terminated) in the objects after ours.
+/// Resolve `name` (NUL-terminated) in the objects after ours; a function
+/// the C library must have.
 fn resolve(cache: &AtomicUsize, name: &[u8]) -> usize {
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: name is NUL-terminated; dlsym is safe to call.
-    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+    resolve_opt(cache, name).unwrap_or_else(|| crate::emu::fatal(name))
+}
+
+/// Resolve `name` (NUL-terminated) in the objects after ours, `None` where
+/// none defines it (a function newer than the C library); cached either
+/// way.
+fn resolve_opt(cache: &AtomicUsize, name: &[u8]) -> Option<usize> {
+    const ABSENT: usize = 1;
+    let mut f = cache.load(Ordering::Relaxed);
     if f == 0 {
-        crate::emu::fatal(name);
+        // SAFETY: name is NUL-terminated; dlsym is safe to call.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+        if f == 0 {
+            f = ABSENT;
+        }
+        cache.store(f, Ordering::Relaxed);
     }
-    cache.store(f, Ordering::Relaxed);
-    f
+    (f != ABSENT).then_some(f)
 }
 
 macro_rules! real {
@@ -99,18 +107,8 @@ pub fn epoll_pwait2_opt() -> Option<
     ) -> c_int,
 > {
     static CACHE: AtomicUsize = AtomicUsize::new(0);
-    const ABSENT: usize = 1;
-    let mut f = CACHE.load(Ordering::Relaxed);
-    if f == 0 {
-        // SAFETY: NUL-terminated name; dlsym is safe to call.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"epoll_pwait2".as_ptr()) } as usize;
-        if f == 0 {
-            f = ABSENT;
-        }
-        CACHE.store(f, Ordering::Relaxed);
-    }
     // SAFETY: dlsym returned the address of this very function.
-    (f != ABSENT).then(|| unsafe { std::mem::transmute(f) })
+    resolve_opt(&CACHE, b"epoll_pwait2\0").map(|f| unsafe { std::mem::transmute(f) })
 }
 
 /// The real `execveat`, `None` where the C library has none (before
@@ -125,16 +123,6 @@ pub fn execveat_opt() -> Option<
     ) -> c_int,
 > {
     static CACHE: AtomicUsize = AtomicUsize::new(0);
-    const ABSENT: usize = 1;
-    let mut f = CACHE.load(Ordering::Relaxed);
-    if f == 0 {
-        // SAFETY: NUL-terminated name; dlsym is safe to call.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"execveat".as_ptr()) } as usize;
-        if f == 0 {
-            f = ABSENT;
-        }
-        CACHE.store(f, Ordering::Relaxed);
-    }
     // SAFETY: dlsym returned the address of this very function.
-    (f != ABSENT).then(|| unsafe { std::mem::transmute(f) })
+    resolve_opt(&CACHE, b"execveat\0").map(|f| unsafe { std::mem::transmute(f) })
 }

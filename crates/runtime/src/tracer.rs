@@ -393,9 +393,6 @@ pub fn finish() {
     }
 }
 
-/// Longest wait of `_exit` for the writer.
-const EXIT_WAIT_NS: u64 = 2_000_000_000;
-
 /// For the interposed `_exit`/`_Exit`: stop recording and wait (at most
 /// 2 s) until the writer thread has drained the rings and completed the
 /// file, as [`finish`] does at `exit`. It does not join the writer (not
@@ -419,17 +416,9 @@ pub fn finish_before_exit() {
         ENABLED.store(false, Ordering::Release);
         STOP.store(true, Ordering::Release);
     }
-    let start = monotonic_ns();
-    let nap = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 200_000,
-    };
-    while !WRITER_DONE.load(Ordering::Acquire)
-        && monotonic_ns().saturating_sub(start) < EXIT_WAIT_NS
-    {
-        // SAFETY: the real nanosleep with a valid timespec.
-        unsafe { crate::real::nanosleep()(&nap, ptr::null_mut()) };
-    }
+    crate::clock::wait_while(crate::clock::HANDOFF_WAIT_NS, || {
+        !WRITER_DONE.load(Ordering::Acquire)
+    });
 }
 
 #[cfg_attr(test, allow(dead_code))]
