@@ -108,6 +108,23 @@ fn run_json(dir: &TempDir, flags: &[&str], prog: &[&str]) -> (Output, serde_json
     (o, v)
 }
 
+/// Files beside pmlab's temporary statistics files in the temp directory
+/// (`pmlab-stats-<pid>.json.<anything>`) of pmlab processes that have
+/// ended: other tests may be running pmlab meanwhile, and theirs go when
+/// they end.
+fn stats_side_files() -> Vec<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.strip_prefix("pmlab-stats-")
+                .and_then(|r| r.split_once(".json."))
+                .is_some_and(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect()
+}
+
 fn total(v: &serde_json::Value, key: &str) -> f64 {
     v["stats"]["total"][key]
         .as_f64()
@@ -468,27 +485,11 @@ fn fork_child_reinitialises_and_reports_separately() {
     assert_eq!(kids[0]["stats"], cv);
     // Without --stats-json the reports go to pmlab's temporary file, and
     // the children's beside it are removed with it.
-    // Files of pmlab processes that have ended (other tests may be running
-    // pmlab meanwhile; theirs go when they end).
-    let leftovers = || -> Vec<String> {
-        std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| {
-                let pid = n
-                    .strip_prefix("pmlab-stats-")
-                    .and_then(|r| r.split_once(".json."))
-                    .map(|(pid, _)| pid.to_string());
-                pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-            })
-            .collect()
-    };
-    let before = leftovers();
+    let before = stats_side_files();
     let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(v["children"].as_array().unwrap().len(), 1, "{v}");
-    let after: Vec<String> = leftovers()
+    let after: Vec<String> = stats_side_files()
         .into_iter()
         .filter(|n| !before.contains(n))
         .collect();
@@ -650,11 +651,9 @@ fn a_program_ending_with_exit_underscore_still_reports() {
     assert_eq!(total(&v, "epochs_exit"), 1.0, "{v}");
     assert!(total(&v, "injected_delay_ns") > 0.0, "{v}");
     // Nothing half-written is left beside the statistics.
-    let tmp: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("pmlab-stats-") && n.contains(".tmp"))
+    let tmp: Vec<_> = stats_side_files()
+        .into_iter()
+        .filter(|n| n.contains(".tmp"))
         .collect();
     assert!(tmp.is_empty(), "{tmp:?}");
 }

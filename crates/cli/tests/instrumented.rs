@@ -95,6 +95,24 @@ fn cc_builds_a_multi_file_project_with_make() {
     assert!(!imports_hooks(&exe));
 }
 
+/// Configure and build the test project with CMake in `t`, with
+/// `CC="pmlab SUBCOMMAND"` and no `PMLAB_CC` in either step; the program.
+fn cmake_build(t: &TempDir, subcommand: &str) -> PathBuf {
+    let build = t.0.join("build");
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(project_dir())
+        .arg("-B")
+        .arg(&build)
+        .env("CC", format!("{PMLAB} {subcommand}"))
+        .env_remove("PMLAB_CC"));
+    run(Command::new("cmake")
+        .arg("--build")
+        .arg(&build)
+        .env_remove("PMLAB_CC"));
+    build.join("listsum")
+}
+
 #[test]
 fn cc_is_a_drop_in_compiler_for_cmake() {
     if Command::new("cmake").arg("--version").output().is_err() {
@@ -103,15 +121,7 @@ fn cc_is_a_drop_in_compiler_for_cmake() {
     }
     ensure_runtime();
     let t = TempDir::new("cmake");
-    let build = t.0.join("build");
-    run(Command::new("cmake")
-        .arg("-S")
-        .arg(project_dir())
-        .arg("-B")
-        .arg(&build)
-        .env("CC", format!("{PMLAB} cc")));
-    run(Command::new("cmake").arg("--build").arg(&build));
-    let exe = build.join("listsum");
+    let exe = cmake_build(&t, "cc");
     assert!(imports_hooks(&exe));
     let out = run(Command::new(&exe).arg("777"));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 301476\n");
@@ -441,19 +451,7 @@ fn pmlab_gcc_is_recorded_by_cmake() {
     }
     ensure_runtime();
     let t = TempDir::new("gcccmake");
-    let build = t.0.join("build");
-    run(Command::new("cmake")
-        .arg("-S")
-        .arg(project_dir())
-        .arg("-B")
-        .arg(&build)
-        .env("CC", format!("{PMLAB} gcc"))
-        .env_remove("PMLAB_CC"));
-    run(Command::new("cmake")
-        .arg("--build")
-        .arg(&build)
-        .env_remove("PMLAB_CC"));
-    let exe = build.join("listsum");
+    let exe = cmake_build(&t, "gcc");
     assert!(imports_tsan_hooks(&exe), "not built by gcc through pmlab");
     assert!(!needs_libtsan(&exe));
     let out = run(Command::new(&exe).arg("777"));

@@ -521,6 +521,40 @@ fn trace_records_a_pmemobj_workload_without_changing_its_result() {
     assert_one_line_error(&o, "no-such-program");
 }
 
+/// Build the libpmem program `source` as `name` in a fresh directory and
+/// record it with `pmlab trace --json` (into `f.pmt`); the directory and the
+/// JSON line. `None` (with a note) where the runtime or libpmem is missing.
+fn trace_libpmem_program(
+    tag: &str,
+    name: &str,
+    source: &str,
+) -> Option<(TempDir, serde_json::Value)> {
+    let Some(rt) = runtime_lib() else {
+        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
+        return None;
+    };
+    let d = tempdir(tag);
+    std::fs::write(d.join(format!("{name}.c")), source).unwrap();
+    let ok = Command::new("cc")
+        .current_dir(&d)
+        .args(["-O2", "-o", name, &format!("{name}.c"), "-lpmem"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: cannot build a libpmem program (cc, libpmem-dev)");
+        return None;
+    }
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "f.pmt", "--json", "--", &format!("./{name}")])
+        .env("PMLAB_RUNTIME", &rt)
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = serde_json::from_str(stdout(&o).trim()).unwrap();
+    Some((d, v))
+}
+
 const FORKY: &str = r#"
 #include <libpmem.h>
 #include <stdio.h>
@@ -550,29 +584,9 @@ int main(int argc, char **argv) {
 /// image records into `<trace>.<pid>`.
 #[test]
 fn trace_fork_and_exec_policy() {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
+    let Some((d, v)) = trace_libpmem_program("fork", "forky", FORKY) else {
         return;
     };
-    let d = tempdir("fork");
-    std::fs::write(d.join("forky.c"), FORKY).unwrap();
-    let ok = Command::new("cc")
-        .current_dir(&d)
-        .args(["-O2", "-o", "forky", "forky.c", "-lpmem"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: cannot build a libpmem program (cc, libpmem-dev)");
-        return;
-    }
-    let o = Command::new(PMLAB)
-        .args(["trace", "-o", "f.pmt", "--json", "--", "./forky"])
-        .env("PMLAB_RUNTIME", &rt)
-        .current_dir(&d)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     // pmem_persist = flush + drain: 200 persists in the parent.
     assert_eq!(v["records"], 400);
     let children = v["child_traces"].as_array().unwrap();
@@ -607,29 +621,9 @@ int main(void) {
 /// complete trace, and a `posix_spawn` child's `_exit` does not end it.
 #[test]
 fn trace_is_completed_when_the_program_ends_with_exit_underscore() {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
+    let Some((_d, v)) = trace_libpmem_program("fastexit", "fast", FAST_EXIT) else {
         return;
     };
-    let d = tempdir("fastexit");
-    std::fs::write(d.join("fast.c"), FAST_EXIT).unwrap();
-    let ok = Command::new("cc")
-        .current_dir(&d)
-        .args(["-O2", "-o", "fast", "fast.c", "-lpmem"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: cannot build a libpmem program (cc, libpmem-dev)");
-        return;
-    }
-    let o = Command::new(PMLAB)
-        .args(["trace", "-o", "f.pmt", "--json", "--", "./fast"])
-        .env("PMLAB_RUNTIME", &rt)
-        .current_dir(&d)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["finished"], true, "{v}");
     // pmem_persist = flush + drain: 150 persists, all after the spawn too.
     assert_eq!(v["records"], 300, "{v}");

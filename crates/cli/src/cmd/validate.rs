@@ -59,7 +59,7 @@ pub struct Args {
 const STUDIES: &[&str] = &["memlat", "chains", "multilat", "mtlat", "overhead"];
 
 /// Median, minimum and maximum of a set of runs.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
 pub struct Summary {
     /// Median.
     pub median: f64,
@@ -98,8 +98,9 @@ pub fn error_pct(measured: f64, expected: f64) -> f64 {
     (measured - expected) / expected * 100.0
 }
 
-/// One point of the study.
-#[derive(Debug, Clone, Serialize)]
+/// One point of the study. The study-specific diagnostics (`dram_after_runs`
+/// onwards) are empty by default.
+#[derive(Debug, Clone, Serialize, Default)]
 pub struct Point {
     /// Study name (memlat, chains, multilat, mtlat, overhead).
     pub study: String,
@@ -568,8 +569,7 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 dram_runs: drams,
                 dram_after_runs: afters,
                 drift_adjusted_error_pct: Some(error_pct(summarize(&adjusted).median, lat)),
-                reference_error_pct: None,
-                reference_runs: Vec::new(),
+                ..Default::default()
             },
         );
     }
@@ -631,10 +631,7 @@ fn scaled_point(
             runs,
             detail,
             dram_runs: drams,
-            dram_after_runs: Vec::new(),
-            drift_adjusted_error_pct: None,
-            reference_error_pct: None,
-            reference_runs: Vec::new(),
+            ..Default::default()
         },
     );
     Ok(())
@@ -743,10 +740,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         runs,
                         detail,
                         dram_runs: drams,
-                        dram_after_runs: Vec::new(),
-                        drift_adjusted_error_pct: None,
-                        reference_error_pct: None,
-                        reference_runs: Vec::new(),
+                        ..Default::default()
                     },
                 );
             }
@@ -862,10 +856,9 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         refm / 1e6
                     ),
                     dram_runs: drams,
-                    dram_after_runs: Vec::new(),
-                    drift_adjusted_error_pct: None,
                     reference_error_pct: Some(error_pct(m.median, refm)),
                     reference_runs: reference,
+                    ..Default::default()
                 },
             );
         }
@@ -903,10 +896,7 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             runs,
             detail: String::new(),
             dram_runs: Vec::new(),
-            dram_after_runs: Vec::new(),
-            drift_adjusted_error_pct: None,
-            reference_error_pct: None,
-            reference_runs: Vec::new(),
+            ..Default::default()
         },
     );
     Ok(())
@@ -1302,10 +1292,7 @@ mod tests {
             runs,
             detail: String::new(),
             dram_runs: vec![165.0, 170.0, 168.0],
-            dram_after_runs: Vec::new(),
-            drift_adjusted_error_pct: None,
-            reference_error_pct: None,
-            reference_runs: Vec::new(),
+            ..Default::default()
         }
     }
 
