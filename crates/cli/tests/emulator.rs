@@ -707,6 +707,19 @@ fn mtlat_extra_wait_holds_the_lock_for_every_access() {
 }
 
 #[test]
+fn two_threads_racing_to_exit_underscore_still_report() {
+    let _serial = shared();
+    let d = TempDir::new("twoexit");
+    let p = test_c(&d, "two_exit");
+    d.write("s.txt", "pm=100\nloop\n");
+    for _ in 0..5 {
+        let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
+        assert!(matches!(o.status.code(), Some(4 | 5)), "{:?}", o.status);
+        assert!(total(&v, "epochs") > 0.0, "{v}");
+    }
+}
+
+#[test]
 fn api_works_linked_directly_and_under_the_emulator() {
     let _serial = shared();
     let d = TempDir::new("api");

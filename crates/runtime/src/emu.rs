@@ -927,7 +927,20 @@ pub fn exec_failed() {
 /// parent's memory), when not emulating, or when the report is written
 /// already. Async-signal-safe.
 pub fn report_before_exit() {
+    let wait_for_monitor = || {
+        clock::wait_while(clock::HANDOFF_WAIT_NS, || {
+            EXIT_REPORT.load(Ordering::Acquire) == 1
+        })
+    };
     if !monitor_can_report() {
+        // Another thread's `_exit` has the monitor writing the report (it
+        // counts as written, and the monitor as stopped, from the start):
+        // this exit would end the process under the monitor's feet.
+        if EXIT_REPORT.load(Ordering::Acquire) == 1
+            && own_pid() == OWNER_PID.load(Ordering::Relaxed)
+        {
+            wait_for_monitor();
+        }
         return;
     }
     if let Some(t) = current() {
@@ -936,12 +949,9 @@ pub fn report_before_exit() {
             t.busy.store(false, Ordering::Release);
         }
     }
-    // A second thread calling `_exit` meanwhile waits too: its exit would
-    // end the process under the monitor's feet.
+    // Asked by this thread or, a moment before, by another: wait either way.
     let _ = EXIT_REPORT.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
-    clock::wait_while(clock::HANDOFF_WAIT_NS, || {
-        EXIT_REPORT.load(Ordering::Acquire) != 2
-    });
+    wait_for_monitor();
 }
 
 /// Write the exit report (once).
