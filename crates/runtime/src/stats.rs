@@ -210,7 +210,7 @@ impl Report {
              \"dram_latency_ns\":{},\"remote_latency_ns\":{},\"epoch_min_ns\":{},\"epoch_max_ns\":{},\
              \"tsc_ghz\":{:.4},\"bandwidth_throttle\":\"{}\",\"throttle_note\":\"{}\",\"init_ns\":{},\
              \"hook_overhead_unabsorbed_ns\":{},\"hook_hit_ns\":{:.3},\"hook_logged_miss_ns\":{:.3},\
-             \"hook_batches_offloaded\":{},\
+             \"hook_batches_offloaded\":{},\"hook_window_loss_ns\":{},\
              \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
              \"main_run_delay_ns\":{},\
              \"advice\":\"{}\",\"total\":",
@@ -230,6 +230,7 @@ impl Report {
             hooks.fast_ns,
             hooks.miss_ns,
             crate::instrument_hooks::offloaded_batches(),
+            crate::instrument_hooks::window_loss_ns(),
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,

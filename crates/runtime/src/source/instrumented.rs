@@ -24,15 +24,21 @@
 //!   maps a PM pool, then only the pool), `all` or `pool`;
 //! * `PMLAB_INSTR_LLC` = `SIZE:WAYS` (e.g. `32MiB:16`) to override sysfs;
 //! * `PMLAB_INSTR_FILL_BUFFERS` (default 10) and `PMLAB_INSTR_WINDOW`
-//!   (instrumented accesses the out-of-order window spans, default 64).
+//!   (instrumented accesses the out-of-order window spans, default 64);
+//! * `PMLAB_INSTR_HOOKED_WINDOW`: the window the instrumented program
+//!   itself keeps, in units of one per access that hits the hooks' filter
+//!   and two per logged access (default
+//!   [`hooks::DEFAULT_HOOKED_WINDOW`]; see [`window_loss_ns`]).
 //! * `PMLAB_INSTR_OFFLOAD=0` runs every batch of logged misses on the
 //!   program's thread (default: on a modeller thread while a CPU is free;
 //!   see [`crate::instrument_hooks`]).
 //!
 //! The hooks' calls are charged at their calibrated costs except for the
 //! share of an epoch spent waiting on memory ([`stall_share`]) divided by
-//! the epoch's memory-level parallelism ([`mlp`]); the batches the thread
-//! ran itself, as timed.
+//! the epoch's memory-level parallelism ([`mlp`]), or at the time the
+//! program lost because the hooks shrank its out-of-order window
+//! ([`window_loss_ns`]) where that is more (the calls then run while the
+//! core waits); the batches the thread ran itself, as timed.
 
 use super::{EpochReading, Reading, Source, SourceKind, ThreadCounters};
 use crate::error::{Error, ErrorKind};
@@ -103,9 +109,15 @@ pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfi
         )? as usize,
         window_accesses: num("PMLAB_INSTR_WINDOW", 64, 1 << 20)?,
     };
+    let hooked_window = num(
+        "PMLAB_INSTR_HOOKED_WINDOW",
+        hooks::DEFAULT_HOOKED_WINDOW,
+        1 << 20,
+    )?;
     Ok(HookConfig {
         llc,
         overlap,
+        hooked_window,
         pm_mode,
     })
 }
@@ -219,6 +231,7 @@ impl Source for InstrumentedSource {
             last: ThreadTotals::default(),
             last_overhead_ns: 0.0,
             carried_ns: 0.0,
+            window: LossWindow::default(),
             owner: 0,
         }))
     }
@@ -234,6 +247,45 @@ pub struct InstrumentedCounters {
     carried_ns: f64,
     /// The thread whose hook state these counters read (set by `start`).
     owner: i32,
+    /// The recent epochs' window losses, to bound them by the time the
+    /// epochs took.
+    window: LossWindow,
+}
+
+/// Epochs over which the window loss is bounded together.
+pub const LOSS_EPOCHS: usize = 8;
+
+/// The last [`LOSS_EPOCHS`] epochs of a thread: own time, native stall
+/// time, modelled window loss and the loss charged, in ns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LossWindow {
+    epochs: [[f64; 4]; LOSS_EPOCHS],
+    next: usize,
+}
+
+impl LossWindow {
+    /// The loss to charge an epoch of `own_ns` with `stall_ns` of native
+    /// stalls whose modelled loss is `model_ns`: what the last
+    /// [`LOSS_EPOCHS`] epochs together, this one included, lost by the model
+    /// and could have lost by their time ([`window_loss_ns`]'s bound), less
+    /// what the earlier ones were charged. Taken together because an
+    /// epoch's misses may be counted an epoch late (the modeller thread
+    /// runs the logs in the background): epoch by epoch, the bound would cut
+    /// the loss of an epoch that received its predecessor's misses.
+    pub fn charge(&mut self, own_ns: f64, stall_ns: f64, model_ns: f64) -> f64 {
+        let slot = self.next;
+        self.epochs[slot] = [own_ns.max(0.0), stall_ns.max(0.0), model_ns.max(0.0), 0.0];
+        self.next = (slot + 1) % LOSS_EPOCHS;
+        let mut sum = [0.0; 4];
+        for e in &self.epochs {
+            for (s, v) in sum.iter_mut().zip(e) {
+                *s += v;
+            }
+        }
+        let c = (sum[2].min(sum[0] - sum[1]) - sum[3]).max(0.0);
+        self.epochs[slot][3] = c;
+        c
+    }
 }
 
 /// Split an epoch's hook `overhead` plus what earlier epochs `carried` into
@@ -277,6 +329,18 @@ pub fn mlp(misses: f64, serial: f64) -> f64 {
     }
 }
 
+/// The time an epoch lost to the hooks' instructions filling the
+/// out-of-order window: the serial accesses of the instrumented run
+/// (`hooked_serial`, the misses in the window the hooks leave) beyond those
+/// of the native run (`serial`), at this machine's DRAM latency (the run is
+/// on DRAM whatever memory it emulates). 8 independent chains (memlat)
+/// take 50-60 ns per access under the hooks against 21 natively, 3 times
+/// what the calls cost. [`LossWindow`] bounds it by the time the epochs
+/// took.
+pub fn window_loss_ns(hooked_serial: f64, serial: f64, dram_ns: f64) -> f64 {
+    (hooked_serial - serial).max(0.0) * dram_ns.max(0.0)
+}
+
 /// The reading between two totals of one thread.
 pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
     EpochReading {
@@ -296,6 +360,7 @@ impl ThreadCounters for InstrumentedCounters {
         self.last = hooks::totals();
         self.last_overhead_ns = 0.0;
         self.carried_ns = 0.0;
+        self.window = LossWindow::default();
         Ok(())
     }
 
@@ -320,8 +385,20 @@ impl ThreadCounters for InstrumentedCounters {
                 let misses = (now.serial.pm_misses + now.serial.dram_misses)
                     .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
                     as f64;
-                let hidden = stall_share(serial * dram, epoch_ns - batches) / mlp(misses, serial);
-                let exposed = calls * (1.0 - hidden);
+                let own_ns = epoch_ns - batches;
+                let hidden = stall_share(serial * dram, own_ns) / mlp(misses, serial);
+                let hooked = (now.hooked_serial - self.last.hooked_serial).max(0.0);
+                // The calls and the window stalls overlap: while the core
+                // waits on a miss that a native run would have overlapped,
+                // it runs the hooks that filled its window.
+                let exposed_calls = calls * (1.0 - hidden);
+                let loss =
+                    self.window
+                        .charge(own_ns, serial * dram, window_loss_ns(hooked, serial, dram));
+                if loss > exposed_calls {
+                    hooks::add_window_loss_ns(loss);
+                }
+                let exposed = exposed_calls.max(loss);
                 absorb(exposed + batches, self.carried_ns, delay)
             }
             _ => (calls + batches + self.carried_ns, 0.0),
@@ -393,6 +470,47 @@ mod tests {
     }
 
     #[test]
+    fn the_window_loss_is_the_extra_serial_time_at_dram_latency() {
+        // memlat's 8 chains: 1000 serial natively, 8000 / 3.25 under hooks.
+        let l = window_loss_ns(8000.0 / 3.25, 1000.0, 165.0);
+        assert!((l - (8000.0 / 3.25 - 1000.0) * 165.0).abs() < 1e-6);
+        // A chase, or an estimate below the native one: nothing lost.
+        assert_eq!(window_loss_ns(1000.0, 1000.0, 165.0), 0.0);
+        assert_eq!(window_loss_ns(900.0, 1000.0, 165.0), 0.0);
+    }
+
+    #[test]
+    fn the_window_loss_is_bounded_by_the_recent_epochs_time() {
+        let mut w = LossWindow::default();
+        // 10 ms epochs, 4 ms of native stalls: up to 6 ms can be loss.
+        assert_eq!(w.charge(10e6, 4e6, 5e6), 5e6);
+        // A run the hooks slowed less: the model says 5, the time allows
+        // 6 + 1 (left by the first epoch) + 3.
+        assert_eq!(w.charge(7e6, 4e6, 5e6), 4e6);
+        // An epoch that got none of its misses (counted late) and the one
+        // that got twice its share: charged together as two normal epochs.
+        let mut w = LossWindow::default();
+        let a = w.charge(10e6, 0.0, 0.0);
+        let b = w.charge(10e6, 8e6, 10e6);
+        assert_eq!(a + b, 10e6);
+        // Epochs older than LOSS_EPOCHS no longer count: a long compute
+        // phase leaves no slack for a later, faster-than-modelled one once
+        // LOSS_EPOCHS of those have passed (each then allows 1 ms).
+        let mut w = LossWindow::default();
+        for _ in 0..LOSS_EPOCHS {
+            w.charge(10e6, 0.0, 0.0);
+        }
+        let charged: Vec<f64> = (0..2 * LOSS_EPOCHS)
+            .map(|_| w.charge(5e6, 4e6, 5e6))
+            .collect();
+        let late: f64 = charged[LOSS_EPOCHS..].iter().sum();
+        assert!((late - LOSS_EPOCHS as f64 * 1e6).abs() < 1.0, "{charged:?}");
+        // Nothing to charge when faster than the native stalls.
+        let mut w = LossWindow::default();
+        assert_eq!(w.charge(3e6, 4e6, 5e6), 0.0);
+    }
+
+    #[test]
     fn sysfs_geometry_picks_the_last_level() {
         let dir = std::env::temp_dir().join(format!("pmlab-sysfs-{}", std::process::id()));
         let mk = |i: u32, level: &str, kind: &str, size: &str, ways: &str| {
@@ -431,8 +549,12 @@ mod tests {
             ("PMLAB_INSTR_PM", "pool"),
             ("PMLAB_INSTR_LLC", "8MiB:16"),
             ("PMLAB_INSTR_FILL_BUFFERS", "12"),
+            ("PMLAB_INSTR_HOOKED_WINDOW", "20"),
         ]))
         .unwrap();
+        assert_eq!(c.hooked_window, 20);
+        let e = config_from_env(env(&[("PMLAB_INSTR_HOOKED_WINDOW", "x")])).unwrap_err();
+        assert!(e.message().contains("PMLAB_INSTR_HOOKED_WINDOW"), "{e}");
         assert_eq!(c.pm_mode, PmMode::Pool);
         assert_eq!(c.llc, CacheConfig::new(8 << 20, 16));
         assert_eq!(c.overlap.fill_buffers, 12);
