@@ -96,12 +96,12 @@ static HOOKED_WINDOW: AtomicU64 = AtomicU64::new(DEFAULT_HOOKED_WINDOW);
 
 /// Default of [`HookConfig::hooked_window`], fitted on this project's
 /// machine (AMD EPYC, KVM guest): with no instrumented access between the
-/// misses of 8 independent chains, 5.3 of them overlapped under the hooks;
-/// with 1, 2 and 4 filter hits between them, 3.5, 2.8 and 1.8 (natively
-/// 8 overlapped in every case); memlat's 8 chains (two hits per miss)
-/// 2.7-3.3. A logged access counts [`LOGGED_WEIGHT`] window units, a hit
-/// one: 11-13 units fit all of these (`bench/hooked-window.sh` measures
-/// them: 9.5-14.7 units in one run, the hooks' own time included).
+/// misses of 8 independent chains, 4.7 of them overlapped under the hooks;
+/// with 1, 2 and 4 filter hits between them, 3.4, 2.6 and 2.5 (natively
+/// 7.4-7.8 in every case; `bench/hooked-window.sh`); memlat's 8 chains
+/// (two hits per miss) 2.6-3.3. A logged access counts [`LOGGED_WEIGHT`]
+/// window units, a hit one: these imply 9.5-14.7 units (the hooks' own
+/// time included), and 13 fits memlat's quieter runs.
 pub const DEFAULT_HOOKED_WINDOW: u64 = 13;
 
 /// Window units of a logged access (its hook runs the log path, about
