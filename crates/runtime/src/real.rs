@@ -28,7 +28,12 @@ fn resolve_opt(cache: &AtomicUsize, name: &[u8]) -> Option<usize> {
 }
 
 macro_rules! real {
-    ($($name:ident : fn($($arg:ty),*) -> $ret:ty;)*) => {
+    (
+        $($name:ident : fn($($arg:ty),*) -> $ret:ty;)*
+        @optional {
+            $($(#[$meta:meta])* $opt:ident = $cname:ident : fn($($oarg:ty),*) -> $oret:ty;)*
+        }
+    ) => {
         $(
             /// The real function of this name.
             #[allow(non_snake_case)]
@@ -40,11 +45,22 @@ macro_rules! real {
                 unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(f) }
             }
         )*
+        $(
+            $(#[$meta])*
+            #[allow(clippy::type_complexity)]
+            #[inline]
+            pub fn $opt() -> Option<unsafe extern "C" fn($($oarg),*) -> $oret> {
+                static CACHE: AtomicUsize = AtomicUsize::new(0);
+                resolve_opt(&CACHE, concat!(stringify!($cname), "\0").as_bytes()).map(|f| {
+                    // SAFETY: dlsym returned the address of this very function.
+                    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($oarg),*) -> $oret>(f) }
+                })
+            }
+        )*
         /// Resolve every real function now (at initialisation).
         pub fn resolve_all() {
             $( let _ = $name(); )*
-            let _ = execveat_opt();
-            let _ = epoll_pwait2_opt();
+            $( let _ = $opt(); )*
         }
     };
 }
@@ -92,37 +108,12 @@ real! {
     ppoll: fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int;
     pselect: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *const libc::timespec, *const libc::sigset_t) -> c_int;
     epoll_pwait: fn(c_int, *mut libc::epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int;
-}
-
-/// The real `epoll_pwait2`, `None` where the C library has none (before
-/// glibc 2.35). Resolved with the others at initialisation.
-#[allow(clippy::type_complexity)]
-pub fn epoll_pwait2_opt() -> Option<
-    unsafe extern "C" fn(
-        c_int,
-        *mut libc::epoll_event,
-        c_int,
-        *const libc::timespec,
-        *const libc::sigset_t,
-    ) -> c_int,
-> {
-    static CACHE: AtomicUsize = AtomicUsize::new(0);
-    // SAFETY: dlsym returned the address of this very function.
-    resolve_opt(&CACHE, b"epoll_pwait2\0").map(|f| unsafe { std::mem::transmute(f) })
-}
-
-/// The real `execveat`, `None` where the C library has none (before
-/// glibc 2.34). Resolved with the others at initialisation.
-pub fn execveat_opt() -> Option<
-    unsafe extern "C" fn(
-        c_int,
-        *const c_char,
-        *const *const c_char,
-        *const *const c_char,
-        c_int,
-    ) -> c_int,
-> {
-    static CACHE: AtomicUsize = AtomicUsize::new(0);
-    // SAFETY: dlsym returned the address of this very function.
-    resolve_opt(&CACHE, b"execveat\0").map(|f| unsafe { std::mem::transmute(f) })
+    @optional {
+        /// The real `epoll_pwait2`, `None` where the C library has none
+        /// (before glibc 2.35).
+        epoll_pwait2_opt = epoll_pwait2: fn(c_int, *mut libc::epoll_event, c_int, *const libc::timespec, *const libc::sigset_t) -> c_int;
+        /// The real `execveat`, `None` where the C library has none (before
+        /// glibc 2.34).
+        execveat_opt = execveat: fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
+    }
 }
