@@ -202,12 +202,17 @@ pub fn offloaded_batches() -> u64 {
     OFFLOADED.load(Ordering::Relaxed)
 }
 
+/// Add `ns` (if positive) to a process-wide nanosecond total.
+fn add_ns(total: &AtomicU64, ns: f64) {
+    if ns > 0.0 {
+        total.fetch_add(ns as u64, Ordering::Relaxed);
+    }
+}
+
 /// Record hook overhead that an epoch's delay could not absorb (the
 /// instrumented source drops it rather than carry it into later phases).
 pub fn add_unabsorbed_ns(ns: f64) {
-    if ns > 0.0 {
-        UNABSORBED_NS.fetch_add(ns as u64, Ordering::Relaxed);
-    }
+    add_ns(&UNABSORBED_NS, ns);
 }
 
 /// Total hook overhead, all threads, that no delay absorbed (ns).
@@ -220,9 +225,7 @@ static WINDOW_LOSS_NS: AtomicU64 = AtomicU64::new(0);
 /// Record time an epoch lost to the hooks' shrinking of the out-of-order
 /// window, where it was charged instead of the calls' cost.
 pub fn add_window_loss_ns(ns: f64) {
-    if ns > 0.0 {
-        WINDOW_LOSS_NS.fetch_add(ns as u64, Ordering::Relaxed);
-    }
+    add_ns(&WINDOW_LOSS_NS, ns);
 }
 
 /// Total window loss charged, all threads (ns).
