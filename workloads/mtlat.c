@@ -15,9 +15,10 @@
  * lengthens it), both summed over threads.
  *
  * With -x EXTRA_NS each stretch of steps (a critical section, the work
- * outside) is followed by a busy wait of EXTRA_NS per step (on the TSC,
- * calibrated at start; what a wait overshoots, up to 10 us, is taken off
- * the next one: more is a preemption),
+ * outside) is followed by a busy wait of EXTRA_NS per step of the
+ * thread's own time (on the TSC, calibrated at start; gaps of over 1 us,
+ * when the thread was off its CPU, do not count; what a wait overshoots is
+ * taken off the next one),
  * the section's before the unlock: the lock is held, and the CPU kept, as
  * long as if every access had cost its DRAM time plus EXTRA_NS, as a
  * thread stalled on slower memory keeps its CPU. With EXTRA_NS = L - DRAM
@@ -47,7 +48,7 @@ static size_t region_bytes;
 static uint64_t wait_ns[MAX_THREADS], hold_ns[MAX_THREADS];
 static void **own_head[MAX_THREADS];
 static uint64_t extra_ticks; /* -x, in TSC ticks; 0: none */
-static int64_t carry_cap; /* the most overshoot a wait owes back: 10 us */
+static uint64_t gap_ticks; /* a longer gap in a wait is time off the CPU: 1 us */
 
 static uint64_t now_ns(void)
 {
@@ -110,8 +111,11 @@ static double tsc_per_ns(void)
 	return (double)(r1 - r0) / (double)(c1 - c0);
 }
 
-/* Wait `steps` x extra_ticks more, less what earlier waits overshot
- * (`*owed` carries it). The lfence first: the wait starts when the last
+/* Hold the CPU for `steps` x extra_ticks more of the thread's own time,
+ * less what earlier waits overshot (`*owed` carries it). A gap of more
+ * than gap_ticks between two reads of the TSC is time the thread spent
+ * off its CPU: it lengthens the wait instead of counting in it, as it
+ * would lengthen a stall. The lfence first: the wait starts when the last
  * step's load has returned, as a stall would. */
 static inline void pay(int64_t *owed, long steps)
 {
@@ -119,17 +123,15 @@ static inline void pay(int64_t *owed, long steps)
 		return;
 	_mm_lfence();
 	*owed += (int64_t)extra_ticks * steps;
-	if (*owed <= 0)
-		return;
-	uint64_t start = __rdtsc(), now;
-	do
+	uint64_t prev = __rdtsc(), now;
+	int64_t done = 0;
+	while (done < *owed) {
 		now = __rdtsc();
-	while ((int64_t)(now - start) < *owed);
-	*owed -= (int64_t)(now - start);
-	/* A longer overshoot is a preemption, not the loop's granularity: the
-	 * thread was not running, so it owes nothing back. */
-	if (*owed < -carry_cap)
-		*owed = 0;
+		if (now - prev <= gap_ticks)
+			done += (int64_t)(now - prev);
+		prev = now;
+	}
+	*owed -= done;
 }
 
 static void *worker(void *arg)
@@ -187,7 +189,7 @@ int main(int argc, char **argv)
 	if (extra_ns > 0) {
 		double per_ns = tsc_per_ns();
 		extra_ticks = (uint64_t)((double)extra_ns * per_ns);
-		carry_cap = (int64_t)(10000.0 * per_ns);
+		gap_ticks = (uint64_t)(1000.0 * per_ns);
 	}
 	region_bytes = (size_t)region_mib << 20;
 	shared_head = make_chain(region_bytes, 4242);

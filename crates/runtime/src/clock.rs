@@ -119,18 +119,47 @@ pub fn wait_while(max_ns: u64, mut busy: impl FnMut() -> bool) {
     }
 }
 
-/// Spin until `ns` have passed on the TSC; returns the TSC at the end.
-/// Async-signal-safe.
+/// A gap between two reads of the TSC in the delay spin longer than this
+/// means the thread was off its CPU (descheduled, an interrupt, the
+/// hypervisor): the spin's loop itself takes tens of ns per turn.
+pub const OFF_CPU_GAP_NS: f64 = 1_000.0;
+
+/// How a delay spin went.
+#[derive(Clone, Copy, Debug)]
+pub struct Spin {
+    /// The TSC when the spin ended.
+    pub end: u64,
+    /// Time within the spin the thread spent off its CPU (gaps longer than
+    /// [`OFF_CPU_GAP_NS`]), which did not count towards the delay, ns.
+    pub off_cpu_ns: f64,
+}
+
+/// Hold the CPU for `ns` of the thread's own time, as a stall on slower
+/// memory would: spin on the TSC, not counting gaps of more than
+/// [`OFF_CPU_GAP_NS`] (the thread was descheduled or interrupted, and a
+/// stalled thread does not progress while it is off its CPU either). So a
+/// delay does not absorb the time another thread of the program ran on
+/// this CPU meanwhile. Async-signal-safe.
 #[inline]
-pub fn spin_ns(ns: f64) -> u64 {
-    let start = rdtsc();
-    let end = start.wrapping_add(ns_to_ticks(ns));
-    let mut now = start;
-    while now < end {
+pub fn spin_ns(ns: f64) -> Spin {
+    let want = ns_to_ticks(ns);
+    let gap = ns_to_ticks(OFF_CPU_GAP_NS).max(1);
+    let (mut prev, mut done, mut off) = (rdtsc(), 0u64, 0u64);
+    while done < want {
         std::hint::spin_loop();
-        now = rdtsc();
+        let now = rdtsc();
+        let d = now.saturating_sub(prev);
+        if d > gap {
+            off += d;
+        } else {
+            done += d;
+        }
+        prev = now;
     }
-    now
+    Spin {
+        end: prev,
+        off_cpu_ns: ticks_to_ns(off),
+    }
 }
 
 #[cfg(test)]
@@ -141,9 +170,41 @@ mod tests {
     fn spin_lasts_at_least_the_delay() {
         set_tsc_ghz(measure_tsc_ghz(2_000_000));
         let t0 = monotonic_ns();
-        spin_ns(200_000.0);
+        let s = spin_ns(200_000.0);
         let dt = monotonic_ns() - t0;
         // Lower bound only: the machine may be busy, never shorter.
         assert!(dt as f64 >= 200_000.0 * 0.97, "spun {dt} ns");
+        // Time off the CPU lengthens the spin instead of counting in it.
+        assert!(
+            dt as f64 >= (200_000.0 + s.off_cpu_ns) * 0.97,
+            "spun {dt} ns, {} off the CPU",
+            s.off_cpu_ns
+        );
+    }
+
+    #[test]
+    fn time_off_the_cpu_does_not_count_towards_a_spin() {
+        set_tsc_ghz(measure_tsc_ghz(2_000_000));
+        // Two threads per CPU spinning 30 ms each: the scheduler takes
+        // each off its CPU for part of its spin, which must then run on.
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let spins: Vec<_> = (0..2 * cpus)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let t0 = monotonic_ns();
+                    let s = spin_ns(30e6);
+                    (monotonic_ns() - t0, s.off_cpu_ns)
+                })
+            })
+            .collect();
+        let mut off_total = 0.0;
+        for h in spins {
+            let (dt, off) = h.join().unwrap();
+            assert!(dt as f64 >= (30e6 + off) * 0.97, "{dt} ns, {off} off");
+            off_total += off;
+        }
+        // Twice as many spinners as CPUs: about half of each thread's
+        // 30+ ms was spent off its CPU, and it was seen.
+        assert!(off_total > 2.0 * cpus as f64 * 5e6, "{off_total} ns off");
     }
 }

@@ -88,43 +88,11 @@ pub struct ThreadStats {
     pub flushes: AtomicU64,
     /// Bytes moved to/from PM as reported by the source.
     pub pm_bytes: AtomicU64,
-    /// Time spent waiting for a CPU during delay spins of 1 ms or more.
-    pub spin_run_delay_ns: AtomicU64,
+    /// Time the delay spins spent off the CPU (not counted as delay).
+    pub spin_off_cpu_ns: AtomicU64,
     /// Lock and thread sync points that did not end the epoch because it
     /// was shorter than the minimum epoch length.
     pub sync_skipped: AtomicU64,
-}
-
-/// The calling thread's run-queue wait so far (`/proc/thread-self/schedstat`,
-/// second field), ns; 0 if unreadable. Async-signal-safe (open/read/close).
-fn run_delay_ns() -> u64 {
-    let mut buf = [0u8; 96];
-    // SAFETY: NUL-terminated path, local buffer.
-    let n = unsafe {
-        let fd = libc::open(
-            c"/proc/thread-self/schedstat".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            return 0;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len());
-        libc::close(fd);
-        n
-    };
-    if n <= 0 {
-        return 0;
-    }
-    let mut fields = buf[..n as usize].split(|&c| c == b' ');
-    let _ = fields.next();
-    let mut v = 0u64;
-    for &c in fields.next().unwrap_or(&[]) {
-        if !c.is_ascii_digit() {
-            break;
-        }
-        v = v * 10 + (c - b'0') as u64;
-    }
-    v
 }
 
 /// One registered thread.
@@ -504,7 +472,7 @@ fn reset_stats(s: &ThreadStats) {
         &s.write_delay_ns,
         &s.flushes,
         &s.pm_bytes,
-        &s.spin_run_delay_ns,
+        &s.spin_off_cpu_ns,
         &s.sync_skipped,
     ] {
         a.store(0, Ordering::Relaxed);
@@ -601,42 +569,25 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     let t1 = rdtsc();
     let overhead = ticks_to_ns(t1.saturating_sub(t0)) + source_overhead;
     let inject = account.settle(delay + stretch, overhead);
-    let spin_start = rdtsc();
-    let end = if !g.cfg.no_inject && inject > 0.0 {
-        // Around long spins, note how long the thread waited for a CPU
-        // meanwhile (schedstat): that wait did not lengthen the run (the
-        // spin ends at its deadline), which tells a busy machine's
-        // scheduling noise from the delay in the stats.
-        if inject >= 1e6 {
-            let r0 = run_delay_ns();
-            let e = clock::spin_ns(inject);
-            t.stats
-                .spin_run_delay_ns
-                .fetch_add(run_delay_ns().saturating_sub(r0), Ordering::Relaxed);
-            e
-        } else {
-            clock::spin_ns(inject)
-        }
+    // The spin holds the CPU for the delay of the thread's own time: time
+    // it spends descheduled meanwhile (another of the program's threads
+    // running on its CPU, on an oversubscribed machine) lengthens it, as
+    // it would lengthen a stall.
+    let (end, off_cpu) = if !g.cfg.no_inject && inject > 0.0 {
+        let spin = clock::spin_ns(inject);
+        (spin.end, spin.off_cpu_ns)
     } else {
-        rdtsc()
+        (rdtsc(), 0.0)
     };
-    // A spin that ended late (the thread was descheduled across its
-    // deadline) injected more than asked: count the excess as overhead, to
-    // be absorbed by later delays like the emulator's own cost.
-    let mut overshoot = 0.0;
-    if !g.cfg.no_inject && inject > 0.0 {
-        overshoot = (ticks_to_ns(end.saturating_sub(spin_start)) - inject).max(0.0);
-        account.pending_ns += overshoot;
-        account.total_overhead_ns += overshoot;
-    }
     let s = &t.stats;
     s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
     s.requested_ns
         .fetch_add((delay + stretch) as u64, Ordering::Relaxed);
     s.injected_ns.fetch_add(inject as u64, Ordering::Relaxed);
     s.stretch_ns.fetch_add(stretch as u64, Ordering::Relaxed);
-    s.overhead_ns
-        .fetch_add((overhead + overshoot) as u64, Ordering::Relaxed);
+    s.overhead_ns.fetch_add(overhead as u64, Ordering::Relaxed);
+    s.spin_off_cpu_ns
+        .fetch_add(off_cpu as u64, Ordering::Relaxed);
     s.overhead_ticks
         .fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
     s.pending_overhead_ns
@@ -809,7 +760,7 @@ fn summary_of(t: &ThreadState, tid: i32) -> Summary {
         write_delay_ns: l(&s.write_delay_ns),
         flushes: l(&s.flushes),
         pm_bytes: l(&s.pm_bytes),
-        spin_run_delay_ns: l(&s.spin_run_delay_ns),
+        spin_off_cpu_ns: l(&s.spin_off_cpu_ns),
         sync_skipped: l(&s.sync_skipped),
     }
 }

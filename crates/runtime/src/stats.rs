@@ -29,8 +29,9 @@ pub struct Summary {
     pub flushes: u64,
     /// Bytes moved to/from PM according to the source.
     pub pm_bytes: u64,
-    /// Run-queue wait during delay spins of 1 ms or more, ns.
-    pub spin_run_delay_ns: u64,
+    /// Time the delay spins spent off the CPU, which lengthened them
+    /// instead of counting as delay, ns.
+    pub spin_off_cpu_ns: u64,
     /// Lock/thread sync points passed without ending the epoch (it was
     /// shorter than the minimum epoch length).
     pub sync_skipped: u64,
@@ -51,7 +52,7 @@ impl Summary {
         self.write_delay_ns += o.write_delay_ns;
         self.flushes += o.flushes;
         self.pm_bytes += o.pm_bytes;
-        self.spin_run_delay_ns += o.spin_run_delay_ns;
+        self.spin_off_cpu_ns += o.spin_off_cpu_ns;
         self.sync_skipped += o.sync_skipped;
     }
 
@@ -67,7 +68,7 @@ impl Summary {
              \"requested_delay_ns\":{},\"injected_delay_ns\":{},\"bandwidth_stretch_ns\":{},\
              \"overhead_ns\":{},\"unabsorbed_overhead_ns\":{},\"amortised\":{},\
              \"overhead_cycles_per_epoch\":{:.0},\"epoch_time_ns\":{},\"write_delay_ns\":{},\
-             \"flushed_lines\":{},\"pm_bytes\":{},\"spin_run_delay_ns\":{},\"sync_points_skipped\":{}}}",
+             \"flushed_lines\":{},\"pm_bytes\":{},\"spin_off_cpu_ns\":{},\"sync_points_skipped\":{}}}",
             self.tid,
             self.total_epochs(),
             self.epochs[0],
@@ -84,7 +85,7 @@ impl Summary {
             self.write_delay_ns,
             self.flushes,
             self.pm_bytes,
-            self.spin_run_delay_ns,
+            self.spin_off_cpu_ns,
             self.sync_skipped
         );
     }
