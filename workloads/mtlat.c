@@ -16,9 +16,9 @@
  *
  * With -x EXTRA_NS each stretch of steps (a critical section, the work
  * outside) is followed by a busy wait of EXTRA_NS per step of the
- * thread's own time (on the TSC, calibrated at start; gaps of over 1 us,
- * when the thread was off its CPU, do not count; what a wait overshoots is
- * taken off the next one),
+ * thread's own time (on the TSC, calibrated at start; a gap of over 1 us
+ * in which the thread was switched out does not count; what a wait
+ * overshoots is taken off the next one),
  * the section's before the unlock: the lock is held, and the CPU kept, as
  * long as if every access had cost its DRAM time plus EXTRA_NS, as a
  * thread stalled on slower memory keeps its CPU. With EXTRA_NS = L - DRAM
@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -48,7 +49,7 @@ static size_t region_bytes;
 static uint64_t wait_ns[MAX_THREADS], hold_ns[MAX_THREADS];
 static void **own_head[MAX_THREADS];
 static uint64_t extra_ticks; /* -x, in TSC ticks; 0: none */
-static uint64_t gap_ticks; /* a longer gap in a wait is time off the CPU: 1 us */
+static uint64_t gap_ticks; /* a longer gap in a wait may be time off the CPU: 1 us */
 
 static uint64_t now_ns(void)
 {
@@ -111,25 +112,42 @@ static double tsc_per_ns(void)
 	return (double)(r1 - r0) / (double)(c1 - c0);
 }
 
+/* Context switches of the calling thread so far. */
+static long switches(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_THREAD, &ru) != 0)
+		return 0;
+	return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
 /* Hold the CPU for `steps` x extra_ticks more of the thread's own time,
  * less what earlier waits overshot (`*owed` carries it). A gap of more
- * than gap_ticks between two reads of the TSC is time the thread spent
- * off its CPU: it lengthens the wait instead of counting in it, as it
- * would lengthen a stall. The lfence first: the wait starts when the last
- * step's load has returned, as a stall would. */
+ * than gap_ticks between two reads of the TSC in which the thread was
+ * switched out lengthens the wait instead of counting in it, as it would
+ * lengthen a stall (other gaps, interrupts, count). The lfence first: the
+ * wait starts when the last step's load has returned, as a stall would. */
 static inline void pay(int64_t *owed, long steps)
 {
 	if (extra_ticks == 0 || steps == 0)
 		return;
 	_mm_lfence();
 	*owed += (int64_t)extra_ticks * steps;
+	long sw = switches();
 	uint64_t prev = __rdtsc(), now;
 	int64_t done = 0;
 	while (done < *owed) {
 		now = __rdtsc();
-		if (now - prev <= gap_ticks)
-			done += (int64_t)(now - prev);
+		uint64_t d = now - prev;
 		prev = now;
+		if (d > gap_ticks) {
+			long s = switches();
+			if (s != sw) {
+				sw = s;
+				continue;
+			}
+		}
+		done += (int64_t)d;
 	}
 	*owed -= done;
 }

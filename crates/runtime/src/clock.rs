@@ -120,8 +120,8 @@ pub fn wait_while(max_ns: u64, mut busy: impl FnMut() -> bool) {
 }
 
 /// A gap between two reads of the TSC in the delay spin longer than this
-/// means the thread was off its CPU (descheduled, an interrupt, the
-/// hypervisor): the spin's loop itself takes tens of ns per turn.
+/// may be time the thread spent off its CPU: the spin's loop itself takes
+/// tens of ns per turn.
 pub const OFF_CPU_GAP_NS: f64 = 1_000.0;
 
 /// How a delay spin went.
@@ -129,32 +129,53 @@ pub const OFF_CPU_GAP_NS: f64 = 1_000.0;
 pub struct Spin {
     /// The TSC when the spin ended.
     pub end: u64,
-    /// Time within the spin the thread spent off its CPU (gaps longer than
-    /// [`OFF_CPU_GAP_NS`]), which did not count towards the delay, ns.
+    /// Time within the spin the thread spent descheduled, which did not
+    /// count towards the delay, ns.
     pub off_cpu_ns: f64,
 }
 
+/// Context switches of the calling thread so far (voluntary and
+/// involuntary, `getrusage(RUSAGE_THREAD)` as a raw system call, so
+/// async-signal-safe); 0 if unavailable.
+fn context_switches() -> i64 {
+    // SAFETY: an all-zero rusage is valid; the kernel writes into ours.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut ru) != 0 {
+            return 0;
+        }
+        ru.ru_nvcsw + ru.ru_nivcsw
+    }
+}
+
 /// Hold the CPU for `ns` of the thread's own time, as a stall on slower
-/// memory would: spin on the TSC, not counting gaps of more than
-/// [`OFF_CPU_GAP_NS`] (the thread was descheduled or interrupted, and a
-/// stalled thread does not progress while it is off its CPU either). So a
-/// delay does not absorb the time another thread of the program ran on
-/// this CPU meanwhile. Async-signal-safe.
+/// memory would: spin on the TSC, not counting a gap (two reads of the TSC
+/// more than [`OFF_CPU_GAP_NS`] apart) in which the thread was switched
+/// out: a stalled thread does not progress while another runs on its CPU
+/// either, so the delay does not absorb the time another thread of the
+/// program (or of the machine) ran meanwhile. Gaps without a context
+/// switch (interrupts, the hypervisor) count, as they would during a
+/// stall. Async-signal-safe.
 #[inline]
 pub fn spin_ns(ns: f64) -> Spin {
     let want = ns_to_ticks(ns);
     let gap = ns_to_ticks(OFF_CPU_GAP_NS).max(1);
+    let mut switches = context_switches();
     let (mut prev, mut done, mut off) = (rdtsc(), 0u64, 0u64);
     while done < want {
         std::hint::spin_loop();
         let now = rdtsc();
         let d = now.saturating_sub(prev);
-        if d > gap {
-            off += d;
-        } else {
-            done += d;
-        }
         prev = now;
+        if d > gap {
+            let s = context_switches();
+            if s != switches {
+                switches = s;
+                off += d;
+                continue;
+            }
+        }
+        done += d;
     }
     Spin {
         end: prev,
