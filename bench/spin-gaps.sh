@@ -1,0 +1,42 @@
+#!/bin/sh
+# bench/spin-gaps.sh -- what interrupts a TSC spin on this machine, and
+# which of it pmlab's delay spin counts as delay: bench/spin_gaps.c spins
+# SECONDS and sorts the gaps of over 1 us between two TSC reads by length
+# and by whether the thread was switched out across them. Run twice: alone,
+# and with one busy loop per CPU beside it (so that the scheduler switches
+# it out). The delay spin (crates/runtime/src/clock.rs) counts the gaps
+# without a switch (interrupts, the hypervisor), as a stall would go on
+# through them, and not the switched-out ones.
+# Usage: bench/spin-gaps.sh [SECONDS]   (default 2)
+set -eu
+SECONDS_=${1:-2}
+case $SECONDS_ in '' | *[!0-9]* | 0) echo "spin-gaps.sh: SECONDS=$SECONDS_: a whole number of at least 1" >&2; exit 2 ;; esac
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TMP=$(mktemp -d)
+BUSY=""
+cleanup() {
+	for p in $BUSY; do kill "$p" 2>/dev/null || true; done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+${CC:-cc} -O2 -o "$TMP/spin_gaps" "$ROOT/bench/spin_gaps.c"
+echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+summary() {
+	awk -v s="$SECONDS_" '
+		/^gaps:/ { split($2, b, "="); split($3, w, "="); split($4, c, "="); split($5, t, "=");
+			printf "  %-18s %-13s %7d gaps %10.3f ms\n", b[2] " us", (w[2] ? "switched out" : "not switched"), c[2], t[2];
+			tot[w[2]] += t[2] }
+		END { printf "  counted as delay (not switched): %.3f ms (%.2f%% of the spin); not counted (switched out): %.3f ms\n",
+			tot[0], tot[0] / (s * 10), tot[1] }'
+}
+echo "alone:"
+"$TMP/spin_gaps" "$SECONDS_" | summary
+n=$(nproc)
+i=0
+while [ $i -lt "$n" ]; do
+	sh -c 'while :; do :; done' &
+	BUSY="$BUSY $!"
+	i=$((i + 1))
+done
+echo "beside $n busy loops:"
+"$TMP/spin_gaps" "$SECONDS_" | summary
