@@ -88,7 +88,7 @@ pub struct ThreadStats {
     pub flushes: AtomicU64,
     /// Bytes moved to/from PM as reported by the source.
     pub pm_bytes: AtomicU64,
-    /// Time the delay spins spent off the CPU (not counted as delay).
+    /// Time the delay spins spent switched out (not counted as delay).
     pub spin_off_cpu_ns: AtomicU64,
     /// Lock and thread sync points that did not end the epoch because it
     /// was shorter than the minimum epoch length.
@@ -1242,7 +1242,10 @@ pub fn durability_point() -> f64 {
     if let Some(w) = unsafe { (*t.write.get()).as_mut() } {
         wait = w.drain(ticks_to_ns(rdtsc()));
         if wait > 0.0 && !g.cfg.no_inject {
-            clock::spin_ns(wait);
+            let spin = clock::spin_ns(wait);
+            t.stats
+                .spin_off_cpu_ns
+                .fetch_add(spin.off_cpu_ns as u64, Ordering::Relaxed);
         }
         t.stats
             .write_delay_ns

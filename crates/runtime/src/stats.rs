@@ -29,8 +29,8 @@ pub struct Summary {
     pub flushes: u64,
     /// Bytes moved to/from PM according to the source.
     pub pm_bytes: u64,
-    /// Time the delay spins spent off the CPU, which lengthened them
-    /// instead of counting as delay, ns.
+    /// Time the delay spins (epoch delays and write stalls) spent switched
+    /// out, which lengthened them instead of counting as delay, ns.
     pub spin_off_cpu_ns: u64,
     /// Lock/thread sync points passed without ending the epoch (it was
     /// shorter than the minimum epoch length).
