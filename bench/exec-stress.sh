@@ -7,24 +7,14 @@
 # an epoch signal pending across execve killed about 1 run in 20.
 # Usage: bench/exec-stress.sh [RUNS] [BUSY]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -eu
+. "$(dirname "$0")/common.sh"
 RUNS=${1:-200}
 BUSY=${2:-4}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
 CC=${CC:-cc}
-[ -x "$PMLAB" ] || { echo "exec-stress.sh: $PMLAB not found: cargo build --release -p pmlab-cli -p pmlab-runtime, or set PMLAB" >&2; exit 2; }
-TMP=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+need_pmlab
 "$CC" -O2 -pthread -o "$TMP/exec" "$ROOT/crates/cli/tests/c/exec.c"
 printf 'pm=100\nloop\n' > "$TMP/s.txt"
-i=0
-while [ $i -lt "$BUSY" ]; do
-	sh -c 'while :; do :; done' &
-	pids="$pids $!"
-	i=$((i + 1))
-done
+busy_loops "$BUSY"
 echo "machine: $(nproc) CPUs, $BUSY busy loops, load $(cut -d' ' -f1-3 /proc/loadavg)"
 fails=0
 i=0

@@ -11,19 +11,14 @@
 # (PMLAB_INSTR_HOOKED_WINDOW) was fitted on such figures.
 # Usage: bench/hooked-window.sh [REPS]   (default 3; needs target/release/pmlab)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-3}
-case $REPS in '' | *[!0-9]* | 0) echo "hooked-window.sh: REPS=$REPS: a whole number of at least 1" >&2; exit 2 ;; esac
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
-[ -x "$PMLAB" ] || { echo "hooked-window.sh: $PMLAB not built: run cargo build --release (or set PMLAB)" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+whole_number REPS "$REPS"
+need_pmlab
 ${CC:-cc} -O2 -o "$TMP/native" "$ROOT/bench/window_chains.c"
 "$PMLAB" cc -O2 -o "$TMP/hooked" "$ROOT/bench/window_chains.c"
-DRAM=$( ("$PMLAB" calibrate --show --json 2>/dev/null || "$PMLAB" calibrate --json) | sed -n 's/.*"dram_latency_ns": *\([0-9.]*\).*/\1/p' | head -1)
-[ -n "$DRAM" ] || { echo "hooked-window.sh: pmlab calibrate printed no DRAM latency" >&2; exit 1; }
+DRAM=$(cached_dram_ns)
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); DRAM $DRAM ns (pmlab calibrate)"
-med() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 printf '%-6s %12s %12s %10s %10s %10s\n' extra native_ns hooked_ns native_mlp hooked_mlp units
 for e in 0 1 2 4; do
 	: >"$TMP/n" && : >"$TMP/h"

@@ -16,9 +16,8 @@
 #   CC_UNDER_TEST=clang (default, CLANG=clang-14) or gcc (GCC=gcc): the
 #   compiler of both builds; with gcc, `pmlab cc` runs with PMLAB_CC=$GCC)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-5}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
 CLANG=${CLANG:-clang-14}
 CC_UNDER_TEST=${CC_UNDER_TEST:-clang}
 case $CC_UNDER_TEST in
@@ -26,9 +25,7 @@ clang) NATIVE_CC=$CLANG; unset PMLAB_CC ;;
 gcc) NATIVE_CC=${GCC:-gcc}; PMLAB_CC=$NATIVE_CC; export PMLAB_CC ;;
 *) echo "instr.sh: CC_UNDER_TEST=$CC_UNDER_TEST: clang or gcc" >&2; exit 2 ;;
 esac
-[ -x "$PMLAB" ] || { echo "instr.sh: $PMLAB not found: cargo build --release -p pmlab-cli -p pmlab-runtime, or set PMLAB" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+need_pmlab
 "$NATIVE_CC" -O2 -o "$TMP/native" "$ROOT/bench/instr_kernel.c"
 "$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/instr_kernel.c"
 

@@ -4,10 +4,8 @@
 # 250 ms spin in between, over an LLC-resident region (8 MiB) and a larger
 # one (128 MiB), on huge pages as memlat. No pmlab involved. Usage: bench/llc-warmth.sh [REPS]
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-3}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 ${CC:-cc} -O2 -o "$TMP/spin_chase" "$ROOT/bench/spin_chase.c"
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for mib in 8 128; do

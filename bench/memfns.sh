@@ -9,14 +9,11 @@
 #              --no-inject` (every line offered to the hooks).
 # Usage: bench/memfns.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-5}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
 CLANG=${CLANG:-clang-14}
 LIB=$(dirname "$PMLAB")/libpmlab.so
 [ -x "$PMLAB" ] && [ -f "$LIB" ] || { echo "memfns.sh: $PMLAB or $LIB not found: cargo build --release -p pmlab-cli -p pmlab-runtime, or set PMLAB" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 "$CLANG" -O2 -o "$TMP/native" "$ROOT/bench/memcpy_kernel.c"
 "$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/memcpy_kernel.c"
 

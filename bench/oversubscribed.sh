@@ -13,21 +13,16 @@
 # Usage: bench/oversubscribed.sh [REPS] [THREADS]   (default 5 8; needs
 # target/release/pmlab, python3)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-5}
 THREADS=${2:-8}
-for v in "$REPS" "$THREADS"; do
-	case $v in '' | *[!0-9]* | 0) echo "oversubscribed.sh: $v: REPS and THREADS are whole numbers of at least 1" >&2; exit 2 ;; esac
-done
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
-[ -x "$PMLAB" ] || { echo "oversubscribed.sh: $PMLAB not built: run cargo build --release (or set PMLAB)" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "oversubscribed.sh: python3 not found: install it (apt-get install python3)" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+whole_number REPS "$REPS"
+whole_number THREADS "$THREADS"
+need_pmlab
+command -v python3 >/dev/null || { echo "$BENCH: python3 not found: install it (apt-get install python3)" >&2; exit 2; }
 ${CC:-cc} -O2 -o "$TMP/native" "$ROOT/workloads/mtlat.c" -lpthread
 "$PMLAB" cc -O2 -o "$TMP/emulated" "$ROOT/workloads/mtlat.c" -lpthread
-DRAM=$( ("$PMLAB" calibrate --show --json 2>/dev/null || "$PMLAB" calibrate --json) | sed -n 's/.*"dram_latency_ns": *\([0-9.]*\).*/\1/p' | head -1)
-[ -n "$DRAM" ] || { echo "oversubscribed.sh: pmlab calibrate printed no DRAM latency" >&2; exit 1; }
+DRAM=$(cached_dram_ns)
 EXTRA=$(awk -v d="$DRAM" 'BEGIN { printf "%d", 400 - d + 0.5 }')
 ARGS="-t $THREADS -k 2000 -i 100 -o 100 -r 256"
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); DRAM $DRAM ns (pmlab calibrate); mtlat $ARGS at 400 ns"
@@ -38,13 +33,12 @@ while [ $i -lt "$REPS" ]; do
 	r=$("$TMP/native" $ARGS -x "$EXTRA" | ms)
 	# shellcheck disable=SC2086
 	e=$("$PMLAB" run --quiet --source instrumented --pm-latency 400 --stats-json "$TMP/s$i.json" -- "$TMP/emulated" $ARGS | ms)
-	[ -n "$r" ] && [ -n "$e" ] || { echo "oversubscribed.sh: a run printed no elapsed_ns" >&2; exit 1; }
+	[ -n "$r" ] && [ -n "$e" ] || { echo "$BENCH: a run printed no elapsed_ns" >&2; exit 1; }
 	echo "run $i: reference $r ms, emulated $e ms"
 	echo "$r" >>"$TMP/r"
 	echo "$e" >>"$TMP/e"
 	i=$((i + 1))
 done
-med() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 r=$(med <"$TMP/r")
 e=$(med <"$TMP/e")
 awk -v r="$r" -v e="$e" 'BEGIN { printf "median: reference %.1f ms, emulated %.1f ms (%+.2f%%)\n", r, e, (e - r) / r * 100 }'

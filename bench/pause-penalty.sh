@@ -10,13 +10,10 @@
 # Usage: bench/pause-penalty.sh [ROUNDS]   (default 6; PMLAB=path/to/pmlab,
 #   default target/release/pmlab)
 set -eu
+. "$(dirname "$0")/common.sh"
 ROUNDS=${1:-6}
-case $ROUNDS in '' | *[!0-9]* | 0) echo "pause-penalty.sh: ROUNDS=$ROUNDS: a whole number of at least 1" >&2; exit 2 ;; esac
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
-[ -x "$PMLAB" ] || { echo "pause-penalty.sh: $PMLAB not found: cargo build --release --workspace, or set PMLAB" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+whole_number ROUNDS "$ROUNDS"
+need_pmlab
 ${CC:-cc} -O2 -o "$TMP/spin_chase" "$ROOT/bench/spin_chase.c"
 "$PMLAB" cc -O2 -o "$TMP/memlat" "$ROOT/workloads/memlat.c"
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -19,12 +19,9 @@
 #
 # Usage: bench/runtime.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-7}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
-[ -x "$PMLAB" ] || { echo "runtime.sh: $PMLAB not found: cargo build --release --workspace, or set PMLAB" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+need_pmlab
 export XDG_CACHE_HOME="$TMP/cache"
 "$PMLAB" calibrate --region 64MiB --accesses 1000000 --repeat 1 >/dev/null 2>&1
 cc -O2 -o "$TMP/threads" "$ROOT/crates/cli/tests/c/threads.c" -lpthread

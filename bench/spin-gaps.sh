@@ -9,16 +9,9 @@
 # through them, and not the switched-out ones.
 # Usage: bench/spin-gaps.sh [SECONDS]   (default 2)
 set -eu
+. "$(dirname "$0")/common.sh"
 SECONDS_=${1:-2}
-case $SECONDS_ in '' | *[!0-9]* | 0) echo "spin-gaps.sh: SECONDS=$SECONDS_: a whole number of at least 1" >&2; exit 2 ;; esac
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d)
-BUSY=""
-cleanup() {
-	for p in $BUSY; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+whole_number SECONDS "$SECONDS_"
 ${CC:-cc} -O2 -o "$TMP/spin_gaps" "$ROOT/bench/spin_gaps.c"
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 summary() {
@@ -32,11 +25,6 @@ summary() {
 echo "alone:"
 "$TMP/spin_gaps" "$SECONDS_" | summary
 n=$(nproc)
-i=0
-while [ $i -lt "$n" ]; do
-	sh -c 'while :; do :; done' &
-	BUSY="$BUSY $!"
-	i=$((i + 1))
-done
+busy_loops "$n"
 echo "beside $n busy loops:"
 "$TMP/spin_gaps" "$SECONDS_" | summary

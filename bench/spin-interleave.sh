@@ -11,11 +11,9 @@
 # the median slowdown of each spin length. No pmlab involved.
 # Usage: bench/spin-interleave.sh [REPS]   (default 5)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-5}
-case $REPS in '' | *[!0-9]* | 0) echo "spin-interleave.sh: REPS=$REPS: a whole number of at least 1" >&2; exit 2 ;; esac
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+whole_number REPS "$REPS"
 ${CC:-cc} -O2 -o "$TMP/spin_chase" "$ROOT/bench/spin_chase.c"
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # steps per round : spin us per round (~180 ns per step on this VM)

@@ -8,12 +8,9 @@
 #  * on a machine without a PMU, how fast `pmlab run --source hw` refuses.
 # Usage: bench/sync-epochs.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -eu
+. "$(dirname "$0")/common.sh"
 REPS=${1:-3}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
-[ -x "$PMLAB" ] || { echo "sync-epochs.sh: $PMLAB not found: cargo build --release -p pmlab-cli -p pmlab-runtime, or set PMLAB" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+need_pmlab
 cc -O2 -pthread -o "$TMP/mtlat" "$ROOT/workloads/mtlat.c"
 printf 'pm=2000\nloop\n' > "$TMP/s.txt"
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -16,15 +16,12 @@
 # memlat at a few hundred ns), to show a cost per injected spin.
 # Usage: bench/synthetic-delay.sh [ROUNDS]   (PMLAB=path/to/pmlab, default target/release/pmlab)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
+. "$(dirname "$0")/common.sh"
 MEMLAT=${MEMLAT:-$ROOT/workloads/build/memlat}
 ROUNDS=${1:-5}
 REGION_MIB=${REGION_MIB:-128}
-[ -x "$PMLAB" ] || { echo "synthetic-delay.sh: $PMLAB not found: cargo build --release --workspace, or set PMLAB" >&2; exit 2; }
+need_pmlab
 [ -x "$MEMLAT" ] || { echo "synthetic-delay.sh: $MEMLAT not found: make -C workloads, or set MEMLAT" >&2; exit 2; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 EPOCHS=${EPOCHS:-2}
 case $EPOCHS in ''|*[!0-9]*|0) echo "synthetic-delay.sh: EPOCHS=$EPOCHS: a whole number from 1 to 500" >&2; exit 2 ;; esac
 [ "$EPOCHS" -le 500 ] || { echo "synthetic-delay.sh: EPOCHS=$EPOCHS: at most 500 (the run must last that many 1 ms epochs)" >&2; exit 2; }
