@@ -435,6 +435,14 @@ fn lock_acquire_and_release_bound_epochs_shorter_than_the_minimum() {
     }
 }
 
+/// Build `crates/cli/tests/c/NAME.c` and write the script of
+/// [`synthetic_flags`], `s.txt`: 100 serial PM accesses every epoch.
+fn synthetic_test_c(dir: &TempDir, name: &str) -> PathBuf {
+    let p = test_c(dir, name);
+    dir.write("s.txt", "pm=100\nloop\n");
+    p
+}
+
 fn synthetic_flags() -> Vec<&'static str> {
     vec![
         "--pm-latency",
@@ -452,8 +460,7 @@ fn synthetic_flags() -> Vec<&'static str> {
 fn fork_child_reinitialises_and_reports_separately() {
     let _serial = shared();
     let d = TempDir::new("fork");
-    let p = test_c(&d, "fork");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "fork");
     let mut f = synthetic_flags();
     f.extend(["--stats-json", "st.json"]);
     let (o, v) = run_json(&d, &f, &[p.to_str().unwrap()]);
@@ -540,8 +547,7 @@ fn reading_the_clock_ends_the_epoch_before_the_time_is_read() {
 fn exec_keeps_the_runtime_through_the_environment() {
     let _serial = shared();
     let d = TempDir::new("exec");
-    let p = test_c(&d, "exec");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "exec");
     // An epoch signal that reaches the thread inside execve stays pending
     // into the new image; before the exec hooks, that killed about one run
     // in 20 under load. Several runs make a regression visible.
@@ -561,8 +567,7 @@ fn exec_keeps_the_runtime_through_the_environment() {
 fn every_exec_function_keeps_the_runtime_and_failed_execs_block_nothing() {
     let _serial = shared();
     let d = TempDir::new("execchain");
-    let p = test_c(&d, "exec");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "exec");
     let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap(), "chain"]);
     let out = text(&o.stdout);
     assert!(
@@ -602,8 +607,7 @@ fn thousands_of_threads_are_registered() {
 fn programs_with_their_own_signal_handling_keep_working() {
     let _serial = shared();
     let d = TempDir::new("signals");
-    let p = test_c(&d, "signals");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "signals");
     let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
     assert!(
         o.status.success(),
@@ -621,8 +625,7 @@ fn programs_with_their_own_signal_handling_keep_working() {
 fn blocking_system_calls_are_not_interrupted() {
     let _serial = shared();
     let d = TempDir::new("eintr");
-    let p = test_c(&d, "eintr");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "eintr");
     let (o, _v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
     assert!(
         o.status.success(),
@@ -637,8 +640,7 @@ fn blocking_system_calls_are_not_interrupted() {
 fn a_program_ending_with_exit_underscore_still_reports() {
     let _serial = shared();
     let d = TempDir::new("fastexit");
-    let p = test_c(&d, "fast_exit");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "fast_exit");
     let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("fast_exit: ready"));
@@ -708,8 +710,7 @@ fn mtlat_extra_wait_holds_the_lock_for_every_access() {
 fn two_threads_racing_to_exit_underscore_still_report() {
     let _serial = shared();
     let d = TempDir::new("twoexit");
-    let p = test_c(&d, "two_exit");
-    d.write("s.txt", "pm=100\nloop\n");
+    let p = synthetic_test_c(&d, "two_exit");
     for _ in 0..5 {
         let (o, v) = run_json(&d, &synthetic_flags(), &[p.to_str().unwrap()]);
         assert!(matches!(o.status.code(), Some(4 | 5)), "{:?}", o.status);

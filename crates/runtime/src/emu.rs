@@ -569,15 +569,10 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     let t1 = rdtsc();
     let overhead = ticks_to_ns(t1.saturating_sub(t0)) + source_overhead;
     let inject = account.settle(delay + stretch, overhead);
-    // The spin holds the CPU for the delay of the thread's own time: time
-    // it spends descheduled meanwhile (another of the program's threads
-    // running on its CPU, on an oversubscribed machine) lengthens it, as
-    // it would lengthen a stall.
-    let (end, off_cpu) = if !g.cfg.no_inject && inject > 0.0 {
-        let spin = clock::spin_ns(inject);
-        (spin.end, spin.off_cpu_ns)
+    let end = if !g.cfg.no_inject && inject > 0.0 {
+        spin(t, inject)
     } else {
-        (rdtsc(), 0.0)
+        rdtsc()
     };
     let s = &t.stats;
     s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
@@ -586,8 +581,6 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     s.injected_ns.fetch_add(inject as u64, Ordering::Relaxed);
     s.stretch_ns.fetch_add(stretch as u64, Ordering::Relaxed);
     s.overhead_ns.fetch_add(overhead as u64, Ordering::Relaxed);
-    s.spin_off_cpu_ns
-        .fetch_add(off_cpu as u64, Ordering::Relaxed);
     s.overhead_ticks
         .fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
     s.pending_overhead_ns
@@ -596,6 +589,19 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
         .fetch_add(epoch_ns as u64, Ordering::Relaxed);
     s.pm_bytes.fetch_add(reading.pm_bytes, Ordering::Relaxed);
     t.epoch_start.store(end, Ordering::Release);
+}
+
+/// Hold the calling thread's CPU for `ns` of its own time (a delay or a
+/// write stall; time it spends switched out meanwhile, another thread
+/// running on its CPU, lengthens the spin as it would lengthen a stall:
+/// [`clock::spin_ns`]), counting that switched-out time in its stats.
+/// Returns the TSC at the end. Async-signal-safe.
+fn spin(t: &ThreadState, ns: f64) -> u64 {
+    let s = clock::spin_ns(ns);
+    t.stats
+        .spin_off_cpu_ns
+        .fetch_add(s.off_cpu_ns as u64, Ordering::Relaxed);
+    s.end
 }
 
 /// Take the guard; false when the thread is already inside the runtime.
@@ -1242,10 +1248,7 @@ pub fn durability_point() -> f64 {
     if let Some(w) = unsafe { (*t.write.get()).as_mut() } {
         wait = w.drain(ticks_to_ns(rdtsc()));
         if wait > 0.0 && !g.cfg.no_inject {
-            let spin = clock::spin_ns(wait);
-            t.stats
-                .spin_off_cpu_ns
-                .fetch_add(spin.off_cpu_ns as u64, Ordering::Relaxed);
+            spin(t, wait);
         }
         t.stats
             .write_delay_ns
