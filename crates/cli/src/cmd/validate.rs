@@ -573,7 +573,6 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 error_pct: error_pct(m.median, lat),
                 bound_pct: 2.0,
                 runs,
-                detail: String::new(),
                 dram_runs: drams,
                 dram_after_runs: afters,
                 drift_adjusted_error_pct: Some(error_pct(summarize(&adjusted).median, lat)),
@@ -936,8 +935,6 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             error_pct: error_pct(m.median, native.median),
             bound_pct: f64::INFINITY,
             runs,
-            detail: String::new(),
-            dram_runs: Vec::new(),
             ..Default::default()
         },
     );
@@ -1336,7 +1333,6 @@ mod tests {
             error_pct: error_pct(m.median, expected),
             bound_pct: 2.0,
             runs,
-            detail: String::new(),
             dram_runs: vec![165.0, 170.0, 168.0],
             ..Default::default()
         }
