@@ -10,12 +10,6 @@ use std::process::{Command, Output};
 
 const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
 
-/// A fresh directory for one test, removed when the test ends (the
-/// libpmemobj tests leave 256 MiB pools in theirs).
-fn tempdir(name: &str) -> TempDir {
-    TempDir::new(name)
-}
-
 fn pmlab(dir: &Path, args: &[&str]) -> Output {
     Command::new(PMLAB)
         .args(args)
@@ -59,7 +53,7 @@ const TEXT_TRACE: &str = "\
 
 #[test]
 fn analyze_prints_the_whisper_table_and_json() {
-    let d = tempdir("table");
+    let d = TempDir::new("table");
     std::fs::write(d.join("t.txt"), TEXT_TRACE).unwrap();
     let o = pmlab(&d, &["analyze", "t.txt"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -91,7 +85,7 @@ fn analyze_prints_the_whisper_table_and_json() {
 
 #[test]
 fn analyze_window_changes_dependencies() {
-    let d = tempdir("window");
+    let d = TempDir::new("window");
     std::fs::write(d.join("t.txt"), TEXT_TRACE).unwrap();
     let o = pmlab(&d, &["analyze", "t.txt", "--json", "--window", "5ns"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -101,7 +95,7 @@ fn analyze_window_changes_dependencies() {
 
 #[test]
 fn analyze_reads_whisper_traces() {
-    let d = tempdir("whisper");
+    let d = TempDir::new("whisper");
     let w = "\
 7001:1:PM_XS:tx:1
 7001:2:PM_W:0x7f0000001000:8:put:10
@@ -127,7 +121,7 @@ fn analyze_reads_whisper_traces() {
 
 #[test]
 fn malformed_traces_get_one_line_errors() {
-    let d = tempdir("malformed");
+    let d = TempDir::new("malformed");
     // Text: unknown operation, with file and line.
     std::fs::write(d.join("bad.txt"), "0 0 W 0x10 8\n1 0 JUMP 0x10 8\n").unwrap();
     assert_one_line_error(
@@ -187,7 +181,7 @@ fn malformed_traces_get_one_line_errors() {
 
 #[test]
 fn analyze_plots_distributions_as_svg() {
-    let d = tempdir("plot");
+    let d = TempDir::new("plot");
     std::fs::write(d.join("t.txt"), TEXT_TRACE).unwrap();
     let o = pmlab(&d, &["analyze", "t.txt", "--plot", "charts"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -227,7 +221,7 @@ fn build_workload(d: &Path, name: &str) -> Option<PathBuf> {
 /// arguments (regression: B-tree deletes once broke key order).
 #[test]
 fn workloads_agree_on_their_results() {
-    let d = tempdir("agree");
+    let d = TempDir::new("agree");
     let mut results = Vec::new();
     for name in ["pmobj_hashmap", "pmobj_btree", "pm_hashmap", "pm_btree"] {
         let Some(prog) = build_workload(&d, name) else {
@@ -276,7 +270,7 @@ fn result_fields(line: &str) -> String {
 /// operations.
 #[test]
 fn group_commit_keeps_results_and_rejects_bad_ops_per_tx() {
-    let d = tempdir("groupcommit");
+    let d = TempDir::new("groupcommit");
     let rt = runtime_lib();
     for name in ["pmobj_hashmap", "pmobj_btree", "pm_hashmap", "pm_btree"] {
         let Some(prog) = build_workload(&d, name) else {
@@ -407,7 +401,7 @@ fn runtime_and_workload(dir: &str, workload: &str) -> Option<(PathBuf, TempDir, 
         eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
         return None;
     };
-    let d = tempdir(dir);
+    let d = TempDir::new(dir);
     let Some(prog) = build_workload(&d, workload) else {
         eprintln!("skipped: cannot build workloads/{workload}.c (cc, libpmemobj-dev)");
         return None;
@@ -533,7 +527,7 @@ fn trace_libpmem_program(
         eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
         return None;
     };
-    let d = tempdir(tag);
+    let d = TempDir::new(tag);
     std::fs::write(d.join(format!("{name}.c")), source).unwrap();
     let ok = Command::new("cc")
         .current_dir(&d)
@@ -631,7 +625,7 @@ fn trace_is_completed_when_the_program_ends_with_exit_underscore() {
 
 #[test]
 fn trace_without_runtime_says_how_to_get_it() {
-    let d = tempdir("noruntime");
+    let d = TempDir::new("noruntime");
     let o = Command::new(PMLAB)
         .args(["trace", "-o", "x.pmt", "--", "true"])
         .env("PMLAB_RUNTIME", d.join("missing.so"))
@@ -645,7 +639,7 @@ fn trace_without_runtime_says_how_to_get_it() {
 /// in HOPS, and clear errors for bad model names.
 #[test]
 fn sim_persistency_compares_models() {
-    let d = tempdir("persistency");
+    let d = TempDir::new("persistency");
     let mut t = String::new();
     let mut time = 0u64;
     for i in 0..200u64 {
@@ -746,7 +740,7 @@ fn trace_counts_dram_accesses_of_a_pmlab_cc_program() {
         eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
         return;
     };
-    let d = tempdir("pmshare");
+    let d = TempDir::new("pmshare");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/pm_share.c");
     let o = Command::new(PMLAB)
         .args(["cc", "-O2", "-o", "pm_share"])
