@@ -250,6 +250,10 @@ pub struct ThreadTotals {
     /// epoch signal (whose handler may inject a delay) is not timed: it
     /// counts the mean cycles per entry of the uninterrupted ones.
     pub slow_cycles: u64,
+    /// TSC cycles the thread spent waking the sleeping modeller thread
+    /// when it handed a log over (a system call, and on a virtual machine
+    /// an inter-processor interrupt: microseconds each).
+    pub wake_cycles: u64,
     /// Entries and cycles of the uninterrupted batches.
     pub clean_entries: u64,
     /// See `clean_entries`.
@@ -354,6 +358,8 @@ struct Tls {
     /// The totals [`totals`] returned last (what it returns when it cannot
     /// read newer ones).
     last: ThreadTotals,
+    /// [`ThreadTotals::wake_cycles`], kept here: only this thread writes it.
+    wake_cycles: u64,
     /// A batch or the model's allocation is under way on this thread.
     busy: bool,
     /// The epoch signal's handler ran while a batch was under way: the
@@ -418,6 +424,7 @@ thread_local! {
                 batches: 0,
                 offloaded: 0,
                 slow_cycles: 0,
+                wake_cycles: 0,
                 clean_entries: 0,
                 clean_cycles: 0,
                 serial: SerialCounts {
@@ -427,9 +434,11 @@ thread_local! {
                     pm_misses: 0,
                     dependent: 0,
                 },
+                hooked_serial: 0.0,
                 pm_writebacks: 0,
                 dram_writebacks: 0,
             },
+            wake_cycles: 0,
             busy: false,
             interrupted: false,
             retired: false,
@@ -598,23 +607,33 @@ unsafe fn make_room(t: *mut Tls) -> bool {
     true
 }
 
+/// What one call of [`process`] added to the thread's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Ran {
+    /// Batches run.
+    pub batches: u64,
+    /// Their cycles, as added to [`ThreadTotals::slow_cycles`].
+    pub cycles: u64,
+}
+
 /// Run the logged, unprocessed accesses through the model (first the
 /// handed-off log, if the modeller has not taken it); with `reset` (the
 /// hook, never a signal handler) empty the log afterwards. Without `wait`
 /// (a signal handler) nothing is done while the modeller holds the model:
-/// the entries count at the next reading.
+/// the entries count at the next reading. Returns what it ran.
 ///
 /// # Safety
 ///
 /// `t` is the calling thread's state, not busy, with a model.
-unsafe fn process(t: *mut Tls, reset: bool, wait: bool) {
+unsafe fn process(t: *mut Tls, reset: bool, wait: bool) -> Ran {
     (*t).busy = true;
     compiler_fence(Ordering::SeqCst);
     let s = &mut *(*t).slow;
+    let mut ran = Ran::default();
     if !offload::lock(s, wait) {
         compiler_fence(Ordering::SeqCst);
         (*t).busy = false;
-        return;
+        return ran;
     }
     let end = std::ptr::read_volatile(&(*t).logged).min(LOG_ENTRIES);
     let start = (*t).processed;
@@ -636,17 +655,19 @@ unsafe fn process(t: *mut Tls, reset: bool, wait: bool) {
         let cycles = tsc_after(0).wrapping_sub(t0);
         s.totals.slow_calls += n;
         // The log handed off but run here counts as a batch of its own.
-        s.totals.batches += pending as u64 + (start < end) as u64;
+        ran.batches = pending as u64 + (start < end) as u64;
         if std::ptr::read_volatile(&(*t).interrupted) {
             let tt = &s.totals;
-            s.totals.slow_cycles += (n * tt.clean_cycles)
+            ran.cycles = (n * tt.clean_cycles)
                 .checked_div(tt.clean_entries)
                 .unwrap_or(0);
         } else {
-            s.totals.slow_cycles += cycles;
+            ran.cycles = cycles;
             s.totals.clean_cycles += cycles;
             s.totals.clean_entries += n;
         }
+        s.totals.batches += ran.batches;
+        s.totals.slow_cycles += ran.cycles;
     }
     offload::publish(s);
     s.lock.store(false, Ordering::Release);
@@ -658,6 +679,7 @@ unsafe fn process(t: *mut Tls, reset: bool, wait: bool) {
     }
     compiler_fence(Ordering::SeqCst);
     (*t).busy = false;
+    ran
 }
 
 /// Entries `from..to` of log `log` through the model, in order, the
@@ -899,7 +921,14 @@ fn tsc_after(_dep: u64) -> u64 {
 /// itself, the entries not yet processed count at the next reading (totals
 /// are cumulative, nothing is lost).
 pub fn totals() -> ThreadTotals {
+    totals_and_ran().0
+}
+
+/// [`totals`], and the batches that the call itself ran to bring them up
+/// to date (the caller, which times the call, need not count them again).
+pub fn totals_and_ran() -> (ThreadTotals, Ran) {
     let t = tls();
+    let mut ran = Ran::default();
     // SAFETY: own thread; raw reads; `process` runs only when no batch
     // is under way on this thread.
     unsafe {
@@ -913,7 +942,7 @@ pub fn totals() -> ThreadTotals {
             // Exact counts up to here: wait for a log the modeller is
             // running (it never waits for this thread, and holds the lock
             // for one batch at most), then run what is left ourselves.
-            process(t, false, true);
+            ran = process(t, false, true);
         }
         let mut out = std::ptr::read_volatile(&(*t).last);
         if !s.is_null() && !busy {
@@ -922,8 +951,9 @@ pub fn totals() -> ThreadTotals {
             }
         }
         out.accesses = std::ptr::read_volatile(&(*t).accesses);
+        out.wake_cycles = std::ptr::read_volatile(&(*t).wake_cycles);
         std::ptr::write_volatile(&mut (*t).last, out);
-        out
+        (out, ran)
     }
 }
 
@@ -1139,12 +1169,16 @@ mod offload {
         (*t).busy = false;
         WORK.fetch_add(1, Ordering::SeqCst);
         if SLEEPING.load(Ordering::SeqCst) {
+            // Timed: the wake-up is overhead of the program's thread.
+            let c0 = super::tsc();
             libc::syscall(
                 libc::SYS_futex,
                 WORK.as_ptr(),
                 libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
                 1,
             );
+            let woke = super::tsc().wrapping_sub(c0);
+            std::ptr::write_volatile(&mut (*t).wake_cycles, (*t).wake_cycles + woke);
         }
         true
     }
@@ -1302,7 +1336,7 @@ pub struct HookCosts {
 impl HookCosts {
     /// The hooks' overhead between two totals, in ns: the calls (filter hits
     /// and logged misses at their calibrated costs) plus the batches run on
-    /// the thread, as timed.
+    /// the thread and its wake-ups of the modeller, as timed.
     pub fn overhead_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         self.calls_ns(from, to) + self.batches_ns(from, to)
     }
@@ -1316,17 +1350,25 @@ impl HookCosts {
         hits * self.fast_ns + logged * self.miss_ns
     }
 
-    /// The batches the thread ran itself between two totals, as timed
-    /// (the modeller thread's batches cost the program nothing), in ns.
+    /// The batches the thread ran itself between two totals, and its
+    /// wake-ups of the modeller, as timed (the modeller thread's batches
+    /// cost the program nothing), in ns.
     pub fn batches_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
-        let batches = to.batches.saturating_sub(from.batches) as f64;
-        let cycles = to.slow_cycles.saturating_sub(from.slow_cycles) as f64;
+        self.ran_ns(Ran {
+            batches: to.batches.saturating_sub(from.batches),
+            cycles: to.slow_cycles.saturating_sub(from.slow_cycles)
+                + to.wake_cycles.saturating_sub(from.wake_cycles),
+        })
+    }
+
+    /// The time of batches run, in ns.
+    pub fn ran_ns(&self, ran: Ran) -> f64 {
         let batch_ns = if self.tsc_ghz > 0.0 {
-            cycles / self.tsc_ghz
+            ran.cycles as f64 / self.tsc_ghz
         } else {
             0.0
         };
-        batches * self.tsc_pair_ns + batch_ns
+        ran.batches as f64 * self.tsc_pair_ns + batch_ns
     }
 }
 
@@ -1403,8 +1445,10 @@ pub fn calibrate() -> HookCosts {
         let b = totals();
         let ns = t.elapsed().as_nanos() as f64;
         let batches = b.batches.saturating_sub(a.batches) as f64;
+        let cycles = b.slow_cycles.saturating_sub(a.slow_cycles)
+            + b.wake_cycles.saturating_sub(a.wake_cycles);
         let batch_ns = if tsc_ghz > 0.0 {
-            b.slow_cycles.saturating_sub(a.slow_cycles) as f64 / tsc_ghz
+            cycles as f64 / tsc_ghz
         } else {
             0.0
         };
@@ -1693,6 +1737,34 @@ mod tests {
             assert!(((b.serial.pm - a.serial.pm) - 5_000.0).abs() < 2.0);
         }
         deactivate();
+    }
+
+    #[test]
+    fn a_reading_reports_the_batch_it_ran_itself() {
+        let _g = LOCK.lock().unwrap();
+        activate(cfg(PmMode::All));
+        let (a, b, ran, again) = on_thread(|| {
+            // 100 misses, fewer than a log: nothing runs before the read.
+            let v = vec![0u64; 100 * 8];
+            let a = totals();
+            for i in 0..100 {
+                __sanitizer_cov_load8(&v[i * 8]);
+            }
+            let (b, ran) = totals_and_ran();
+            // Nothing left to run: a second reading runs nothing.
+            let (_, again) = totals_and_ran();
+            thread_exit();
+            (a, b, ran, again)
+        });
+        deactivate();
+        assert_eq!(b.slow_calls - a.slow_calls, 100);
+        // The totals gained exactly the batch the reading ran (its cycles
+        // are what the caller timed, not to be counted twice).
+        assert_eq!(ran.batches, 1);
+        assert_eq!(ran.batches, b.batches - a.batches);
+        assert_eq!(ran.cycles, b.slow_cycles - a.slow_cycles);
+        assert!(ran.cycles > 0);
+        assert_eq!(again, Ran::default());
     }
 
     #[test]

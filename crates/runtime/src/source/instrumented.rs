@@ -368,10 +368,12 @@ impl ThreadCounters for InstrumentedCounters {
         // Reads the thread's own counters; no allocation, no pthread
         // locks (it may spin until the modeller thread, which never waits
         // for this one, finishes a batch of this thread's log).
-        let now = hooks::totals();
+        let (now, ran) = hooks::totals_and_ran();
         let r = reading_between(&self.last, &now);
         let calls = self.costs.calls_ns(&self.last, &now);
-        let batches = self.costs.batches_ns(&self.last, &now);
+        // The batch this reading ran is in the runtime's own timing of the
+        // epoch end, which counts it as overhead already.
+        let batches = (self.costs.batches_ns(&self.last, &now) - self.costs.ran_ns(ran)).max(0.0);
         (self.last_overhead_ns, self.carried_ns) = match (self.lat, r.reading) {
             (
                 Some((dram, pm)),
