@@ -607,7 +607,8 @@ unsafe fn make_room(t: *mut Tls) -> bool {
     true
 }
 
-/// What one call of [`process`] added to the thread's totals.
+/// Batches that one run of the model on the owner thread added to its
+/// totals (see [`totals_and_ran`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Ran {
     /// Batches run.
