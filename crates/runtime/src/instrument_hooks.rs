@@ -360,10 +360,11 @@ struct Tls {
     last: ThreadTotals,
     /// [`ThreadTotals::wake_cycles`], kept here: only this thread writes it.
     wake_cycles: u64,
-    /// A batch or the model's allocation is under way on this thread.
+    /// A batch, the model's allocation or a timed wake-up of the modeller
+    /// is under way on this thread.
     busy: bool,
-    /// The epoch signal's handler ran while a batch was under way: the
-    /// batch's clock reading includes the handler's delay.
+    /// The epoch signal's handler ran while a batch or a timed wake-up was
+    /// under way: its clock reading includes the handler's delay.
     interrupted: bool,
     retired: bool,
 }
@@ -1170,7 +1171,12 @@ mod offload {
         (*t).busy = false;
         WORK.fetch_add(1, Ordering::SeqCst);
         if SLEEPING.load(Ordering::SeqCst) {
-            // Timed: the wake-up is overhead of the program's thread.
+            // Timed: the wake-up is overhead of the program's thread,
+            // unless the epoch signal's handler (which may inject a delay)
+            // ran meanwhile; `busy` makes it mark `interrupted`.
+            (*t).busy = true;
+            std::ptr::write_volatile(&mut (*t).interrupted, false);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
             let c0 = super::tsc();
             libc::syscall(
                 libc::SYS_futex,
@@ -1179,7 +1185,13 @@ mod offload {
                 1,
             );
             let woke = super::tsc().wrapping_sub(c0);
-            std::ptr::write_volatile(&mut (*t).wake_cycles, (*t).wake_cycles + woke);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            if !std::ptr::read_volatile(&(*t).interrupted) {
+                std::ptr::write_volatile(&mut (*t).wake_cycles, (*t).wake_cycles + woke);
+            }
+            std::ptr::write_volatile(&mut (*t).interrupted, false);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            (*t).busy = false;
         }
         true
     }
