@@ -250,10 +250,6 @@ pub struct ThreadTotals {
     /// epoch signal (whose handler may inject a delay) is not timed: it
     /// counts the mean cycles per entry of the uninterrupted ones.
     pub slow_cycles: u64,
-    /// TSC cycles the thread spent waking the sleeping modeller thread
-    /// when it handed a log over (a system call, and on a virtual machine
-    /// an inter-processor interrupt: microseconds each).
-    pub wake_cycles: u64,
     /// Entries and cycles of the uninterrupted batches.
     pub clean_entries: u64,
     /// See `clean_entries`.
@@ -358,13 +354,10 @@ struct Tls {
     /// The totals [`totals`] returned last (what it returns when it cannot
     /// read newer ones).
     last: ThreadTotals,
-    /// [`ThreadTotals::wake_cycles`], kept here: only this thread writes it.
-    wake_cycles: u64,
-    /// A batch, the model's allocation or a timed wake-up of the modeller
-    /// is under way on this thread.
+    /// A batch or the model's allocation is under way on this thread.
     busy: bool,
-    /// The epoch signal's handler ran while a batch or a timed wake-up was
-    /// under way: its clock reading includes the handler's delay.
+    /// The epoch signal's handler ran while a batch was under way: the
+    /// batch's clock reading includes the handler's delay.
     interrupted: bool,
     retired: bool,
 }
@@ -425,7 +418,6 @@ thread_local! {
                 batches: 0,
                 offloaded: 0,
                 slow_cycles: 0,
-                wake_cycles: 0,
                 clean_entries: 0,
                 clean_cycles: 0,
                 serial: SerialCounts {
@@ -439,7 +431,6 @@ thread_local! {
                 pm_writebacks: 0,
                 dram_writebacks: 0,
             },
-            wake_cycles: 0,
             busy: false,
             interrupted: false,
             retired: false,
@@ -953,7 +944,6 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
             }
         }
         out.accesses = std::ptr::read_volatile(&(*t).accesses);
-        out.wake_cycles = std::ptr::read_volatile(&(*t).wake_cycles);
         std::ptr::write_volatile(&mut (*t).last, out);
         (out, ran)
     }
@@ -1171,27 +1161,12 @@ mod offload {
         (*t).busy = false;
         WORK.fetch_add(1, Ordering::SeqCst);
         if SLEEPING.load(Ordering::SeqCst) {
-            // Timed: the wake-up is overhead of the program's thread,
-            // unless the epoch signal's handler (which may inject a delay)
-            // ran meanwhile; `busy` makes it mark `interrupted`.
-            (*t).busy = true;
-            std::ptr::write_volatile(&mut (*t).interrupted, false);
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            let c0 = super::tsc();
             libc::syscall(
                 libc::SYS_futex,
                 WORK.as_ptr(),
                 libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
                 1,
             );
-            let woke = super::tsc().wrapping_sub(c0);
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            if !std::ptr::read_volatile(&(*t).interrupted) {
-                std::ptr::write_volatile(&mut (*t).wake_cycles, (*t).wake_cycles + woke);
-            }
-            std::ptr::write_volatile(&mut (*t).interrupted, false);
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            (*t).busy = false;
         }
         true
     }
@@ -1349,7 +1324,7 @@ pub struct HookCosts {
 impl HookCosts {
     /// The hooks' overhead between two totals, in ns: the calls (filter hits
     /// and logged misses at their calibrated costs) plus the batches run on
-    /// the thread and its wake-ups of the modeller, as timed.
+    /// the thread, as timed.
     pub fn overhead_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         self.calls_ns(from, to) + self.batches_ns(from, to)
     }
@@ -1363,14 +1338,12 @@ impl HookCosts {
         hits * self.fast_ns + logged * self.miss_ns
     }
 
-    /// The batches the thread ran itself between two totals, and its
-    /// wake-ups of the modeller, as timed (the modeller thread's batches
-    /// cost the program nothing), in ns.
+    /// The batches the thread ran itself between two totals, as timed
+    /// (the modeller thread's batches cost the program nothing), in ns.
     pub fn batches_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         self.ran_ns(Ran {
             batches: to.batches.saturating_sub(from.batches),
-            cycles: to.slow_cycles.saturating_sub(from.slow_cycles)
-                + to.wake_cycles.saturating_sub(from.wake_cycles),
+            cycles: to.slow_cycles.saturating_sub(from.slow_cycles),
         })
     }
 
@@ -1458,10 +1431,8 @@ pub fn calibrate() -> HookCosts {
         let b = totals();
         let ns = t.elapsed().as_nanos() as f64;
         let batches = b.batches.saturating_sub(a.batches) as f64;
-        let cycles = b.slow_cycles.saturating_sub(a.slow_cycles)
-            + b.wake_cycles.saturating_sub(a.wake_cycles);
         let batch_ns = if tsc_ghz > 0.0 {
-            cycles as f64 / tsc_ghz
+            b.slow_cycles.saturating_sub(a.slow_cycles) as f64 / tsc_ghz
         } else {
             0.0
         };
