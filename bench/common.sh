@@ -41,6 +41,16 @@ busy_loops() {
 	done
 }
 
+# machine_line [MORE]: the line a bench prints first: CPUs and load average,
+# then MORE (after "; ") if given.
+machine_line() {
+	echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+; $1}"
+}
+
+# value_of KEY: the number after KEY= on each line of standard input that
+# has one (the workloads' key=value output).
+value_of() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+
 # med: the median of the numbers on standard input, one a line (the lower
 # middle one of an even count).
 med() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }

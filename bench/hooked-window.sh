@@ -18,15 +18,15 @@ need_pmlab
 ${CC:-cc} -O2 -o "$TMP/native" "$ROOT/bench/window_chains.c"
 "$PMLAB" cc -O2 -o "$TMP/hooked" "$ROOT/bench/window_chains.c"
 DRAM=$(cached_dram_ns)
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); DRAM $DRAM ns (pmlab calibrate)"
+machine_line "DRAM $DRAM ns (pmlab calibrate)"
 printf '%-6s %12s %12s %10s %10s %10s\n' extra native_ns hooked_ns native_mlp hooked_mlp units
 for e in 0 1 2 4; do
 	: >"$TMP/n" && : >"$TMP/h"
 	i=0
 	while [ $i -lt "$REPS" ]; do
-		"$TMP/native" "$e" | sed -n 's/.*ns_per_miss=\([0-9.]*\).*/\1/p' >>"$TMP/n"
+		"$TMP/native" "$e" | value_of ns_per_miss >>"$TMP/n"
 		"$PMLAB" run --quiet --source instrumented --no-inject -- "$TMP/hooked" "$e" |
-			sed -n 's/.*ns_per_miss=\([0-9.]*\).*/\1/p' >>"$TMP/h"
+			value_of ns_per_miss >>"$TMP/h"
 		i=$((i + 1))
 	done
 	n=$(med <"$TMP/n")

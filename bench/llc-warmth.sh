@@ -7,7 +7,7 @@ set -eu
 . "$(dirname "$0")/common.sh"
 REPS=${1:-3}
 ${CC:-cc} -O2 -o "$TMP/spin_chase" "$ROOT/bench/spin_chase.c"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 for mib in 8 128; do
 	for spin in 0 250; do
 		printf 'region %3s MiB, spin %3s ms: chase ms' "$mib" "$spin"

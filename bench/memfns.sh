@@ -33,7 +33,7 @@ for size in 64 4096; do
 			counting) "$PMLAB" run --quiet --source instrumented --no-inject -- "$TMP/instr" "$size" "$n" ;;
 			esac
 			i=$((i + 1))
-		done | sed -n 's/.*ns_per_call=\([0-9.]*\).*/\1/p' > "$TMP/$v.ns"
+		done | value_of ns_per_call > "$TMP/$v.ns"
 		printf "%6s B  %-9s %s ns per call\n" "$size" "$v" "$(stats < "$TMP/$v.ns")"
 	done
 done

@@ -25,8 +25,8 @@ ${CC:-cc} -O2 -o "$TMP/native" "$ROOT/workloads/mtlat.c" -lpthread
 DRAM=$(cached_dram_ns)
 EXTRA=$(awk -v d="$DRAM" 'BEGIN { printf "%d", 400 - d + 0.5 }')
 ARGS="-t $THREADS -k 2000 -i 100 -o 100 -r 256"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); DRAM $DRAM ns (pmlab calibrate); mtlat $ARGS at 400 ns"
-ms() { sed -n 's/.*elapsed_ns=\([0-9]*\).*/\1/p' | awk '{ printf "%.1f\n", $1 / 1e6 }'; }
+machine_line "DRAM $DRAM ns (pmlab calibrate); mtlat $ARGS at 400 ns"
+ms() { value_of elapsed_ns | awk '{ printf "%.1f\n", $1 / 1e6 }'; }
 i=0
 while [ $i -lt "$REPS" ]; do
 	# shellcheck disable=SC2086 # ARGS is a list of words

@@ -16,13 +16,13 @@ whole_number ROUNDS "$ROUNDS"
 need_pmlab
 ${CC:-cc} -O2 -o "$TMP/spin_chase" "$ROOT/bench/spin_chase.c"
 "$PMLAB" cc -O2 -o "$TMP/memlat" "$ROOT/workloads/memlat.c"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 i=0
 while [ $i -lt "$ROUNDS" ]; do
-	c=$("$TMP/spin_chase" 0 256 1 2000000 0 | sed -n 's/.*ns_per_step=\([0-9.]*\).*/\1/p')
-	p=$("$TMP/spin_chase" 0 256 80 25000 4500 | sed -n 's/.*ns_per_step=\([0-9.]*\).*/\1/p')
+	c=$("$TMP/spin_chase" 0 256 1 2000000 0 | value_of ns_per_step)
+	p=$("$TMP/spin_chase" 0 256 80 25000 4500 | value_of ns_per_step)
 	m=$("$PMLAB" run -q --source instrumented --dram-latency "${c}ns" --pm-latency 400ns -- \
-		"$TMP/memlat" -r 256 -n 4000000 | sed -n 's/.*ns_per_access=\([0-9.]*\).*/\1/p')
+		"$TMP/memlat" -r 256 -n 4000000 | value_of ns_per_access)
 	python3 -c "print(f'round $((i + 1)): continuous {$c:.1f} paused {$p:.1f} penalty {$p - $c:+.1f} ns; memlat at 400 ns {$m:.1f}, bias {$m - 400:+.1f} ns')"
 	i=$((i + 1))
 done

@@ -13,7 +13,7 @@ set -eu
 SECONDS_=${1:-2}
 whole_number SECONDS "$SECONDS_"
 ${CC:-cc} -O2 -o "$TMP/spin_gaps" "$ROOT/bench/spin_gaps.c"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 summary() {
 	awk -v s="$SECONDS_" '
 		/^gaps:/ { split($2, b, "="); split($3, w, "="); split($4, c, "="); split($5, t, "=");

@@ -15,7 +15,7 @@ set -eu
 REPS=${1:-5}
 whole_number REPS "$REPS"
 ${CC:-cc} -O2 -o "$TMP/spin_chase" "$ROOT/bench/spin_chase.c"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 # steps per round : spin us per round (~180 ns per step on this VM)
 CONFIGS="2000000:0:spin 500:90:spin 5000:900:spin 25000:4500:spin 5000:900:sleep"
 i=0
@@ -27,9 +27,9 @@ while [ $i -lt "$REPS" ]; do
 		us=${us%%:*}
 		rounds=$((2000000 / steps))
 		if [ "$how" = sleep ]; then
-			v=$("$TMP/spin_chase" 0 256 "$rounds" "$steps" "$us" sleep | sed -n 's/.*ns_per_step=\([0-9.]*\).*/\1/p')
+			v=$("$TMP/spin_chase" 0 256 "$rounds" "$steps" "$us" sleep | value_of ns_per_step)
 		else
-			v=$("$TMP/spin_chase" 0 256 "$rounds" "$steps" "$us" | sed -n 's/.*ns_per_step=\([0-9.]*\).*/\1/p')
+			v=$("$TMP/spin_chase" 0 256 "$rounds" "$steps" "$us" | value_of ns_per_step)
 		fi
 		[ -n "$v" ] || { echo "spin-interleave.sh: spin_chase failed ($c)" >&2; exit 1; }
 		echo "$how $us $v" >>"$TMP/r.txt"

@@ -13,7 +13,7 @@ REPS=${1:-3}
 need_pmlab
 cc -O2 -pthread -o "$TMP/mtlat" "$ROOT/workloads/mtlat.c"
 printf 'pm=2000\nloop\n' > "$TMP/s.txt"
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 for min in 0 20ms; do
 	i=0
 	while [ $i -lt "$REPS" ]; do

@@ -42,7 +42,7 @@ best() { # best of 3
     for _ in 1 2 3; do v=$(run "$@"); [ "$v" -lt "$b" ] && b=$v; done
     echo "$b"
 }
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); 500 ms in $EPOCHS epochs"
+machine_line "500 ms in $EPOCHS epochs"
 errs=()
 for r in $(seq "$ROUNDS"); do
     base=$(best --no-inject)
