@@ -14,10 +14,17 @@ PMLAB=${PMLAB:-$ROOT/target/release/pmlab}
 TMP=$(mktemp -d)
 BUSY_PIDS=""
 bench_cleanup() {
-	for p in $BUSY_PIDS; do kill "$p" 2>/dev/null || true; done
+	# KILL: a loop just forked may not have dropped the traps it
+	# inherited yet, and would outlive a TERM.
+	for p in $BUSY_PIDS; do kill -KILL "$p" 2>/dev/null || true; done
 	rm -rf "$TMP"
 }
 trap bench_cleanup EXIT
+# A signal (^C, a closed pipe) ends the script through exit, so that the
+# EXIT trap runs: sh does not run it when a signal kills the shell.
+trap 'exit 130' INT
+trap 'exit 141' PIPE
+trap 'exit 143' TERM HUP
 
 # whole_number NAME VALUE: exit 2 with a one-line error unless VALUE is a
 # whole number of at least 1.
