@@ -625,8 +625,16 @@ pub unsafe extern "C" fn pthread_sigmask(
 
 // ------------------------------------------------------------ start-up
 
+/// The library's one constructor. The order matters, so it is written
+/// here rather than left to the link order of several `.init_array`
+/// entries: libc's copy functions and libpmlab's own address range must be
+/// known ([`crate::memfns::init`]) before any runtime thread starts, or
+/// that thread's own copies (the trace writer's name, at start-up) are
+/// counted as the program's; the tracer then starts before emulation, as
+/// it records what emulation's start-up does.
 extern "C" fn constructor() {
     crate::memfns::init();
+    crate::tracer::init_from_env();
     emu::init();
 }
 

@@ -432,9 +432,10 @@ extern "C" fn at_fork_child() {
     ENABLED.store(false, Ordering::Relaxed);
 }
 
-/// The constructor's work: start tracing if `PMLAB_TRACE_FILE` is set.
+/// Start tracing if `PMLAB_TRACE_FILE` is set (from the library's
+/// constructor, `api.rs`, after [`crate::memfns::init`]).
 #[cfg_attr(test, allow(dead_code))]
-fn init_from_env() {
+pub(crate) fn init_from_env() {
     let Some(path) = env(ENV_FILE) else { return };
     if path.is_empty() {
         return;
@@ -511,16 +512,6 @@ fn env(name: &str) -> Option<String> {
         Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     }
 }
-
-#[cfg_attr(test, allow(dead_code))]
-extern "C" fn constructor() {
-    init_from_env();
-}
-
-#[cfg(not(test))]
-#[used]
-#[link_section = ".init_array"]
-static CONSTRUCTOR: extern "C" fn() = constructor;
 
 #[cfg(test)]
 mod tests {
