@@ -16,12 +16,10 @@
  *
  * With -x EXTRA_NS each stretch of steps (a critical section, the work
  * outside) is followed by a busy wait of EXTRA_NS per step of the
- * thread's own time (on the TSC, calibrated at start; a gap of over 1 us
- * in which the thread was switched out does not count; what a wait
- * overshoots is taken off the next one),
- * the section's before the unlock: the lock is held, and the CPU kept, as
- * long as if every access had cost its DRAM time plus EXTRA_NS, as a
- * thread stalled on slower memory keeps its CPU. With EXTRA_NS = L - DRAM
+ * thread's own time (cpuwait.h: on the TSC; time switched out does not
+ * count), the section's before the unlock: the lock is held, and the CPU
+ * kept, as long as if every access had cost its DRAM time plus EXTRA_NS,
+ * as a thread stalled on slower memory keeps its CPU. With EXTRA_NS = L - DRAM
  * latency the run has the schedule the program would have if every
  * access cost L, without any emulator (pmlab validate's reference for
  * mtlat).
@@ -34,10 +32,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-#include <x86intrin.h>
+
+#include "cpuwait.h"
 
 #define LINE 64
 #define MAX_THREADS 256
@@ -48,15 +46,6 @@ static void **shared_head;
 static size_t region_bytes;
 static uint64_t wait_ns[MAX_THREADS], hold_ns[MAX_THREADS];
 static void **own_head[MAX_THREADS];
-static uint64_t extra_ticks; /* -x, in TSC ticks; 0: none */
-static uint64_t gap_ticks; /* a longer gap in a wait may be time off the CPU: 1 us */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* A random cycle over the lines of a fresh region; returns its head. */
 static void **make_chain(size_t bytes, uint64_t seed)
@@ -86,72 +75,6 @@ static void **make_chain(size_t bytes, uint64_t seed)
 	return head;
 }
 
-/* A (clock, TSC) pair read close together: retried until the two TSC
- * reads around the clock read are near, so that a preemption between
- * them cannot skew the calibration. */
-static void clock_tsc(uint64_t *c, uint64_t *r)
-{
-	for (;;) {
-		uint64_t a = __rdtsc(), t = now_ns(), b = __rdtsc();
-		if (b - a < 100000) {
-			*c = t;
-			*r = a + (b - a) / 2;
-			return;
-		}
-	}
-}
-
-/* TSC ticks per ns, from 20 ms of CLOCK_MONOTONIC. */
-static double tsc_per_ns(void)
-{
-	uint64_t c0, r0, c1, r1;
-	clock_tsc(&c0, &r0);
-	do
-		clock_tsc(&c1, &r1);
-	while (c1 - c0 < 20000000);
-	return (double)(r1 - r0) / (double)(c1 - c0);
-}
-
-/* Context switches of the calling thread so far. */
-static long switches(void)
-{
-	struct rusage ru;
-	if (getrusage(RUSAGE_THREAD, &ru) != 0)
-		return 0;
-	return ru.ru_nvcsw + ru.ru_nivcsw;
-}
-
-/* Hold the CPU for `steps` x extra_ticks more of the thread's own time,
- * less what earlier waits overshot (`*owed` carries it). A gap of more
- * than gap_ticks between two reads of the TSC in which the thread was
- * switched out lengthens the wait instead of counting in it, as it would
- * lengthen a stall (other gaps, interrupts, count). The lfence first: the
- * wait starts when the last step's load has returned, as a stall would. */
-static inline void pay(int64_t *owed, long steps)
-{
-	if (extra_ticks == 0 || steps == 0)
-		return;
-	_mm_lfence();
-	*owed += (int64_t)extra_ticks * steps;
-	long sw = switches();
-	uint64_t prev = __rdtsc(), now;
-	int64_t done = 0;
-	while (done < *owed) {
-		now = __rdtsc();
-		uint64_t d = now - prev;
-		prev = now;
-		if (d > gap_ticks) {
-			long s = switches();
-			if (s != sw) {
-				sw = s;
-				continue;
-			}
-		}
-		done += (int64_t)d;
-	}
-	*owed -= done;
-}
-
 static void *worker(void *arg)
 {
 	long id = (long)arg;
@@ -159,20 +82,20 @@ static void *worker(void *arg)
 	void **sh;
 	int64_t owed = 0;
 	for (long k = 0; k < sections; k++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = cw_now_ns();
 		pthread_mutex_lock(&lock);
-		uint64_t t1 = now_ns();
+		uint64_t t1 = cw_now_ns();
 		wait_ns[id] += t1 - t0;
 		sh = shared_head;
 		for (long i = 0; i < inside; i++)
 			sh = (void **)*sh;
 		shared_head = sh;
-		pay(&owed, inside);
+		cw_pay(&owed, inside);
 		pthread_mutex_unlock(&lock);
-		hold_ns[id] += now_ns() - t1;
+		hold_ns[id] += cw_now_ns() - t1;
 		for (long i = 0; i < outside; i++)
 			own = (void **)*own;
-		pay(&owed, outside);
+		cw_pay(&owed, outside);
 	}
 	return (void *)((uintptr_t)own & 1);
 }
@@ -204,11 +127,7 @@ int main(int argc, char **argv)
 		default: arg_long("", 0, 0);
 		}
 	}
-	if (extra_ns > 0) {
-		double per_ns = tsc_per_ns();
-		extra_ticks = (uint64_t)((double)extra_ns * per_ns);
-		gap_ticks = (uint64_t)(1000.0 * per_ns);
-	}
+	cw_init(extra_ns);
 	region_bytes = (size_t)region_mib << 20;
 	shared_head = make_chain(region_bytes, 4242);
 	if (!shared_head) {
@@ -226,7 +145,7 @@ int main(int argc, char **argv)
 		}
 	}
 	pthread_t th[MAX_THREADS];
-	uint64_t t0 = now_ns();
+	uint64_t t0 = cw_now_ns();
 	for (long i = 0; i < nthreads; i++)
 		if (pthread_create(&th[i], NULL, worker, (void *)i) != 0) {
 			fprintf(stderr, "mtlat: cannot create thread %ld\n", i);
@@ -234,7 +153,7 @@ int main(int argc, char **argv)
 		}
 	for (long i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = cw_now_ns();
 	uint64_t wait = 0, hold = 0;
 	for (long i = 0; i < nthreads; i++) {
 		wait += wait_ns[i];

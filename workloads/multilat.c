@@ -12,10 +12,18 @@
  * ("200D100P" is 200 D then 100 P), so that long patterns stay short on
  * the command line. Prints one line:
  *
- *   multilat: pattern=DP pm=pmalloc region=... dram_accesses=...
+ *   multilat: pattern=DP pm=pmalloc region=... extra_ns=0 dram_accesses=...
  *             pm_accesses=... elapsed_ns=... ns_per_access=...
  *
+ * With -x EXTRA_NS each run of P accesses in the pattern is followed by a
+ * wait of EXTRA_NS per access of the thread's own time, holding the CPU
+ * (cpuwait.h): with EXTRA_NS = L - DRAM latency the run takes the time
+ * the chain would take if every PM access cost L, measured without any
+ * emulator on a machine that has only DRAM (pmlab validate's reference
+ * for multilat, beside the formula).
+ *
  * Usage: multilat [-p PATTERN] [-r REGION_MIB per array] [-n ACCESSES]
+ *                 [-x EXTRA_NS]
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -27,14 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LINE 64
+#include "cpuwait.h"
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#define LINE 64
 
 static void shuffle(uint32_t *o, size_t n, uint64_t s)
 {
@@ -51,17 +54,18 @@ static void shuffle(uint32_t *o, size_t n, uint64_t s)
 static void usage(void)
 {
 	fprintf(stderr, "usage: multilat [-p PATTERN of D and P, each letter may "
-			"have a count before it: 200D100P] [-r REGION_MIB] [-n ACCESSES]\n");
+			"have a count before it: 200D100P] [-r REGION_MIB] [-n ACCESSES] "
+			"[-x EXTRA_NS per PM access, 0-1000000]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *pattern = "DP";
-	long region_mib = 128, accesses = 10000000;
+	long region_mib = 128, accesses = 10000000, extra_ns = 0;
 	int opt;
 	char *end;
-	while ((opt = getopt(argc, argv, "p:r:n:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:r:n:x:")) != -1) {
 		switch (opt) {
 		case 'p': pattern = optarg; break;
 		case 'r': region_mib = strtol(optarg, &end, 10);
@@ -69,6 +73,10 @@ int main(int argc, char **argv)
 			break;
 		case 'n': accesses = strtol(optarg, &end, 10);
 			if (*end || accesses < 1) usage();
+			break;
+		case 'x': extra_ns = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end || extra_ns < 0 || extra_ns > 1000000)
+				usage();
 			break;
 		default: usage();
 		}
@@ -154,22 +162,55 @@ int main(int argc, char **argv)
 	free(od);
 	free(op);
 
+	/* With -x: run[i] is how many of the pattern's letters from i on are
+	 * the same as its letter i (up to the pattern's end). */
+	uint32_t *run = NULL;
+	if (extra_ns > 0) {
+		run = malloc(plen * sizeof *run);
+		if (!run) {
+			fprintf(stderr, "multilat: out of memory\n");
+			return 1;
+		}
+		for (size_t i = plen; i-- > 0;)
+			run[i] = i + 1 < plen && expanded[i + 1] == expanded[i] ? run[i + 1] + 1 : 1;
+		cw_init(extra_ns);
+	}
+
 	void **p = first;
 	size_t warm = steps < 100000 ? steps : 100000;
 	for (size_t k = 0; k < warm; k++)
 		p = (void **)*p;
-	uint64_t t0 = now_ns();
-	for (long k = 0; k < accesses; k++)
-		p = (void **)*p;
-	uint64_t t1 = now_ns();
+	uint64_t t0 = cw_now_ns();
+	if (!run) {
+		for (long k = 0; k < accesses; k++)
+			p = (void **)*p;
+	} else {
+		/* Timed step k is pattern position (k + warm) % plen (steps is
+		 * a multiple of plen); each run of P is followed by its wait. */
+		int64_t owed = 0;
+		size_t pos = warm % plen;
+		for (long k = 0; k < accesses;) {
+			long n = run[pos];
+			if (n > accesses - k)
+				n = accesses - k;
+			for (long j = 0; j < n; j++)
+				p = (void **)*p;
+			if (expanded[pos] == 'P')
+				cw_pay(&owed, n);
+			k += n;
+			pos = (pos + (size_t)n) % plen;
+		}
+	}
+	uint64_t t1 = cw_now_ns();
+	free(run);
 	/* Exact counts of the timed accesses: step k of the chain is pattern
 	 * position k % plen (steps is a multiple of plen). */
 	long dram_done = 0;
 	for (long k = 0; k < accesses; k++)
 		dram_done += expanded[((size_t)k + warm) % steps % plen] == 'D';
-	printf("multilat: pattern=%s pm=%s region=%zu dram_accesses=%ld pm_accesses=%ld "
-			"elapsed_ns=%llu ns_per_access=%.2f sink=%lu\n",
-			pattern, pm_alloc ? "pmalloc" : "malloc", bytes,
+	printf("multilat: pattern=%s pm=%s region=%zu extra_ns=%ld dram_accesses=%ld "
+			"pm_accesses=%ld elapsed_ns=%llu ns_per_access=%.2f sink=%lu\n",
+			pattern, pm_alloc ? "pmalloc" : "malloc", bytes, extra_ns,
 			dram_done, accesses - dram_done,
 			(unsigned long long)(t1 - t0), (double)(t1 - t0) / (double)accesses,
 			(unsigned long)((uintptr_t)p & 1));

@@ -782,6 +782,23 @@ fn validate_quick_runs_every_study_end_to_end() {
         .iter()
         .filter(|p| p["study"] == "multilat")
         .all(|p| p["detail"].as_str().is_some_and(|d| d.contains("native"))));
+    // multilat's emulator-free reference ran beside each emulated run, and
+    // waited: at least the added latency of every PM access, over the
+    // native run.
+    for p in points.iter().filter(|p| p["study"] == "multilat") {
+        let r = p["reference_runs"].as_array().unwrap();
+        let native = p["native_runs"].as_array().unwrap();
+        assert_eq!((r.len(), native.len()), (1, 1), "{p}");
+        assert!(r[0].as_f64().unwrap() > native[0].as_f64().unwrap(), "{p}");
+        assert!(
+            p["reference_formula_pct"].as_f64().unwrap().is_finite(),
+            "{p}"
+        );
+        assert!(
+            p["reference_error_pct"].as_f64().unwrap().is_finite(),
+            "{p}"
+        );
+    }
     assert!(
         std::fs::read_dir(&plots).unwrap().count() > 0,
         "plots written"

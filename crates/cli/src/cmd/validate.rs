@@ -143,10 +143,26 @@ pub struct Point {
     /// diagnostic beside `error_pct` (see [`mtlat_point`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub formula_error_pct: Option<f64>,
-    /// mtlat points: the runs of the reference, whose median is `expected`
-    /// (see [`mtlat_point`]).
+    /// mtlat and multilat points: the runs of the emulator-free reference
+    /// (the native build waiting `target - DRAM` ns of CPU-holding time
+    /// per access, `-x`). For mtlat its median is `expected` (see
+    /// [`mtlat_point`]); for multilat it is a diagnostic (see
+    /// [`multilat_point`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reference_runs: Vec<f64>,
+    /// multilat points: the error of the median against the reference's
+    /// median, a diagnostic beside `error_pct`: what the emulator adds on
+    /// this machine to what the machine itself does with the same waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_error_pct: Option<f64>,
+    /// multilat points: the reference's median against `expected`: how far
+    /// this machine alone, with no emulator, is from the formula.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_formula_pct: Option<f64>,
+    /// multilat points: the native run made just before each emulated
+    /// run of the same repetition, in the order of `runs`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub native_runs: Vec<f64>,
 }
 
 /// A memlat run corrected for the DRAM latency's drift during it: the
@@ -247,8 +263,26 @@ impl Ctx {
         let dram = if no_inject {
             self.dram_ns
         } else {
-            self.chaser.borrow_mut().measure(self.chase_steps)
+            self.dram_now()
         };
+        self.emulated_given(prog, args, pm_ns, no_inject, dram)
+    }
+
+    /// The DRAM latency now (the calibration's chain, followed again).
+    fn dram_now(&self) -> f64 {
+        self.chaser.borrow_mut().measure(self.chase_steps)
+    }
+
+    /// As [`emulated`](Self::emulated), given the DRAM latency `dram`
+    /// (measured by the caller just before).
+    fn emulated_given(
+        &self,
+        prog: &str,
+        args: &[String],
+        pm_ns: f64,
+        no_inject: bool,
+        dram: f64,
+    ) -> Result<(String, f64)> {
         let mut cmd = Command::new(&self.pmlab);
         cmd.args(["run", "--quiet", "--source", "instrumented"])
             .arg("--pm-latency")
@@ -693,12 +727,14 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             ));
             // Natively both arrays are DRAM: the run's time per access is
             // this workload's DRAM latency (memory, TLB and loop together).
-            // Each repetition runs the native build and then every latency,
-            // so that the machine's drift over the minutes of a point
-            // touches the baseline and the emulated runs alike.
+            // Each repetition runs the native build and then, for every
+            // latency, the emulator-free reference (the native build
+            // waiting `lat - DRAM` per PM access, `multilat -x`) and the
+            // emulated run, both given the DRAM latency measured just
+            // before them, so that the machine's drift over the minutes of
+            // a point touches the baseline and the emulated runs alike.
             let mut native_runs = Vec::new();
-            let mut emulated: Vec<Vec<f64>> = vec![Vec::new(); p.multilat_lat.len()];
-            let mut drams: Vec<Vec<f64>> = vec![Vec::new(); p.multilat_lat.len()];
+            let mut runs: Vec<MultilatRuns> = vec![MultilatRuns::default(); p.multilat_lat.len()];
             let mut counts = (f64::NAN, f64::NAN);
             for _ in 0..ctx.reps {
                 native_runs.push(need(
@@ -707,8 +743,17 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                     "elapsed_ns",
                 )?);
                 for (k, &lat) in p.multilat_lat.iter().enumerate() {
-                    let (o, dram) = ctx.emulated("multilat", &args, lat, false)?;
-                    drams[k].push(dram);
+                    let dram = ctx.dram_now();
+                    let mut slow = args.clone();
+                    slow.extend([s("-x"), s((lat - dram).max(0.0).round() as u64)]);
+                    let r = &mut runs[k];
+                    r.reference.push(need(
+                        "multilat",
+                        &ctx.native("multilat", &slow)?,
+                        "elapsed_ns",
+                    )?);
+                    let (o, _) = ctx.emulated_given("multilat", &args, lat, false, dram)?;
+                    r.dram.push(dram);
                     if !o.contains("pm=pmalloc") {
                         bail!("multilat did not get its PM array from pmalloc under pmlab run");
                     }
@@ -716,37 +761,70 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                         need("multilat", &o, "dram_accesses")?,
                         need("multilat", &o, "pm_accesses")?,
                     );
-                    emulated[k].push(need("multilat", &o, "elapsed_ns")?);
+                    r.emulated.push(need("multilat", &o, "elapsed_ns")?);
                 }
             }
-            let native = summarize(&native_runs);
-            for ((&lat, runs), drams) in p.multilat_lat.iter().zip(emulated).zip(drams) {
-                let (nd, nn) = counts;
-                let dram = summarize(&drams).median;
-                let (expected, detail) = multilat_expectation(native.median, nd, nn, dram, lat);
-                let m = summarize(&runs);
-                push(
-                    ctx,
-                    out,
-                    Point {
-                        study: s("multilat"),
-                        config: format!("{rd}:{rp} pattern={pd}:{pn}"),
-                        target_ns: lat,
-                        unit: s("ns"),
-                        expected,
-                        measured: m,
-                        error_pct: error_pct(m.median, expected),
-                        bound_pct: 2.0,
-                        runs,
-                        detail,
-                        dram_runs: drams,
-                        ..Default::default()
-                    },
-                );
+            for (&lat, mut r) in p.multilat_lat.iter().zip(runs) {
+                r.native = native_runs.clone();
+                let config = format!("{rd}:{rp} pattern={pd}:{pn}");
+                push(ctx, out, multilat_point(config, lat, counts, r));
             }
         }
     }
     Ok(())
+}
+
+/// The measured runs of one multilat point, all in ns: the native build,
+/// the reference (the native build waiting `target - DRAM` ns of its own
+/// CPU time per PM access, `multilat -x`), the emulated build, and the
+/// DRAM latency measured before each pair of reference and emulated run
+/// (which both got it).
+#[derive(Debug, Clone, Default)]
+pub struct MultilatRuns {
+    /// The native build's run times.
+    pub native: Vec<f64>,
+    /// The reference's run times.
+    pub reference: Vec<f64>,
+    /// The emulated run times.
+    pub emulated: Vec<f64>,
+    /// The DRAM latency before each reference and emulated run.
+    pub dram: Vec<f64>,
+}
+
+/// A multilat point from its runs and the timed loop's (DRAM, PM) access
+/// counts: judged against the formula ([`multilat_expectation`]); the
+/// reference, the same waits with no emulator, is a diagnostic beside it:
+/// `reference_formula_pct` is how far this machine alone reads from the
+/// formula (the host slows a chase down after a pause, `docs/accuracy.md`),
+/// `reference_error_pct` what the emulator adds to that.
+pub fn multilat_point(config: String, target: f64, counts: (f64, f64), r: MultilatRuns) -> Point {
+    let (nd, nn) = counts;
+    let native = summarize(&r.native).median;
+    let dram = summarize(&r.dram).median;
+    let (expected, detail) = multilat_expectation(native, nd, nn, dram, target);
+    let reference = summarize(&r.reference).median;
+    let m = summarize(&r.emulated);
+    Point {
+        study: s("multilat"),
+        config,
+        target_ns: target,
+        unit: s("ns"),
+        expected,
+        measured: m,
+        error_pct: error_pct(m.median, expected),
+        bound_pct: 2.0,
+        runs: r.emulated,
+        detail: format!(
+            "{detail}; reference (native build, {target} - DRAM ns of CPU-holding wait per PM access, multilat -x): {:.2} ms",
+            reference / 1e6
+        ),
+        dram_runs: r.dram,
+        reference_runs: r.reference,
+        reference_error_pct: Some(error_pct(m.median, reference)),
+        reference_formula_pct: Some(error_pct(reference, expected)),
+        native_runs: r.native,
+        ..Default::default()
+    }
 }
 
 /// multilat's expectation, `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`, with
@@ -1021,7 +1099,15 @@ fn print_table(points: &[Point], cached: f64) {
             v[0].bound_pct,
             v.len()
         );
-        let diagnostics: [(&str, ErrorOf); 2] = [
+        let diagnostics: [(&str, ErrorOf); 4] = [
+            (
+                "against the emulator-free reference (diagnostic: the native build waiting L - DRAM per PM access, multilat -x)",
+                |p| p.reference_error_pct,
+            ),
+            (
+                "the reference itself against the formula (diagnostic: what this machine does with no emulator)",
+                |p| p.reference_formula_pct,
+            ),
             (
                 "against the critical-path formula (diagnostic: a lower bound, without the lock hand-offs and scheduling that the reference measures)",
                 |p| p.formula_error_pct,
@@ -1341,6 +1427,33 @@ mod tests {
         // two forms agree.
         let (e2, _) = multilat_expectation(2e6 * 164.0, 1e6, 1e6, 164.0, 700.0);
         assert!((e2 - (1e6 * 164.0 + 1e6 * 700.0)).abs() < 1.0);
+    }
+
+    #[test]
+    fn multilat_is_judged_against_the_formula_with_the_reference_beside() {
+        // 1M DRAM and 1M PM accesses at 400 ns; native 330 ms, DRAM 165 ns:
+        // the formula expects 330 + 1M x 235 ns = 565 ms.
+        let runs = MultilatRuns {
+            native: vec![329e6, 330e6, 345e6],
+            reference: vec![570e6, 576.3e6, 600e6],
+            emulated: vec![571e6, 582e6, 590e6],
+            dram: vec![160.0, 165.0, 170.0],
+        };
+        let p = multilat_point(s("1:1"), 400.0, (1e6, 1e6), runs);
+        assert!((p.expected - 565e6).abs() < 1.0, "{}", p.expected);
+        assert_eq!(p.measured.median, 582e6);
+        // The verdict is the formula's: +3.01%, over the 2% bound.
+        assert!((p.error_pct - 3.009).abs() < 0.01, "{}", p.error_pct);
+        assert!(!p.ok());
+        // This machine alone, with the same waits, reads +2% from the
+        // formula; the emulator adds +0.99% to that.
+        let host = p.reference_formula_pct.unwrap();
+        assert!((host - 2.0).abs() < 0.01, "{host}");
+        let own = p.reference_error_pct.unwrap();
+        assert!((own - 0.99).abs() < 0.01, "{own}");
+        assert_eq!(p.reference_runs.len(), 3);
+        assert_eq!(p.native_runs.len(), 3);
+        assert!(p.detail.contains("576.30 ms"), "{}", p.detail);
     }
 
     #[test]
