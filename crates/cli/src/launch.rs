@@ -67,7 +67,7 @@ pub fn check_environment() -> anyhow::Result<()> {
 /// carries ThreadSanitizer's runtime, which libpmlab cannot run beside.
 pub fn resolve_program(name: &str) -> anyhow::Result<PathBuf> {
     let p = find_program(name)?;
-    if crate::cmd::cc::uses_tsan_runtime(&p).unwrap_or(false) {
+    if crate::elf::uses_tsan_runtime(&p).unwrap_or(false) {
         bail!(
             "{} carries ThreadSanitizer's runtime (built with -fsanitize=thread), which libpmlab's callbacks and interposers would fight: rebuild it without -fsanitize=thread (pmlab gcc uses gcc's ThreadSanitizer hooks without that runtime)",
             p.display()

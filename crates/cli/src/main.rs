@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
+mod elf;
 mod launch;
 
 /// pmlab: emulate, simulate, profile and trace software for persistent and

@@ -311,7 +311,7 @@ fn choose_source(
         e.push(("PMLAB_SOURCE".into(), s.to_string()));
         e
     };
-    if requested == "instrumented" && !crate::cmd::cc::is_instrumented(program)? {
+    if requested == "instrumented" && !crate::elf::is_instrumented(program)? {
         bail!(
             "{} was not built by 'pmlab cc', so the instrumented source would count nothing: rebuild it with pmlab cc, or use --source synthetic:FILE",
             program.display()
@@ -324,7 +324,7 @@ fn choose_source(
     match launch::check(runtime, &with("hw")) {
         Ok(ok) => Ok(("hw".into(), ok)),
         Err(hw_err) => {
-            if crate::cmd::cc::is_instrumented(program)? {
+            if crate::elf::is_instrumented(program)? {
                 let ok = launch::check(runtime, &with("instrumented"))?;
                 Ok(("instrumented".into(), ok))
             } else {

@@ -49,7 +49,7 @@ fn command(args: &Args, program: &Path, runtime: Option<&Path>, out: Option<&Pat
     }
     if let Some(o) = out {
         env.push(("PMLAB_TRACE_FILE".into(), o.to_string_lossy().into_owned()));
-        if super::cc::is_instrumented(program).unwrap_or(false) {
+        if crate::elf::is_instrumented(program).unwrap_or(false) {
             // Built with `pmlab cc`: its stores into PM are recorded too.
             env.push(("PMLAB_TRACE_STORES".into(), "1".into()));
         }

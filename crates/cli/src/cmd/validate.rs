@@ -12,7 +12,10 @@
 //! * multilat: run time against `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`,
 //!   with DRAM_lat the workload's own native time per access and NVM_lat
 //!   that plus the latency to add (target - calibrated DRAM): the native
-//!   run time plus `Num_NVM x (target - DRAM)`;
+//!   run time plus `Num_NVM x (target - DRAM)`; the same native build
+//!   waiting target - DRAM per PM access (`multilat -x`) is measured
+//!   beside it, to tell the machine's share of an error from the
+//!   emulator's;
 //! * mtlat: run time against the same schedule with every access at the
 //!   target latency, measured: the native build waiting target - DRAM of
 //!   its own CPU time after every access (`mtlat -x`); the critical-path
@@ -1337,7 +1340,7 @@ fn build_workloads(pmlab: &Path, wl: &Path, build: &Path) -> Result<(PathBuf, Pa
                 );
             }
         }
-        if !crate::cmd::cc::is_instrumented(&instr.join(prog))? {
+        if !crate::elf::is_instrumented(&instr.join(prog))? {
             bail!("{prog} built by pmlab cc is not instrumented: check clang's -fsanitize-coverage support");
         }
     }
