@@ -255,11 +255,24 @@ pub struct InstrumentedCounters {
 /// Epochs over which the window loss is bounded together.
 pub const LOSS_EPOCHS: usize = 8;
 
-/// The last [`LOSS_EPOCHS`] epochs of a thread: own time, native stall
-/// time, modelled window loss and the loss charged, in ns.
+/// One epoch in a [`LossWindow`], in ns.
+#[derive(Debug, Clone, Copy, Default)]
+struct LossEpoch {
+    /// The epoch's own time (its wall time less the batches it ran).
+    own: f64,
+    /// Its native stall time (serial accesses at the DRAM latency).
+    stall: f64,
+    /// Its modelled window loss.
+    model: f64,
+    /// The loss it was charged.
+    charged: f64,
+}
+
+/// The last [`LOSS_EPOCHS`] epochs of a thread, to bound their window
+/// losses together.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LossWindow {
-    epochs: [[f64; 4]; LOSS_EPOCHS],
+    epochs: [LossEpoch; LOSS_EPOCHS],
     next: usize,
 }
 
@@ -274,16 +287,24 @@ impl LossWindow {
     /// the loss of an epoch that received its predecessor's misses.
     pub fn charge(&mut self, own_ns: f64, stall_ns: f64, model_ns: f64) -> f64 {
         let slot = self.next;
-        self.epochs[slot] = [own_ns.max(0.0), stall_ns.max(0.0), model_ns.max(0.0), 0.0];
+        self.epochs[slot] = LossEpoch {
+            own: own_ns.max(0.0),
+            stall: stall_ns.max(0.0),
+            model: model_ns.max(0.0),
+            charged: 0.0,
+        };
         self.next = (slot + 1) % LOSS_EPOCHS;
-        let mut sum = [0.0; 4];
-        for e in &self.epochs {
-            for (s, v) in sum.iter_mut().zip(e) {
-                *s += v;
-            }
-        }
-        let c = (sum[2].min(sum[0] - sum[1]) - sum[3]).max(0.0);
-        self.epochs[slot][3] = c;
+        let sum = self
+            .epochs
+            .iter()
+            .fold(LossEpoch::default(), |a, e| LossEpoch {
+                own: a.own + e.own,
+                stall: a.stall + e.stall,
+                model: a.model + e.model,
+                charged: a.charged + e.charged,
+            });
+        let c = (sum.model.min(sum.own - sum.stall) - sum.charged).max(0.0);
+        self.epochs[slot].charged = c;
         c
     }
 }
