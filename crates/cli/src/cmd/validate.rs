@@ -162,8 +162,8 @@ pub struct Point {
     /// this machine alone, with no emulator, is from the formula.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference_formula_pct: Option<f64>,
-    /// multilat points: the native run made just before each emulated
-    /// run of the same repetition, in the order of `runs`.
+    /// multilat points: the native run of each repetition, made just
+    /// before that repetition's reference and emulated runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub native_runs: Vec<f64>,
 }
@@ -274,6 +274,15 @@ impl Ctx {
     /// The DRAM latency now (the calibration's chain, followed again).
     fn dram_now(&self) -> f64 {
         self.chaser.borrow_mut().measure(self.chase_steps)
+    }
+
+    /// The emulator-free reference of `prog` (mtlat, multilat): the native
+    /// build with `-x (target - dram)`, waiting that many ns of CPU-holding
+    /// time per access it would make at the target; its `elapsed_ns`.
+    fn reference(&self, prog: &str, args: &[String], target: f64, dram: f64) -> Result<f64> {
+        let mut slow = args.to_vec();
+        slow.extend([s("-x"), s((target - dram).max(0.0).round() as u64)]);
+        need(prog, &self.native(prog, &slow)?, "elapsed_ns")
     }
 
     /// As [`emulated`](Self::emulated), given the DRAM latency `dram`
@@ -581,7 +590,7 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         let runs = ctx.reps(|| {
             let (o, dram) = ctx.emulated("memlat", &args, lat, false)?;
             drams.push(dram);
-            afters.push(ctx.chaser.borrow_mut().measure(ctx.chase_steps));
+            afters.push(ctx.dram_now());
             need("memlat", &o, MEMLAT_KEY)
         })?;
         let m = summarize(&runs);
@@ -747,14 +756,9 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 )?);
                 for (k, &lat) in p.multilat_lat.iter().enumerate() {
                     let dram = ctx.dram_now();
-                    let mut slow = args.clone();
-                    slow.extend([s("-x"), s((lat - dram).max(0.0).round() as u64)]);
                     let r = &mut runs[k];
-                    r.reference.push(need(
-                        "multilat",
-                        &ctx.native("multilat", &slow)?,
-                        "elapsed_ns",
-                    )?);
+                    r.reference
+                        .push(ctx.reference("multilat", &args, lat, dram)?);
                     let (o, _) = ctx.emulated_given("multilat", &args, lat, false, dram)?;
                     r.dram.push(dram);
                     if !o.contains("pm=pmalloc") {
@@ -872,7 +876,8 @@ const MTLAT_KEY: &str = "elapsed_ns";
 /// The measured runs of one mtlat point: the native build, the reference
 /// (the native build waiting `target - DRAM` ns of its own CPU time after
 /// each stretch of steps, `mtlat -x`), the emulated build, and the DRAM
-/// latency measured before each emulated run, all in ns.
+/// latency measured before each pair of reference and emulated run (which
+/// both got it), all in ns.
 pub struct MtlatRuns {
     /// The native build's run times.
     pub native: Vec<f64>,
@@ -880,7 +885,7 @@ pub struct MtlatRuns {
     pub reference: Vec<f64>,
     /// The emulated run times.
     pub emulated: Vec<f64>,
-    /// The DRAM latency before each emulated run.
+    /// The DRAM latency before each reference and emulated run.
     pub dram: Vec<f64>,
 }
 
@@ -954,18 +959,16 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             ));
             // Per repetition: the native build; the native build again with
             // every access followed by (lat - DRAM) ns of CPU-holding wait
-            // (`mtlat -x`), the DRAM latency measured just before: the
-            // schedule with every access at `lat`, no emulator involved;
-            // then the emulated run.
+            // (`mtlat -x`): the schedule with every access at `lat`, no
+            // emulator involved; then the emulated run, given the same DRAM
+            // latency, measured just before the two.
             let (mut native_runs, mut reference, mut runs, mut drams) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..ctx.reps {
                 native_runs.push(need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY)?);
-                let d = ctx.chaser.borrow_mut().measure(ctx.chase_steps);
-                let mut slow = args.clone();
-                slow.extend([s("-x"), s((lat - d).max(0.0).round() as u64)]);
-                reference.push(need("mtlat", &ctx.native("mtlat", &slow)?, MTLAT_KEY)?);
-                let (o, dram) = ctx.emulated("mtlat", &args, lat, false)?;
+                let dram = ctx.dram_now();
+                reference.push(ctx.reference("mtlat", &args, lat, dram)?);
+                let (o, _) = ctx.emulated_given("mtlat", &args, lat, false, dram)?;
                 drams.push(dram);
                 runs.push(need("mtlat", &o, MTLAT_KEY)?);
             }
