@@ -29,12 +29,7 @@ fn root() -> PathBuf {
 }
 
 fn runtime_dir() -> PathBuf {
-    let dir = Path::new(PMLAB).parent().unwrap().to_path_buf();
-    assert!(
-        dir.join("libpmlab.so").is_file(),
-        "libpmlab.so is missing next to {PMLAB}: run `cargo build --release --workspace` before the tests"
-    );
-    dir
+    common::runtime_dir()
 }
 
 /// Compile a C file (from tests/c or workloads) into `dir`.

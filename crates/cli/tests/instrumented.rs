@@ -6,7 +6,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Once;
 
 use common::{TempDir, PMLAB};
 
@@ -17,21 +16,7 @@ fn project_dir() -> PathBuf {
 /// libpmlab.so must sit next to the pmlab binary; build it when a
 /// `cargo test -p pmlab-cli` did not.
 fn ensure_runtime() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let dir = Path::new(PMLAB).parent().unwrap();
-        if dir.join("libpmlab.so").is_file() {
-            return;
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "pmlab-runtime"]);
-        if dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("run cargo to build libpmlab.so");
-        assert!(st.success(), "building libpmlab.so failed");
-    });
+    common::runtime_dir();
 }
 
 fn copy_project(to: &Path) {

@@ -191,14 +191,9 @@ fn analyze_plots_distributions_as_svg() {
     }
 }
 
-/// libpmlab.so of this build, if it was built (cargo build -p
-/// pmlab-runtime, or a workspace build).
-fn runtime_lib() -> Option<PathBuf> {
-    let exe = Path::new(PMLAB);
-    let dir = exe.parent()?;
-    [dir.join("libpmlab.so"), dir.join("deps/libpmlab.so")]
-        .into_iter()
-        .find(|p| p.is_file())
+/// libpmlab.so of this build (built when missing).
+fn runtime_lib() -> PathBuf {
+    common::runtime_dir().join("libpmlab.so")
 }
 
 fn build_workload(d: &Path, name: &str) -> Option<PathBuf> {
@@ -314,10 +309,6 @@ fn group_commit_keeps_results_and_rejects_bad_ops_per_tx() {
             assert!(stdout(&o).is_empty(), "{}", stdout(&o));
         }
     }
-    let Some(rt) = rt else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
-        return;
-    };
     // 2 threads x 500 operations in transactions of 16: 32 per thread (the
     // last of 4), each one redo-log commit: 4 epochs, one dfence.
     let o = Command::new(PMLAB)
@@ -397,10 +388,7 @@ fn pmemobj_rfo_reads(
 /// The runtime, a fresh directory and `workload` built there; None (after
 /// saying why the test is skipped) when either cannot be had.
 fn runtime_and_workload(dir: &str, workload: &str) -> Option<(PathBuf, TempDir, PathBuf)> {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB} (cargo build --release -p pmlab-runtime)");
-        return None;
-    };
+    let rt = runtime_lib();
     let d = TempDir::new(dir);
     let Some(prog) = build_workload(&d, workload) else {
         eprintln!("skipped: cannot build workloads/{workload}.c (cc, libpmemobj-dev)");
@@ -523,10 +511,7 @@ fn trace_libpmem_program(
     name: &str,
     source: &str,
 ) -> Option<(TempDir, serde_json::Value)> {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
-        return None;
-    };
+    let rt = runtime_lib();
     let d = TempDir::new(tag);
     std::fs::write(d.join(format!("{name}.c")), source).unwrap();
     let ok = Command::new("cc")
@@ -736,10 +721,7 @@ fn sim_persistency_compares_models() {
 /// two threads).
 #[test]
 fn trace_counts_dram_accesses_of_a_pmlab_cc_program() {
-    let Some(rt) = runtime_lib() else {
-        eprintln!("skipped: libpmlab.so is not built next to {PMLAB}");
-        return;
-    };
+    let rt = runtime_lib();
     let d = TempDir::new("pmshare");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/pm_share.c");
     let o = Command::new(PMLAB)

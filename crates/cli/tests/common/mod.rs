@@ -11,6 +11,33 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// The `pmlab` binary that cargo built for these tests.
 pub const PMLAB: &str = env!("CARGO_BIN_EXE_pmlab");
 
+/// The directory of the `pmlab` binary, with libpmlab.so in it: built
+/// (`cargo build -p pmlab-runtime`, same profile) the first time a test
+/// binary asks when a bare `cargo test` left it out (`make test` builds the
+/// whole workspace first).
+pub fn runtime_dir() -> PathBuf {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let dir = Path::new(PMLAB).parent().unwrap().to_path_buf();
+    ONCE.call_once(|| {
+        if dir.join("libpmlab.so").is_file() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "pmlab-runtime"]);
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo to build libpmlab.so");
+        assert!(st.success(), "building libpmlab.so failed");
+    });
+    assert!(
+        dir.join("libpmlab.so").is_file(),
+        "libpmlab.so is missing next to {PMLAB}: run `cargo build --release --workspace` before the tests"
+    );
+    dir
+}
+
 /// A fresh directory under the system temp dir, removed on drop. Its name
 /// holds the test file, the tag, the process and a counter, so no two
 /// directories of one run collide.
