@@ -22,14 +22,18 @@
 //!   other libraries' private copy routines (libpmem's).
 //! * Before the runtime's constructor has looked up libc's functions (the
 //!   dynamic loader and libc's own start-up may call these first), the
-//!   work is done here with `rep movsb`/`rep stosb`.
+//!   work is done here with `rep movsb`/`rep stosb`, and nothing is
+//!   counted: the runtime's own calls cannot be told apart yet. The
+//!   constructor (`api.rs`) runs [`init`] before it starts any thread of
+//!   the runtime (once the trace writer, started first, had its name copy
+//!   counted as a store into PM).
 //!
 //! The source lines are offered without the loaded value (no pointer-chase
 //! detection for copies); libc's non-temporal stores for very large copies
 //! are modelled as ordinary stores.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static REAL_MEMCPY: AtomicUsize = AtomicUsize::new(0);
 static REAL_MEMMOVE: AtomicUsize = AtomicUsize::new(0);
@@ -38,6 +42,9 @@ static CHK_FAIL: AtomicUsize = AtomicUsize::new(0);
 /// libpmlab's own mapping, `[lo, hi)`; empty until [`init`].
 static OURS_LO: AtomicUsize = AtomicUsize::new(usize::MAX);
 static OURS_HI: AtomicUsize = AtomicUsize::new(0);
+/// [`init`] has run: until then no call is counted, since a call from
+/// libpmlab itself cannot yet be told from the program's.
+static READY: AtomicBool = AtomicBool::new(false);
 
 type Copy = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
 type Fill = unsafe extern "C" fn(*mut c_void, c_int, usize) -> *mut c_void;
@@ -61,6 +68,7 @@ pub fn init() {
         OURS_LO.store(lo, Ordering::Relaxed);
         OURS_HI.store(hi, Ordering::Release);
     }
+    READY.store(true, Ordering::Release);
 }
 
 /// The span of libpmlab's loaded segments.
@@ -127,7 +135,7 @@ fn offer(addr: usize, len: usize, write: bool) {
 
 #[inline]
 fn counting(ret: usize) -> bool {
-    crate::instrument_hooks::active() && !from_us(ret)
+    crate::instrument_hooks::active() && READY.load(Ordering::Acquire) && !from_us(ret)
 }
 
 /// Copy forward with `rep movsb` (no call that could come back here).
