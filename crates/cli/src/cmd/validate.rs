@@ -268,7 +268,10 @@ impl Ctx {
         } else {
             self.dram_now()
         };
-        self.emulated_given(prog, args, pm_ns, no_inject, dram)
+        Ok((
+            self.emulated_given(prog, args, pm_ns, no_inject, dram)?,
+            dram,
+        ))
     }
 
     /// The DRAM latency now (the calibration's chain, followed again).
@@ -286,7 +289,7 @@ impl Ctx {
     }
 
     /// As [`emulated`](Self::emulated), given the DRAM latency `dram`
-    /// (measured by the caller just before).
+    /// (measured by the caller just before); the output.
     fn emulated_given(
         &self,
         prog: &str,
@@ -294,7 +297,7 @@ impl Ctx {
         pm_ns: f64,
         no_inject: bool,
         dram: f64,
-    ) -> Result<(String, f64)> {
+    ) -> Result<String> {
         let mut cmd = Command::new(&self.pmlab);
         cmd.args(["run", "--quiet", "--source", "instrumented"])
             .arg("--pm-latency")
@@ -308,7 +311,7 @@ impl Ctx {
         let out = cmd
             .output()
             .with_context(|| format!("cannot run pmlab run on {prog}"))?;
-        Ok((check_output(prog, &out)?, dram))
+        check_output(prog, &out)
     }
 
     fn reps<F: FnMut() -> Result<f64>>(&self, mut f: F) -> Result<Vec<f64>> {
@@ -746,7 +749,8 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             // before them, so that the machine's drift over the minutes of
             // a point touches the baseline and the emulated runs alike.
             let mut native_runs = Vec::new();
-            let mut runs: Vec<MultilatRuns> = vec![MultilatRuns::default(); p.multilat_lat.len()];
+            let mut runs: Vec<ReferencedRuns> =
+                vec![ReferencedRuns::default(); p.multilat_lat.len()];
             let mut counts = (f64::NAN, f64::NAN);
             for _ in 0..ctx.reps {
                 native_runs.push(need(
@@ -759,7 +763,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                     let r = &mut runs[k];
                     r.reference
                         .push(ctx.reference("multilat", &args, lat, dram)?);
-                    let (o, _) = ctx.emulated_given("multilat", &args, lat, false, dram)?;
+                    let o = ctx.emulated_given("multilat", &args, lat, false, dram)?;
                     r.dram.push(dram);
                     if !o.contains("pm=pmalloc") {
                         bail!("multilat did not get its PM array from pmalloc under pmlab run");
@@ -781,13 +785,15 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     Ok(())
 }
 
-/// The measured runs of one multilat point, all in ns: the native build,
-/// the reference (the native build waiting `target - DRAM` ns of its own
-/// CPU time per PM access, `multilat -x`), the emulated build, and the
-/// DRAM latency measured before each pair of reference and emulated run
-/// (which both got it).
+/// The measured runs of one mtlat or multilat point, all in ns: the
+/// native build, the emulator-free reference (the native build waiting
+/// `target - DRAM` ns of its own CPU time per access it would make at the
+/// target, `-x`: after each stretch of steps for mtlat, each run of PM
+/// accesses for multilat), the emulated build, and the DRAM latency
+/// measured before each pair of reference and emulated run (which both
+/// got it).
 #[derive(Debug, Clone, Default)]
-pub struct MultilatRuns {
+pub struct ReferencedRuns {
     /// The native build's run times.
     pub native: Vec<f64>,
     /// The reference's run times.
@@ -804,7 +810,7 @@ pub struct MultilatRuns {
 /// `reference_formula_pct` is how far this machine alone reads from the
 /// formula (the host slows a chase down after a pause, `docs/accuracy.md`),
 /// `reference_error_pct` what the emulator adds to that.
-pub fn multilat_point(config: String, target: f64, counts: (f64, f64), r: MultilatRuns) -> Point {
+pub fn multilat_point(config: String, target: f64, counts: (f64, f64), r: ReferencedRuns) -> Point {
     let (nd, nn) = counts;
     let native = summarize(&r.native).median;
     let dram = summarize(&r.dram).median;
@@ -873,22 +879,6 @@ pub fn mtlat_critical_accesses(threads: u64, k: u64, inside: u64, outside: u64, 
 
 const MTLAT_KEY: &str = "elapsed_ns";
 
-/// The measured runs of one mtlat point: the native build, the reference
-/// (the native build waiting `target - DRAM` ns of its own CPU time after
-/// each stretch of steps, `mtlat -x`), the emulated build, and the DRAM
-/// latency measured before each pair of reference and emulated run (which
-/// both got it), all in ns.
-pub struct MtlatRuns {
-    /// The native build's run times.
-    pub native: Vec<f64>,
-    /// The reference's run times.
-    pub reference: Vec<f64>,
-    /// The emulated run times.
-    pub emulated: Vec<f64>,
-    /// The DRAM latency before each reference and emulated run.
-    pub dram: Vec<f64>,
-}
-
 /// An mtlat point from its runs: judged against the reference's median,
 /// the schedule the program keeps when every access costs the target
 /// latency, measured on this machine without the emulator. The
@@ -901,7 +891,13 @@ pub struct MtlatRuns {
 /// slower chases after a pause), which the reference and the emulated
 /// run both meet. In every run since session 5 the reference read above
 /// the formula, by 0.6-5% at 1 thread and up to 33% at 8.
-pub fn mtlat_point(config: String, target: f64, critical: f64, cpus: u64, r: MtlatRuns) -> Point {
+pub fn mtlat_point(
+    config: String,
+    target: f64,
+    critical: f64,
+    cpus: u64,
+    r: ReferencedRuns,
+) -> Point {
     let native = summarize(&r.native).median;
     let dram = summarize(&r.dram).median;
     let formula = native + critical * (target - dram);
@@ -962,24 +958,18 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             // (`mtlat -x`): the schedule with every access at `lat`, no
             // emulator involved; then the emulated run, given the same DRAM
             // latency, measured just before the two.
-            let (mut native_runs, mut reference, mut runs, mut drams) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut r = ReferencedRuns::default();
             for _ in 0..ctx.reps {
-                native_runs.push(need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY)?);
+                r.native
+                    .push(need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY)?);
                 let dram = ctx.dram_now();
-                reference.push(ctx.reference("mtlat", &args, lat, dram)?);
-                let (o, _) = ctx.emulated_given("mtlat", &args, lat, false, dram)?;
-                drams.push(dram);
-                runs.push(need("mtlat", &o, MTLAT_KEY)?);
+                r.reference.push(ctx.reference("mtlat", &args, lat, dram)?);
+                let o = ctx.emulated_given("mtlat", &args, lat, false, dram)?;
+                r.dram.push(dram);
+                r.emulated.push(need("mtlat", &o, MTLAT_KEY)?);
             }
             let config = format!("threads={n} {}", if outside { "cs+out" } else { "cs-only" });
-            let runs = MtlatRuns {
-                native: native_runs,
-                reference,
-                emulated: runs,
-                dram: drams,
-            };
-            push(ctx, out, mtlat_point(config, lat, crit, cpus, runs));
+            push(ctx, out, mtlat_point(config, lat, crit, cpus, r));
         }
     }
     Ok(())
@@ -1439,7 +1429,7 @@ mod tests {
     fn multilat_is_judged_against_the_formula_with_the_reference_beside() {
         // 1M DRAM and 1M PM accesses at 400 ns; native 330 ms, DRAM 165 ns:
         // the formula expects 330 + 1M x 235 ns = 565 ms.
-        let runs = MultilatRuns {
+        let runs = ReferencedRuns {
             native: vec![329e6, 330e6, 345e6],
             reference: vec![570e6, 576.3e6, 600e6],
             emulated: vec![571e6, 582e6, 590e6],
@@ -1487,7 +1477,7 @@ mod tests {
             400.0,
             1000.0,
             2,
-            MtlatRuns {
+            ReferencedRuns {
                 native: vec![1.0e6, 0.9e6, 1.1e6],
                 reference: vec![1.3e6, 1.2e6, 1.4e6],
                 emulated: vec![1.326e6, 1.3e6, 1.35e6],
