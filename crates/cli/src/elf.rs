@@ -240,12 +240,6 @@ fn table_of(h: &[u8]) -> Option<(u64, u64, u64)> {
 fn read_at(f: &mut File, file_len: u64, off: u64, len: u64) -> std::io::Result<Option<Vec<u8>>> {
     let fits = off.checked_add(len).is_some_and(|end| end <= file_len);
     if !fits || len > MAX_PART {
-        // A file shorter than an ELF header is read whole (not ELF).
-        if off == 0 && file_len < len {
-            let mut v = Vec::new();
-            f.read_to_end(&mut v)?;
-            return Ok(Some(v));
-        }
         return Ok(None);
     }
     let mut v = vec![0; len as usize];
