@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use common::{TempDir, PMLAB};
+use common::{runtime_dir, TempDir, PMLAB};
 
 /// Tests that compare durations take this exclusively; the others share it,
 /// so that no test of this file runs beside a timing comparison.
@@ -26,10 +26,6 @@ fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn runtime_dir() -> PathBuf {
-    common::runtime_dir()
 }
 
 /// Compile a C file (from tests/c or workloads) into `dir`.

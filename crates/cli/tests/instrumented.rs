@@ -7,16 +7,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{TempDir, PMLAB};
+use common::{runtime_dir, TempDir, PMLAB};
 
 fn project_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cc-project")
-}
-
-/// libpmlab.so must sit next to the pmlab binary; build it when a
-/// `cargo test -p pmlab-cli` did not.
-fn ensure_runtime() {
-    common::runtime_dir();
 }
 
 fn copy_project(to: &Path) {
@@ -59,7 +53,7 @@ fn rebuild_with(dir: &Path, cc: &str) {
 
 #[test]
 fn cc_builds_a_multi_file_project_with_make() {
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("make");
     copy_project(&t.0);
     run(Command::new("make")
@@ -104,7 +98,7 @@ fn cc_is_a_drop_in_compiler_for_cmake() {
         eprintln!("cmake not installed: CMake case not run");
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("cmake");
     let exe = cmake_build(&t, "cc");
     assert!(imports_hooks(&exe));
@@ -144,7 +138,7 @@ fn cc_passes_queries_and_preprocessing_through() {
 
 #[test]
 fn cxx_builds_cpp() {
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("cxx");
     std::fs::write(
         t.0.join("v.cpp"),
@@ -238,7 +232,7 @@ fn requested_delay(dir: &Path, steps: u64, chains: u32, place: &str) -> f64 {
 
 #[test]
 fn instrumented_source_charges_serial_pm_misses_only() {
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("chase");
     std::fs::write(t.0.join("chase.c"), CHASE_C).unwrap();
     run(Command::new(PMLAB)
@@ -315,7 +309,7 @@ int main(int argc, char **argv)
 
 #[test]
 fn forked_child_of_a_threaded_program_keeps_counting() {
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("forkchase");
     std::fs::write(t.0.join("fc.c"), FORK_CHASE_C).unwrap();
     run(Command::new(PMLAB)
@@ -401,7 +395,7 @@ fn gcc_builds_a_multi_file_project_with_make() {
     if !have_compiler("gcc") {
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("gccmake");
     copy_project(&t.0);
     run(Command::new("make")
@@ -434,7 +428,7 @@ fn pmlab_gcc_is_recorded_by_cmake() {
         eprintln!("gcc or cmake not installed: case not run");
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("gcccmake");
     let exe = cmake_build(&t, "gcc");
     assert!(imports_tsan_hooks(&exe), "not built by gcc through pmlab");
@@ -460,7 +454,7 @@ fn gcc_compiles_and_links_in_one_step() {
     if !have_compiler("gcc") {
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("gccone");
     copy_project(&t.0);
     // The wrapper's temporary specs file goes to TMPDIR: a directory of
@@ -507,7 +501,7 @@ fn gcc_build_charges_serial_pm_misses_only() {
     if !have_compiler("gcc") {
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("gccchase");
     std::fs::write(t.0.join("chase.c"), CHASE_C).unwrap();
     gcc_cc(&t.0, &["-O2", "-o", "chase", "chase.c"]);
@@ -585,7 +579,7 @@ fn gcc_atomics_from_threads_give_exact_totals() {
     if !have_compiler("gcc") {
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("gccatomic");
     std::fs::write(t.0.join("atomics.c"), ATOMICS_C).unwrap();
     gcc_cc(&t.0, &["-O2", "-o", "atomics", "atomics.c", "-lpthread"]);
@@ -619,7 +613,7 @@ fn gxx_builds_cpp_with_virtual_calls_and_std_atomic() {
     if !have_compiler("g++") {
         return;
     }
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("gxx");
     std::fs::write(
         t.0.join("v.cpp"),
@@ -688,7 +682,7 @@ int main(int argc, char **argv)
 
 #[test]
 fn libc_copies_of_an_instrumented_program_are_counted() {
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("memcpy");
     std::fs::write(t.0.join("copy.c"), COPY_C).unwrap();
     run(Command::new(PMLAB)
@@ -731,7 +725,7 @@ fn validate_rejects_bad_options_in_one_line() {
 
 #[test]
 fn validate_quick_runs_every_study_end_to_end() {
-    ensure_runtime();
+    runtime_dir();
     let t = TempDir::new("validatequick");
     let json = t.0.join("v.json");
     let plots = t.0.join("plots");
