@@ -19,30 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <x86intrin.h>
 
-static long switches(void)
-{
-	struct rusage ru;
-	if (getrusage(RUSAGE_THREAD, &ru) != 0)
-		return 0;
-	return ru.ru_nvcsw + ru.ru_nivcsw;
-}
-
-static double tsc_per_ns(void)
-{
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	uint64_t t0 = __rdtsc();
-	do
-		clock_gettime(CLOCK_MONOTONIC, &b);
-	while ((b.tv_sec - a.tv_sec) * 1000000000l + (b.tv_nsec - a.tv_nsec) < 50000000l);
-	uint64_t t1 = __rdtsc();
-	double ns = (double)((b.tv_sec - a.tv_sec) * 1000000000l + (b.tv_nsec - a.tv_nsec));
-	return (double)(t1 - t0) / ns;
-}
+#include "../workloads/cpuwait.h"
 
 int main(int argc, char **argv)
 {
@@ -54,16 +32,16 @@ int main(int argc, char **argv)
 	static const double edge_us[] = { 1, 2, 5, 10, 50, 200, 1000, 1e15 };
 	enum { BANDS = sizeof edge_us / sizeof edge_us[0] - 1 };
 	uint64_t count[BANDS][2] = { { 0 } }, ticks[BANDS][2] = { { 0 } };
-	double per_ns = tsc_per_ns();
+	double per_ns = cw_tsc_per_ns();
 	uint64_t want = (uint64_t)(seconds * 1e9 * per_ns), gap = (uint64_t)(1000.0 * per_ns);
-	long sw = switches();
+	long sw = cw_switches();
 	uint64_t start = __rdtsc(), prev = start, now;
 	while ((now = __rdtsc()) - start < want) {
 		uint64_t d = now - prev;
 		prev = now;
 		if (d <= gap)
 			continue;
-		long s = switches();
+		long s = cw_switches();
 		int out = s != sw;
 		sw = s;
 		double us = (double)d / per_ns / 1000.0;

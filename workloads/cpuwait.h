@@ -13,7 +13,8 @@
  * gaps, interrupts, count, as they would during a stall); what a wait
  * overshoots is taken off the next one.
  *
- * Header-only, for one translation unit per program.
+ * Header-only, for one translation unit per program. bench/spin_gaps.c
+ * uses its TSC calibration and context-switch count too.
  */
 #ifndef PMLAB_CPUWAIT_H
 #define PMLAB_CPUWAIT_H
@@ -49,18 +50,24 @@ static inline void cw_clock_tsc(uint64_t *c, uint64_t *r)
 	}
 }
 
-/* cw_init -- wait extra_ns per access from now on (0: never wait);
- * calibrates the TSC over 20 ms of CLOCK_MONOTONIC when extra_ns > 0 */
-static inline void cw_init(long extra_ns)
+/* cw_tsc_per_ns -- TSC ticks per ns, from 20 ms of CLOCK_MONOTONIC */
+static inline double cw_tsc_per_ns(void)
 {
-	if (extra_ns <= 0)
-		return;
 	uint64_t c0, r0, c1, r1;
 	cw_clock_tsc(&c0, &r0);
 	do
 		cw_clock_tsc(&c1, &r1);
 	while (c1 - c0 < 20000000);
-	double per_ns = (double)(r1 - r0) / (double)(c1 - c0);
+	return (double)(r1 - r0) / (double)(c1 - c0);
+}
+
+/* cw_init -- wait extra_ns per access from now on (0: never wait);
+ * calibrates the TSC (cw_tsc_per_ns) when extra_ns > 0 */
+static inline void cw_init(long extra_ns)
+{
+	if (extra_ns <= 0)
+		return;
+	double per_ns = cw_tsc_per_ns();
 	cw_extra_ticks = (uint64_t)((double)extra_ns * per_ns);
 	cw_gap_ticks = (uint64_t)(1000.0 * per_ns);
 }
