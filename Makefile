@@ -1,10 +1,11 @@
-# pmlab's two everyday commands:
-#   make demo   build everything, then run the main job on its embedded default
+# pmlab's two everyday commands (each first installs what it needs, or, run
+# without root, prints the one apt-get line that does: scripts/setup.sh):
+#   make demo   build pmlab, then run the main job on its embedded default
 #   make test   build everything, lint, and run every test
 CARGO ?= cargo
 PMLAB := target/release/pmlab
 
-.PHONY: all build demo test lint fmt workloads clean validate-sim validate-emu bench
+.PHONY: all build demo test lint fmt workloads clean validate-sim validate-emu bench setup-demo setup-test
 
 all: build
 
@@ -14,10 +15,19 @@ build:
 workloads: build
 	$(MAKE) -C workloads
 
+setup-demo:
+	@scripts/setup.sh demo
+
+setup-test:
+	@scripts/setup.sh test
+
 # The main job on its embedded default: build memlat with pmlab's
 # instrumentation and emulate it at several PM latencies (no PMU needed),
-# printing measured ns per access against each target.
-demo: build workloads
+# printing measured ns per access against each target. `validate` builds
+# memlat itself, so the demo needs neither the PMDK workloads nor their
+# libraries.
+demo: setup-demo
+	$(CARGO) build --release --workspace
 	$(PMLAB) validate --only memlat --reps 3
 
 # Regenerate the records in docs/ (each prints its figures).
@@ -41,7 +51,8 @@ lint:
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --release -q
 
-test: build workloads lint
+test: setup-test
+	$(MAKE) build workloads lint
 	$(CARGO) test --workspace --release
 
 fmt:
