@@ -296,7 +296,8 @@ fn random_text_and_whisper_lines_never_panic() {
             if rng.one_in(10) {
                 line.push_str(&random_word(&mut rng));
             } else {
-                line.push_str(*rng.pick(&words[..]));
+                let w: &&str = rng.pick(&words);
+                line.push_str(w);
             }
         }
         let _ = text::parse_line(&line);
