@@ -48,8 +48,8 @@ SKIP_LOG := $(CURDIR)/target/test-skips.txt
 
 test: build workloads lint
 	@rm -f $(SKIP_LOG)
-	@echo "$(CARGO) test --workspace --release"
-	@PMLAB_TEST_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --release; st=$$?; \
+	@echo "$(CARGO) test --workspace --release --no-fail-fast"
+	@PMLAB_TEST_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --release --no-fail-fast; st=$$?; \
 	n=$$(cat $(SKIP_LOG) 2>/dev/null | wc -l); \
 	echo "make test: $$n skipped or not fully exercised on this machine$$([ $$n -gt 0 ] && echo :)"; \
 	[ $$n -eq 0 ] || sed 's/^/  /' $(SKIP_LOG); \
