@@ -153,7 +153,7 @@ fn hw_source_fails_before_the_program_with_one_line_where_there_is_no_pmu() {
     if o.status.success() {
         // A machine with a usable PMU: the program ran under hw counters.
         assert!(marker.exists());
-        eprintln!("this machine has a usable PMU; the no-PMU path was not exercised");
+        common::not_exercised("this machine has a usable PMU: the no-PMU error path");
         return;
     }
     let err = text(&o.stderr);
@@ -420,9 +420,9 @@ fn lock_acquire_and_release_bound_epochs_shorter_than_the_minimum() {
             "{sync} sync epochs for 200 sections ({section_ns} ns each)"
         );
     } else {
-        eprintln!(
-            "skipped the count: sections of {section_ns} ns are too short for this machine's speed"
-        );
+        common::not_exercised(&format!(
+            "the sync-epoch count: sections of {section_ns} ns are too short on this machine"
+        ));
     }
 }
 
@@ -653,13 +653,19 @@ fn a_program_ending_with_exit_underscore_still_reports() {
 fn programs_carrying_the_tsan_runtime_are_refused_in_one_line() {
     let d = TempDir::new("tsanrt");
     d.write("t.c", "int main(void) { return 0; }\n");
-    let ok = Command::new("gcc")
+    if !common::require_tool("gcc", "gcc") {
+        return;
+    }
+    let o = Command::new("gcc")
         .current_dir(&d.0)
         .args(["-fsanitize=thread", "-o", "t", "t.c"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: gcc cannot build with -fsanitize=thread (libtsan)");
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        let err = text(&o.stderr);
+        // Only a missing ThreadSanitizer runtime is a skip.
+        assert!(err.contains("tsan"), "gcc -fsanitize=thread failed: {err}");
+        common::skip("libtsan for gcc -fsanitize=thread (apt-get install libtsan2)");
         return;
     }
     for args in [
@@ -841,16 +847,39 @@ fn no_inject_computes_but_does_not_inject() {
     let _serial = shared();
     let d = TempDir::new("noinject");
     let p = test_c(&d, "threads");
-    d.write("s.txt", "pm=1000\nloop\n");
+    // Every epoch stalls on 10^7 PM accesses, 100 ns slower than DRAM
+    // each: a second of delay per epoch, so that any injection at all
+    // would dwarf the program's own few milliseconds.
+    d.write("s.txt", "pm=10000000\nloop\n");
     let mut f = synthetic_flags();
     f.push("--no-inject");
     let (o, v) = run_json(&d, &f, &[p.to_str().unwrap(), "20", "10"]);
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(v["stats"]["inject"], false);
-    assert!(total(&v, "requested_delay_ns") > 0.0);
     assert!(
         total(&v, "injected_delay_ns") > 0.0,
         "what would be injected is still computed"
+    );
+    // Switched-out time is counted only inside a delay or stall spin: with
+    // none, it is zero however busy the machine (an injected spin here,
+    // twenty threads on a few cores, would count seconds of it).
+    assert_eq!(total(&v, "spin_off_cpu_ns"), 0.0, "{v}");
+    // Each worker's exit epoch asked for at least a second, and the main
+    // thread joins them all: injected, the program would take at least
+    // that long by its own clock. Load only ever adds time, and the margin
+    // over the program's own time is a hundredfold.
+    let worst = v["stats"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["requested_delay_ns"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(worst >= 1e9, "a thread asked for only {worst} ns: {v}");
+    let line = text(&o.stdout);
+    let ran_ns = field(&line, "ns_per_thread") * field(&line, "created");
+    assert!(
+        ran_ns < 0.25 * worst,
+        "the program took {ran_ns} ns against {worst} ns asked by one thread: delay was injected"
     );
 }
 

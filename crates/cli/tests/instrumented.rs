@@ -94,8 +94,7 @@ fn cmake_build(t: &TempDir, subcommand: &str) -> PathBuf {
 
 #[test]
 fn cc_is_a_drop_in_compiler_for_cmake() {
-    if Command::new("cmake").arg("--version").output().is_err() {
-        eprintln!("cmake not installed: CMake case not run");
+    if !common::require_tool("cmake", "cmake") {
         return;
     }
     runtime_dir();
@@ -346,17 +345,10 @@ fn forked_child_of_a_threaded_program_keeps_counting() {
 
 // ---- gcc (`PMLAB_CC=gcc`): ThreadSanitizer callbacks without libtsan ----
 
-/// True when `cmd --version` runs; else prints why the test is skipped.
+/// True when `cmd --version` runs; else the test is skipped (a failure
+/// under `PMLAB_TEST_REQUIRE_ALL=1`).
 fn have_compiler(cmd: &str) -> bool {
-    let ok = Command::new(cmd)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("{cmd} not installed: gcc case not run");
-    }
-    ok
+    common::require_tool(cmd, cmd)
 }
 
 /// True when the ELF file imports gcc's ThreadSanitizer read/write hooks.
@@ -424,8 +416,7 @@ fn gcc_builds_a_multi_file_project_with_make() {
 /// build step would silently fall back to clang without `PMLAB_CC`).
 #[test]
 fn pmlab_gcc_is_recorded_by_cmake() {
-    if !have_compiler("gcc") || Command::new("cmake").arg("--version").output().is_err() {
-        eprintln!("gcc or cmake not installed: case not run");
+    if !have_compiler("gcc") || !common::require_tool("cmake", "cmake") {
         return;
     }
     runtime_dir();

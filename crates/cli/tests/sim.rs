@@ -473,16 +473,11 @@ fn cached_stores_write_back_at_flushes() {
 }
 
 /// Real `valgrind --tool=lackey --trace-mem=yes` output is recognised and
-/// replayed (skipped, with a note, where valgrind is not installed).
+/// replayed (skipped where valgrind is not installed).
 #[test]
 fn replays_real_lackey_output() {
     let d = TempDir::new("valgrind");
-    let have = Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        eprintln!("replays_real_lackey_output: valgrind not installed, skipped");
+    if !common::require_tool("valgrind", "valgrind") {
         return;
     }
     let st = Command::new("valgrind")

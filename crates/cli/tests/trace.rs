@@ -196,7 +196,18 @@ fn runtime_lib() -> PathBuf {
     common::runtime_dir().join("libpmlab.so")
 }
 
+/// Build `workloads/NAME.c` into `d`. None (the test skipped) when `cc`
+/// or, for the `pmobj_` ones, libpmemobj is not installed; a compile
+/// failure with both present fails the test.
 fn build_workload(d: &Path, name: &str) -> Option<PathBuf> {
+    let ready = if name.starts_with("pmobj_") {
+        common::require_c_library("libpmemobj.h", "pmemobj", "libpmemobj-dev")
+    } else {
+        common::require_tool("cc", "gcc")
+    };
+    if !ready {
+        return None;
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = d.join(name);
     let mut cc = Command::new("cc");
@@ -208,8 +219,13 @@ fn build_workload(d: &Path, name: &str) -> Option<PathBuf> {
     if name.starts_with("pmobj_") {
         cc.arg("-lpmemobj");
     }
-    let st = cc.arg("-lpthread").status().ok()?;
-    st.success().then_some(out)
+    let o = cc.arg("-lpthread").output().expect("run cc");
+    assert!(
+        o.status.success(),
+        "cannot build workloads/{name}.c: {}",
+        stderr(&o)
+    );
+    Some(out)
 }
 
 /// The four persistent structures compute the same map for the same
@@ -220,7 +236,6 @@ fn workloads_agree_on_their_results() {
     let mut results = Vec::new();
     for name in ["pmobj_hashmap", "pmobj_btree", "pm_hashmap", "pm_btree"] {
         let Some(prog) = build_workload(&d, name) else {
-            eprintln!("skipped: cannot build workloads/{name}.c (cc, libpmemobj-dev)");
             return;
         };
         let o = Command::new(&prog)
@@ -269,7 +284,6 @@ fn group_commit_keeps_results_and_rejects_bad_ops_per_tx() {
     let rt = runtime_lib();
     for name in ["pmobj_hashmap", "pmobj_btree", "pm_hashmap", "pm_btree"] {
         let Some(prog) = build_workload(&d, name) else {
-            eprintln!("skipped: cannot build workloads/{name}.c (cc, libpmemobj-dev)");
             return;
         };
         let run = |per_tx: &str| {
@@ -385,15 +399,12 @@ fn pmemobj_rfo_reads(
     v["models"][0]["rfo_reads"].as_u64().unwrap()
 }
 
-/// The runtime, a fresh directory and `workload` built there; None (after
-/// saying why the test is skipped) when either cannot be had.
+/// The runtime, a fresh directory and `workload` built there; None (the
+/// test skipped) when the workload's compiler or library is missing.
 fn runtime_and_workload(dir: &str, workload: &str) -> Option<(PathBuf, TempDir, PathBuf)> {
     let rt = runtime_lib();
     let d = TempDir::new(dir);
-    let Some(prog) = build_workload(&d, workload) else {
-        eprintln!("skipped: cannot build workloads/{workload}.c (cc, libpmemobj-dev)");
-        return None;
-    };
+    let prog = build_workload(&d, workload)?;
     Some((rt, d, prog))
 }
 
@@ -408,6 +419,8 @@ fn pmemobj_flushes_are_recorded_as_the_instruction_libpmem_uses() {
     // With clwb (where the CPU has it) lines stay cached under `auto`.
     if pmlab_cpu_has_clwb() {
         assert_eq!(pmemobj_rfo_reads(&d, &prog, &rt, &[]), 0);
+    } else {
+        common::not_exercised("the CPU has no clwb: lines kept cached under `auto`");
     }
 }
 
@@ -420,6 +433,8 @@ fn pmlab_flush_chooses_the_pm_api_flush_and_a_bad_value_is_refused() {
     assert!(pmemobj_rfo_reads(&d, &prog, &rt, &[("PMLAB_FLUSH", "clflush")]) > 0);
     if pmlab_cpu_has_clwb() {
         assert_eq!(pmemobj_rfo_reads(&d, &prog, &rt, &[]), 0);
+    } else {
+        common::not_exercised("the CPU has no clwb: lines kept cached by pflush's default");
     }
     let o = Command::new(PMLAB)
         .args(["trace", "-o", "x.pmt", "--"])
@@ -505,24 +520,24 @@ fn trace_records_a_pmemobj_workload_without_changing_its_result() {
 
 /// Build the libpmem program `source` as `name` in a fresh directory and
 /// record it with `pmlab trace --json` (into `f.pmt`); the directory and the
-/// JSON line. `None` (with a note) where the runtime or libpmem is missing.
+/// JSON line. `None` (the test skipped) where `cc` or libpmem is missing.
 fn trace_libpmem_program(
     tag: &str,
     name: &str,
     source: &str,
 ) -> Option<(TempDir, serde_json::Value)> {
+    if !common::require_c_library("libpmem.h", "pmem", "libpmem-dev") {
+        return None;
+    }
     let rt = runtime_lib();
     let d = TempDir::new(tag);
     std::fs::write(d.join(format!("{name}.c")), source).unwrap();
-    let ok = Command::new("cc")
+    let o = Command::new("cc")
         .current_dir(&d)
         .args(["-O2", "-o", name, &format!("{name}.c"), "-lpmem"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: cannot build a libpmem program (cc, libpmem-dev)");
-        return None;
-    }
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "cannot build {name}.c: {}", stderr(&o));
     let o = Command::new(PMLAB)
         .args(["trace", "-o", "f.pmt", "--json", "--", &format!("./{name}")])
         .env("PMLAB_RUNTIME", &rt)

@@ -1662,9 +1662,16 @@ mod tests {
             slow_cycles: 400,
             ..Default::default()
         };
+        // At 2 ns a hit, 10 ns a logged miss, 15 ns per batch timing and a
+        // 2 GHz TSC: 84 x 2 + 16 x 10 + 2 x 15 + 400 / 2 = 558 ns.
+        let c = HookCosts {
+            fast_ns: 2.0,
+            miss_ns: 10.0,
+            tsc_ghz: 2.0,
+            tsc_pair_ns: 15.0,
+        };
         let o = c.overhead_ns(&a, &b);
-        let want = 84.0 * c.fast_ns + 16.0 * c.miss_ns + 2.0 * c.tsc_pair_ns + 400.0 / c.tsc_ghz;
-        assert!((o - want).abs() < 1e-6, "{o} {want}");
+        assert!((o - 558.0).abs() < 1e-9, "{o}");
     }
 
     /// A chase over `chains` interleaved random cycles of lines in an
@@ -1763,10 +1770,10 @@ mod tests {
             // Each step of the chains costs one latency.
             assert!((serial - 2_000.0).abs() < 3.0, "{chains}: {serial}");
             // Under the hooks (2 window units per logged miss) a window of
-            // 13 holds 6.5 misses: 2 and 4 chains still overlap fully, 8
-            // run 6.5 at a time.
+            // 13 holds 6.5 misses: 2 and 4 chains still overlap fully (a
+            // latency per step), 8 run 6.5 at a time (16,000 / 6.5).
             let hooked = b.hooked_serial - a.hooked_serial;
-            let want = (misses / (DEFAULT_HOOKED_WINDOW as f64 / 2.0)).max(serial);
+            let want = if chains == 8 { 16_000.0 / 6.5 } else { 2_000.0 };
             assert!(
                 (hooked - want).abs() < 0.01 * want,
                 "{chains}: {hooked} vs {want}"

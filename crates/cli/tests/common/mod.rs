@@ -1,9 +1,22 @@
 //! Helpers shared by the CLI integration tests: the built `pmlab` binary,
 //! a fresh directory per test, running `pmlab` in it and checking a
-//! one-line error. Each test file declares `mod common;` and uses the
-//! helpers it needs.
+//! one-line error, and skipping a test whose tool is not installed. Each
+//! test file declares `mod common;` and uses the helpers it needs.
+//!
+//! # Skips
+//!
+//! A test that needs a tool or package the machine lacks calls [`skip`]
+//! (or [`require_tool`] / [`require_c_library`], which call it) and
+//! returns. The skip prints one line to the real stderr (past the test
+//! harness's capture, so a passing run shows it) and appends it to the skip
+//! log ([`skip_log`]), which `make test` counts and lists at the end. With
+//! `PMLAB_TEST_REQUIRE_ALL=1` (set by `.ci/run`, where every tool is
+//! installed) a skip is a failure naming what is missing. A part of a test
+//! that this machine cannot exercise (it has a PMU, it is too slow) is
+//! reported with [`not_exercised`]: listed the same way, never a failure.
 #![allow(dead_code)] // no test file uses every helper
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -116,4 +129,99 @@ pub fn assert_one_line_error(o: &Output, needle: &str) {
     assert_eq!(err.lines().count(), 1, "not one line: {err}");
     assert!(err.starts_with("pmlab: error: "), "{err}");
     assert!(err.contains(needle), "expected '{needle}' in: {err}");
+}
+
+/// The environment switch under which a skipped test fails.
+pub const REQUIRE_ALL: &str = "PMLAB_TEST_REQUIRE_ALL";
+
+/// The file each skip appends its line to: `PMLAB_TEST_SKIP_LOG`, or
+/// `test-skips.txt` in cargo's target directory.
+pub fn skip_log() -> PathBuf {
+    if let Some(p) = std::env::var_os("PMLAB_TEST_SKIP_LOG") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/pmlab: the target directory is two levels up.
+    let target = Path::new(PMLAB)
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    target.join("test-skips.txt")
+}
+
+/// `test-file::test-name` of the running test (libtest names each test's
+/// thread after the test).
+fn test_name() -> String {
+    let t = std::thread::current();
+    format!(
+        "{}::{}",
+        env!("CARGO_CRATE_NAME"),
+        t.name().unwrap_or("(unnamed test)")
+    )
+}
+
+/// Print `line` past the harness's output capture and add it to the log.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skip_log())
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Skip the running test: `missing` (a tool or package, with how to get
+/// it) is not installed. Fails instead under `PMLAB_TEST_REQUIRE_ALL=1`.
+/// The caller returns right after.
+pub fn skip(missing: &str) {
+    let name = test_name();
+    if std::env::var(REQUIRE_ALL).is_ok_and(|v| v == "1") {
+        panic!("{name}: {missing} is missing, and {REQUIRE_ALL}=1 makes a skip a failure");
+    }
+    report(&format!("SKIPPED {name}: {missing} is missing"));
+}
+
+/// A part of the running test that this machine cannot exercise (a
+/// property of the hardware or its speed, not a missing tool): printed and
+/// logged, never a failure.
+pub fn not_exercised(why: &str) {
+    report(&format!("NOT EXERCISED {}: {why}", test_name()));
+}
+
+/// True when `cmd --version` runs; otherwise the test is skipped, naming
+/// `cmd` and its Debian `package`, and false.
+pub fn require_tool(cmd: &str, package: &str) -> bool {
+    let ok = Command::new(cmd)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip(&format!("`{cmd}` (apt-get install {package})"));
+    }
+    ok
+}
+
+/// True when `cc` builds and links a program that includes `header` and
+/// links `-l<lib>`; otherwise the test is skipped, naming the Debian
+/// `package`, and false. Probes with a one-line program, so that a failure
+/// to build the real program afterwards is a failure, not a skip.
+pub fn require_c_library(header: &str, lib: &str, package: &str) -> bool {
+    if !require_tool("cc", "gcc") {
+        return false;
+    }
+    let d = TempDir::new(&format!("probe-{lib}"));
+    d.write(
+        "p.c",
+        format!("#include <{header}>\nint main(void) {{ return 0; }}\n"),
+    );
+    let ok = Command::new("cc")
+        .current_dir(&d.0)
+        .args(["-o", "p", "p.c", &format!("-l{lib}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip(&format!("{header} / -l{lib} (apt-get install {package})"));
+    }
+    ok
 }
