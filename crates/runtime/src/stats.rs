@@ -340,4 +340,34 @@ mod tests {
         assert!(adv.starts_with("1000 lock/thread sync points"), "{adv}");
         assert!(two.to_json().contains("\"sync_points_skipped\":1000"));
     }
+
+    #[test]
+    fn the_sources_numbers_come_from_the_source() {
+        let quiet = Report::default();
+        assert!(quiet.to_json().contains("\"hook_batches_offloaded\":0,"));
+        assert!(!quiet.to_text().contains("instrumentation overhead"));
+        let r = Report {
+            source_stats: SourceStats {
+                hook_overhead_unabsorbed_ns: 2_500_000,
+                hook_hit_ns: 1.25,
+                hook_logged_miss_ns: 3.5,
+                hook_batches_offloaded: 7,
+                hook_window_loss_ns: 11,
+            },
+            ..Default::default()
+        };
+        let j = r.to_json();
+        for want in [
+            "\"hook_overhead_unabsorbed_ns\":2500000,",
+            "\"hook_hit_ns\":1.250,",
+            "\"hook_logged_miss_ns\":3.500,",
+            "\"hook_batches_offloaded\":7,",
+            "\"hook_window_loss_ns\":11,",
+        ] {
+            assert!(j.contains(want), "{want} not in {j}");
+        }
+        assert!(r
+            .to_text()
+            .contains("instrumentation overhead not absorbed 2.500 ms"));
+    }
 }

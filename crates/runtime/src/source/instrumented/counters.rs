@@ -438,4 +438,40 @@ mod tests {
         );
         assert_eq!(r.pm_bytes, (30 + 5) * 64);
     }
+
+    #[test]
+    fn the_threads_unabsorbed_overhead_reaches_the_statistics() {
+        let src = InstrumentedSource {
+            cfg: HookConfig {
+                llc: pmlab_model::cache::CacheConfig::new(1 << 20, 16),
+                overlap: pmlab_model::mlp::OverlapConfig::default(),
+                hooked_window: settings::DEFAULT_HOOKED_WINDOW,
+                pm_mode: settings::PmMode::All,
+            },
+            costs: HookCosts {
+                fast_ns: 1.5,
+                miss_ns: 4.0,
+                ..HookCosts::default()
+            },
+            lat: None,
+            shared: Arc::default(),
+        };
+        let counters = |carried_ns| InstrumentedCounters {
+            costs: src.costs,
+            lat: src.lat,
+            shared: Arc::clone(&src.shared),
+            last: ThreadTotals::default(),
+            last_overhead_ns: 0.0,
+            carried_ns,
+            window: LossWindow::default(),
+            owner: 0,
+        };
+        // Two threads drop what they carry at a clock read.
+        counters(2e6).time_observed();
+        counters(5e5).time_observed();
+        let s = src.stats();
+        assert_eq!(s.hook_overhead_unabsorbed_ns, 2_500_000);
+        assert_eq!((s.hook_hit_ns, s.hook_logged_miss_ns), (1.5, 4.0));
+        assert_eq!(s.hook_window_loss_ns, 0);
+    }
 }
