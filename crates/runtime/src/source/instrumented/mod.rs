@@ -1,17 +1,19 @@
 //! The compiler-instrumented counter source (`--source instrumented`):
 //! counts serial PM and DRAM accesses from the load/store callbacks of
-//! programs built by `pmlab cc` (see [`hooks`]), so that
-//! emulation works on machines without a usable PMU.
+//! programs built by `pmlab cc` (see [`hooks`]), so that emulation works
+//! on machines without a usable PMU.
 //!
 //! Opening the source reads this machine's last-level cache geometry from
 //! sysfs, turns the hooks on and measures their cost. Each thread's
 //! counters are cumulative totals kept by the hooks; an epoch's reading is
 //! the difference since the previous epoch end, and the hooks' own cost in
-//! that epoch is reported through [`ThreadCounters::overhead_ns`](crate::source::ThreadCounters::overhead_ns) so that the
-//! runtime absorbs it like any emulator overhead. What an epoch's delay
-//! cannot absorb is carried into the next epochs of the thread until the
-//! thread reads the clock (`clock_gettime`, `gettimeofday`): then what is
-//! still carried is counted as unabsorbed (the statistics' `hook_overhead_unabsorbed_ns`) and dropped. So the
+//! that epoch is reported through
+//! [`ThreadCounters::overhead_ns`](crate::source::ThreadCounters::overhead_ns)
+//! so that the runtime absorbs it like any emulator overhead. What an
+//! epoch's delay cannot absorb is carried into the next epochs of the
+//! thread until the thread reads the clock (`clock_gettime`,
+//! `gettimeofday`): then what is still carried is counted as unabsorbed
+//! (the statistics' `hook_overhead_unabsorbed_ns`) and dropped. So the
 //! cost of the hooks during a stretch of DRAM accesses is absorbed by the
 //! PM delays that follow it (multilat's 200000-access DRAM stretches), but
 //! never across a clock read: an expensive phase that a program times on
@@ -37,8 +39,8 @@
 //! share of an epoch spent waiting on memory ([`counters::stall_share`])
 //! divided by the epoch's memory-level parallelism ([`counters::mlp`]), or
 //! at the time the program lost because the hooks shrank its out-of-order
-//! window ([`counters::window_loss_ns`]) where that is more (the calls then run while the
-//! core waits); the batches the thread ran itself, as timed.
+//! window ([`counters::window_loss_ns`]) where that is more (the calls then
+//! run while the core waits); the batches the thread ran itself, as timed.
 //!
 //! # How an access is counted
 //!

@@ -42,8 +42,9 @@ pub struct ThreadTotals {
     pub serial: SerialCounts,
     /// Serial accesses (both kinds) as the instrumented program itself runs
     /// them: the same misses in the smaller window the hooks leave
-    /// ([`HookConfig::hooked_window`](super::settings::HookConfig::hooked_window)). At least `serial`'s total: the
-    /// difference, at DRAM latency, is time the program loses to the hooks.
+    /// ([`HookConfig::hooked_window`](super::settings::HookConfig::hooked_window)).
+    /// At least `serial`'s total: the difference, at DRAM latency, is time
+    /// the program loses to the hooks.
     pub hooked_serial: f64,
     /// Dirty lines written back to PM.
     pub pm_writebacks: u64,
