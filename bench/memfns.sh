@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/memfns.sh -- cost of pmlab's libc memcpy interposer
-# (crates/runtime/src/memfns.rs). For copies of 64 B and 4 KiB that stay in
+# (crates/runtime/src/source/instrumented/memfns.rs). For copies of 64 B and 4 KiB that stay in
 # the cache, REPS runs each (median [min..max] ns per call):
 #   native     clang -O2, no pmlab;
 #   preloaded  the same binary with libpmlab.so preloaded but not emulating

@@ -68,8 +68,8 @@ unsafe fn masked_call(
 ///
 /// # Safety
 /// As nanosleep.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
+#[inline]
+pub unsafe fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
     shielded(|| real::nanosleep()(req, rem))
 }
 
@@ -77,8 +77,8 @@ pub unsafe extern "C" fn nanosleep(req: *const libc::timespec, rem: *mut libc::t
 ///
 /// # Safety
 /// As clock_nanosleep.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn clock_nanosleep(
+#[inline]
+pub unsafe fn clock_nanosleep(
     clock: libc::clockid_t,
     flags: c_int,
     req: *const libc::timespec,
@@ -91,8 +91,8 @@ pub unsafe extern "C" fn clock_nanosleep(
 ///
 /// # Safety
 /// As usleep.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn usleep(us: libc::useconds_t) -> c_int {
+#[inline]
+pub unsafe fn usleep(us: libc::useconds_t) -> c_int {
     shielded(|| real::usleep()(us))
 }
 
@@ -100,8 +100,8 @@ pub unsafe extern "C" fn usleep(us: libc::useconds_t) -> c_int {
 ///
 /// # Safety
 /// As sleep.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sleep(s: c_uint) -> c_uint {
+#[inline]
+pub unsafe fn sleep(s: c_uint) -> c_uint {
     shielded(|| real::sleep()(s))
 }
 
@@ -110,8 +110,8 @@ pub unsafe extern "C" fn sleep(s: c_uint) -> c_uint {
 ///
 /// # Safety
 /// As sem_wait.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sem_wait(sem: *mut libc::sem_t) -> c_int {
+#[inline]
+pub unsafe fn sem_wait(sem: *mut libc::sem_t) -> c_int {
     if libc::sem_trywait(sem) == 0 {
         return 0;
     }
@@ -122,11 +122,8 @@ pub unsafe extern "C" fn sem_wait(sem: *mut libc::sem_t) -> c_int {
 ///
 /// # Safety
 /// As sem_timedwait.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sem_timedwait(
-    sem: *mut libc::sem_t,
-    deadline: *const libc::timespec,
-) -> c_int {
+#[inline]
+pub unsafe fn sem_timedwait(sem: *mut libc::sem_t, deadline: *const libc::timespec) -> c_int {
     if libc::sem_trywait(sem) == 0 {
         return 0;
     }
@@ -137,8 +134,8 @@ pub unsafe extern "C" fn sem_timedwait(
 ///
 /// # Safety
 /// As poll.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+#[inline]
+pub unsafe fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
     if timeout == 0 {
         return real::poll()(fds, n, timeout);
     }
@@ -149,8 +146,8 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
 ///
 /// # Safety
 /// As select.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn select(
+#[inline]
+pub unsafe fn select(
     n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
@@ -164,8 +161,8 @@ pub unsafe extern "C" fn select(
 ///
 /// # Safety
 /// As epoll_wait.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_wait(
+#[inline]
+pub unsafe fn epoll_wait(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,
@@ -182,8 +179,8 @@ pub unsafe extern "C" fn epoll_wait(
 ///
 /// # Safety
 /// As ppoll.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ppoll(
+#[inline]
+pub unsafe fn ppoll(
     fds: *mut libc::pollfd,
     n: libc::nfds_t,
     timeout: *const libc::timespec,
@@ -200,8 +197,8 @@ pub unsafe extern "C" fn ppoll(
 ///
 /// # Safety
 /// As pselect.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pselect(
+#[inline]
+pub unsafe fn pselect(
     n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
@@ -217,8 +214,8 @@ pub unsafe extern "C" fn pselect(
 ///
 /// # Safety
 /// As epoll_pwait.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_pwait(
+#[inline]
+pub unsafe fn epoll_pwait(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,
@@ -237,8 +234,8 @@ pub unsafe extern "C" fn epoll_pwait(
 ///
 /// # Safety
 /// As epoll_pwait2.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_pwait2(
+#[inline]
+pub unsafe fn epoll_pwait2(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,

@@ -21,6 +21,7 @@ use crate::config::{self, Config, Throttle};
 use crate::real;
 use crate::source::{self, ModelParams, Source, ThreadCounters};
 use crate::stats::{self, Summary};
+use crate::sys::{die, gettid, own_pid};
 use libc::{c_int, c_void};
 use pmlab_model::quartz::{self, OverheadAccount, WriteModel};
 use std::cell::{Cell, UnsafeCell};
@@ -195,24 +196,6 @@ fn with_finished<R>(f: impl FnOnce(&mut Vec<Summary>) -> R) -> R {
     r
 }
 
-/// Print one line and stop the process (for failures before `main`).
-pub fn die(msg: &str) -> ! {
-    let line = format!("pmlab: runtime: error: {msg}\n");
-    // SAFETY: write(2) to stderr and _exit are async-signal-safe.
-    unsafe {
-        libc::write(2, line.as_ptr() as *const c_void, line.len());
-        libc::_exit(2)
-    }
-}
-
-/// A real function could not be found.
-pub fn fatal(name: &[u8]) -> ! {
-    let n = String::from_utf8_lossy(&name[..name.len().saturating_sub(1)]).into_owned();
-    die(&format!(
-        "cannot find the real '{n}' in the C library (unsupported libc?)"
-    ))
-}
-
 /// The current state.
 #[inline]
 pub fn state() -> State {
@@ -292,12 +275,6 @@ pub fn current() -> Option<&'static ThreadState> {
     unsafe { p.as_ref() }
 }
 
-/// The calling thread's kernel id.
-pub(crate) fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
 /// Initialise once (called from the library constructor, and lazily from
 /// any entry point reached before it).
 #[cold]
@@ -336,7 +313,7 @@ pub fn init() {
         STATE.store(State::Passive as u8, Ordering::Release);
         return;
     }
-    let source = match source::open(&cfg.source) {
+    let source = match source::registry::open(&cfg.source) {
         Ok(s) => s,
         Err(e) => {
             STATE.store(State::Failed as u8, Ordering::Release);
@@ -807,13 +784,6 @@ extern "C" fn on_exit() {
     report();
 }
 
-/// The calling process's id, from the kernel (never a cached value: a
-/// `vfork` child must see its own). Async-signal-safe.
-pub(crate) fn own_pid() -> i32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
-}
-
 /// Whether the calling process may have the monitor write a report for it
 /// (before `_exit` or an exec): emulating, the report not written yet, the
 /// monitor running, and the process the state's owner, not a forked child
@@ -979,6 +949,7 @@ fn build_report(g: &Globals) -> stats::Report {
     stats::Report {
         pid: std::process::id(),
         source: g.source.name(),
+        source_stats: g.source.stats(),
         inject: !g.cfg.no_inject,
         pm_latency_ns: g.cfg.pm_latency_ns,
         dram_latency_ns: g.cfg.dram_latency_ns,
@@ -1159,7 +1130,7 @@ extern "C" fn after_fork_parent() {
 /// In the child only the forking thread exists: drop every other thread's
 /// state, start the forking thread's counters again, restart the monitor.
 extern "C" fn after_fork_child() {
-    crate::instrument_hooks::after_fork_child();
+    crate::source::instrumented::thread::after_fork_child();
     FINISHED.lock.store(false, Ordering::Release);
     crate::pool::reset_after_fork();
     FORKED.store(true, Ordering::Relaxed);

@@ -18,10 +18,11 @@
 //!
 //! Nothing here allocates or takes a lock: exec is called from `vfork`
 //! children and from signal handlers. The variadic `execl`, `execlp` and
-//! `execle` are small naked trampolines (stable Rust cannot define a
-//! C-variadic function) that hand the register and stack argument areas
-//! to `exec_list`, which walks them as the x86-64 System V ABI lays
-//! them out.
+//! `execle` are small naked trampolines in [`crate::exports`] (stable Rust
+//! cannot define a C-variadic function) that hand the register and stack
+//! argument areas to `exec_list`, which walks them as the x86-64 System V
+//! ABI lays them out. The C symbols are all declared in
+//! [`crate::exports`], which calls the functions here.
 
 use crate::{emu, real};
 use libc::{c_char, c_int};
@@ -53,8 +54,8 @@ fn failed((old, reported): (Option<libc::sigset_t>, bool), r: c_int) -> c_int {
 ///
 /// # Safety
 /// As execve.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn execve(
+#[inline]
+pub unsafe fn execve(
     path: *const c_char,
     argv: *const *const c_char,
     envp: *const *const c_char,
@@ -67,8 +68,8 @@ pub unsafe extern "C" fn execve(
 ///
 /// # Safety
 /// As execv.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+#[inline]
+pub unsafe fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
     execve(path, argv, environ)
 }
 
@@ -77,8 +78,8 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 ///
 /// # Safety
 /// As execvpe.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn execvpe(
+#[inline]
+pub unsafe fn execvpe(
     file: *const c_char,
     argv: *const *const c_char,
     envp: *const *const c_char,
@@ -91,8 +92,8 @@ pub unsafe extern "C" fn execvpe(
 ///
 /// # Safety
 /// As execvp.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+#[inline]
+pub unsafe fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
     execvpe(file, argv, environ)
 }
 
@@ -100,12 +101,8 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 ///
 /// # Safety
 /// As fexecve.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn fexecve(
-    fd: c_int,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
+#[inline]
+pub unsafe fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     let old = begin();
     failed(old, real::fexecve()(fd, argv, envp))
 }
@@ -115,8 +112,8 @@ pub unsafe extern "C" fn fexecve(
 ///
 /// # Safety
 /// As execveat.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn execveat(
+#[inline]
+pub unsafe fn execveat(
     dirfd: c_int,
     path: *const c_char,
     argv: *const *const c_char,
@@ -131,10 +128,12 @@ pub unsafe extern "C" fn execveat(
     failed(old, f(dirfd, path, argv, envp, flags))
 }
 
-/// Which list-taking function a trampoline stands for.
-const KIND_EXECL: c_int = 0;
-const KIND_EXECLP: c_int = 1;
-const KIND_EXECLE: c_int = 2;
+/// Which list-taking function a trampoline stands for: `execl`.
+pub const KIND_EXECL: c_int = 0;
+/// `execlp`.
+pub const KIND_EXECLP: c_int = 1;
+/// `execle`.
+pub const KIND_EXECLE: c_int = 2;
 
 /// Number of argument slots passed in registers after `path`
 /// (`rsi`, `rdx`, `rcx`, `r8`, `r9`).
@@ -149,10 +148,10 @@ const STACK_ARGS: usize = 256;
 /// caller's stack-passed ones, in order.
 ///
 /// # Safety
-/// Called only from the trampolines below, with the argument areas of a
+/// Called only from the trampolines in [`crate::exports`], with the argument areas of a
 /// call that follows the C contract (a NULL-terminated list, then for
 /// `execle` the environment pointer).
-unsafe extern "C" fn exec_list(
+pub unsafe extern "C" fn exec_list(
     path: *const c_char,
     regs: *const *const c_char,
     stack: *const *const c_char,
@@ -209,55 +208,3 @@ unsafe extern "C" fn exec_list(
     }
     r
 }
-
-/// A naked trampoline for a variadic exec function: spill the five
-/// register slots next to each other, point at the stack slots, and call
-/// [`exec_list`] with the kind. At entry `rsp` is 8 mod 16; 56 bytes
-/// more make it 0 mod 16 for the call. The stack-passed slots start at the
-/// entry `rsp` + 8, which is the new `rsp` + 64.
-macro_rules! exec_trampoline {
-    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// As the libc function.
-        #[cfg(target_arch = "x86_64")]
-        #[cfg_attr(not(test), no_mangle)]
-        #[unsafe(naked)]
-        pub unsafe extern "C" fn $name(path: *const c_char, arg0: *const c_char) -> c_int {
-            core::arch::naked_asm!(
-                "sub rsp, 56",
-                "mov [rsp], rsi",
-                "mov [rsp + 8], rdx",
-                "mov [rsp + 16], rcx",
-                "mov [rsp + 24], r8",
-                "mov [rsp + 32], r9",
-                "mov rsi, rsp",
-                "lea rdx, [rsp + 64]",
-                "mov ecx, {kind}",
-                "call {body}",
-                "add rsp, 56",
-                "ret",
-                kind = const $kind,
-                body = sym exec_list,
-            )
-        }
-    };
-}
-
-exec_trampoline!(
-    /// Interposed `execl` (variadic; goes through [`execve`]).
-    execl,
-    KIND_EXECL
-);
-exec_trampoline!(
-    /// Interposed `execlp` (variadic; goes through [`execvpe`]).
-    execlp,
-    KIND_EXECLP
-);
-exec_trampoline!(
-    /// Interposed `execle` (variadic, environment after the NULL; goes
-    /// through [`execve`]).
-    execle,
-    KIND_EXECLE
-);

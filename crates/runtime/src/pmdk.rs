@@ -231,8 +231,8 @@ type SetFlagsFn = unsafe extern "C" fn(*mut c_void, c_int, usize, c_uint) -> *mu
 type DeepFn = unsafe extern "C" fn(*const c_void, usize) -> c_int;
 
 /// `pmem_flush` (libpmem): records `CLWB` per line.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_flush(addr: *const c_void, len: usize) {
+#[inline]
+pub unsafe fn pmem_flush(addr: *const c_void, len: usize) {
     let real = real!(c"pmem_flush", FlushFn);
     guarded(
         || {
@@ -244,8 +244,8 @@ pub unsafe extern "C" fn pmem_flush(addr: *const c_void, len: usize) {
 }
 
 /// `pmem_deep_flush` (libpmem): records `CLWB` per line.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_deep_flush(addr: *const c_void, len: usize) {
+#[inline]
+pub unsafe fn pmem_deep_flush(addr: *const c_void, len: usize) {
     let real = real!(c"pmem_deep_flush", FlushFn);
     guarded(
         || {
@@ -257,8 +257,8 @@ pub unsafe extern "C" fn pmem_deep_flush(addr: *const c_void, len: usize) {
 }
 
 /// `pmem_drain` (libpmem): records `SFENCE`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_drain() {
+#[inline]
+pub unsafe fn pmem_drain() {
     let real = real!(c"pmem_drain", DrainFn);
     guarded(
         || {
@@ -270,8 +270,8 @@ pub unsafe extern "C" fn pmem_drain() {
 }
 
 /// `pmem_persist` (libpmem): `CLWB`s then `SFENCE`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_persist(addr: *const c_void, len: usize) {
+#[inline]
+pub unsafe fn pmem_persist(addr: *const c_void, len: usize) {
     let real = real!(c"pmem_persist", FlushFn);
     guarded(
         || {
@@ -284,8 +284,8 @@ pub unsafe extern "C" fn pmem_persist(addr: *const c_void, len: usize) {
 }
 
 /// `pmem_msync` (libpmem): `CLWB`s then `SFENCE`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_msync(addr: *const c_void, len: usize) -> c_int {
+#[inline]
+pub unsafe fn pmem_msync(addr: *const c_void, len: usize) -> c_int {
     let real = real!(c"pmem_msync", MsyncFn);
     guarded(
         || {
@@ -299,8 +299,8 @@ pub unsafe extern "C" fn pmem_msync(addr: *const c_void, len: usize) -> c_int {
 }
 
 /// `pmem_deep_persist` (libpmem): `CLWB`s then `SFENCE`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_deep_persist(addr: *const c_void, len: usize) -> c_int {
+#[inline]
+pub unsafe fn pmem_deep_persist(addr: *const c_void, len: usize) -> c_int {
     let real = real!(c"pmem_deep_persist", DeepFn);
     guarded(
         || {
@@ -316,8 +316,8 @@ pub unsafe extern "C" fn pmem_deep_persist(addr: *const c_void, len: usize) -> c
 macro_rules! copy_wrapper {
     ($(#[$doc:meta])* $name:ident, $cname:literal, $flags:expr, $drain:expr) => {
         $(#[$doc])*
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name(
+        #[inline]
+        pub unsafe fn $name(
             dest: *mut c_void,
             src: *const c_void,
             len: usize,
@@ -351,8 +351,8 @@ copy_wrapper!(
 macro_rules! copy_flags_wrapper {
     ($(#[$doc:meta])* $name:ident, $cname:literal) => {
         $(#[$doc])*
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name(
+        #[inline]
+        pub unsafe fn $name(
             dest: *mut c_void,
             src: *const c_void,
             len: usize,
@@ -381,8 +381,8 @@ copy_flags_wrapper!(
 macro_rules! set_wrapper {
     ($(#[$doc:meta])* $name:ident, $cname:literal, $drain:expr) => {
         $(#[$doc])*
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name(dest: *mut c_void, c: c_int, len: usize) -> *mut c_void {
+        #[inline]
+        pub unsafe fn $name(dest: *mut c_void, c: c_int, len: usize) -> *mut c_void {
             let real = real!($cname, SetFn);
             guarded(
                 || {
@@ -404,13 +404,8 @@ set_wrapper!(
     pmem_memset_nodrain, c"pmem_memset_nodrain", false);
 
 /// `pmem_memset` (libpmem, with flags).
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmem_memset(
-    dest: *mut c_void,
-    c: c_int,
-    len: usize,
-    flags: c_uint,
-) -> *mut c_void {
+#[inline]
+pub unsafe fn pmem_memset(dest: *mut c_void, c: c_int, len: usize, flags: c_uint) -> *mut c_void {
     let real = real!(c"pmem_memset", SetFlagsFn);
     guarded(
         || {
@@ -441,8 +436,8 @@ type DirectFn = unsafe extern "C" fn(PmemOid) -> *mut c_void;
 
 /// `pmemobj_tx_begin` (libpmemobj): records `TXBEGIN`. Forwards the first
 /// four variadic words (see the module documentation).
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmemobj_tx_begin(
+#[inline]
+pub unsafe fn pmemobj_tx_begin(
     pop: *mut c_void,
     env: *mut c_void,
     a: usize,
@@ -463,8 +458,8 @@ pub unsafe extern "C" fn pmemobj_tx_begin(
 }
 
 /// `pmemobj_tx_end` (libpmemobj): records `TXEND`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmemobj_tx_end() -> c_int {
+#[inline]
+pub unsafe fn pmemobj_tx_end() -> c_int {
     let real = real!(c"pmemobj_tx_end", TxEndFn);
     let r = real();
     if enabled() {
@@ -474,8 +469,8 @@ pub unsafe extern "C" fn pmemobj_tx_end() -> c_int {
 }
 
 /// `pmemobj_tx_add_range` (libpmemobj): records `USERDATA` for the range.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmemobj_tx_add_range(oid: PmemOid, hoff: u64, size: usize) -> c_int {
+#[inline]
+pub unsafe fn pmemobj_tx_add_range(oid: PmemOid, hoff: u64, size: usize) -> c_int {
     let real = real!(c"pmemobj_tx_add_range", AddRangeFn);
     let r = real(oid, hoff, size);
     if enabled() && r == 0 {
@@ -492,8 +487,8 @@ pub unsafe extern "C" fn pmemobj_tx_add_range(oid: PmemOid, hoff: u64, size: usi
 }
 
 /// `pmemobj_tx_add_range_direct` (libpmemobj): records `USERDATA`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pmemobj_tx_add_range_direct(ptr: *const c_void, size: usize) -> c_int {
+#[inline]
+pub unsafe fn pmemobj_tx_add_range_direct(ptr: *const c_void, size: usize) -> c_int {
     let real = real!(c"pmemobj_tx_add_range_direct", AddRangeDirectFn);
     let r = real(ptr, size);
     if enabled() && r == 0 {
@@ -510,8 +505,8 @@ pub unsafe extern "C" fn pmemobj_tx_add_range_direct(ptr: *const c_void, size: u
 macro_rules! alloc_wrapper {
     ($(#[$doc:meta])* $name:ident, $cname:literal) => {
         $(#[$doc])*
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name(size: usize, type_num: u64) -> PmemOid {
+        #[inline]
+        pub unsafe fn $name(size: usize, type_num: u64) -> PmemOid {
             let real = real!($cname, TxAllocFn);
             let oid = real(size, type_num);
             if enabled() && oid.off != 0 {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Resolve `name` (NUL-terminated) in the objects after ours; a function
 /// the C library must have.
 fn resolve(cache: &AtomicUsize, name: &[u8]) -> usize {
-    resolve_opt(cache, name).unwrap_or_else(|| crate::emu::fatal(name))
+    resolve_opt(cache, name).unwrap_or_else(|| crate::sys::fatal(name))
 }
 
 /// Resolve `name` (NUL-terminated) in the objects after ours, `None` where

@@ -1,6 +1,10 @@
 //! The exit report: per-thread and total epochs by cause, delays, overhead,
 //! amortisation and advice on the epoch length (as Quartz reports them).
 //! JSON is written by hand (the runtime carries no serialisation crate).
+//! The counter source's own numbers come in through the source interface
+//! ([`SourceStats`]).
+
+use crate::source::SourceStats;
 
 /// One thread's numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -130,6 +134,8 @@ pub struct Report {
     /// `/proc/self/schedstat`), ns; lets benchmarks and tests on a busy
     /// machine tell scheduling noise from injected delay.
     pub main_run_delay_ns: u64,
+    /// The counter source's own numbers ([`crate::source::Source::stats`]).
+    pub source_stats: SourceStats,
     /// Per thread.
     pub threads: Vec<Summary>,
 }
@@ -204,7 +210,7 @@ impl Report {
         use std::fmt::Write;
         let mut o = String::new();
         let t = self.total();
-        let hooks = crate::instrument_hooks::calibrated();
+        let src = &self.source_stats;
         let _ = write!(
             o,
             "{{\"pmlab_stats\":1,\"pid\":{},\"source\":\"{}\",\"inject\":{},\"pm_latency_ns\":{},\
@@ -227,11 +233,11 @@ impl Report {
             esc(&self.throttle),
             esc(&self.throttle_note),
             self.init_ns,
-            crate::instrument_hooks::unabsorbed_ns(),
-            hooks.fast_ns,
-            hooks.miss_ns,
-            crate::instrument_hooks::offloaded_batches(),
-            crate::instrument_hooks::window_loss_ns(),
+            src.hook_overhead_unabsorbed_ns,
+            src.hook_hit_ns,
+            src.hook_logged_miss_ns,
+            src.hook_batches_offloaded,
+            src.hook_window_loss_ns,
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,
@@ -266,7 +272,7 @@ impl Report {
             if self.inject { "" } else { " (--no-inject: not injected)" },
             t.overhead_ns as f64 / 1e6,
             if t.pending_overhead_ns == 0 { "amortised".to_string() } else { format!("{} ns not amortised", t.pending_overhead_ns) },
-            match crate::instrument_hooks::unabsorbed_ns() {
+            match self.source_stats.hook_overhead_unabsorbed_ns {
                 0 => String::new(),
                 n => format!(", instrumentation overhead not absorbed {:.3} ms", n as f64 / 1e6),
             },
@@ -333,5 +339,35 @@ mod tests {
         let adv = two.advice();
         assert!(adv.starts_with("1000 lock/thread sync points"), "{adv}");
         assert!(two.to_json().contains("\"sync_points_skipped\":1000"));
+    }
+
+    #[test]
+    fn the_sources_numbers_come_from_the_source() {
+        let quiet = Report::default();
+        assert!(quiet.to_json().contains("\"hook_batches_offloaded\":0,"));
+        assert!(!quiet.to_text().contains("instrumentation overhead"));
+        let r = Report {
+            source_stats: SourceStats {
+                hook_overhead_unabsorbed_ns: 2_500_000,
+                hook_hit_ns: 1.25,
+                hook_logged_miss_ns: 3.5,
+                hook_batches_offloaded: 7,
+                hook_window_loss_ns: 11,
+            },
+            ..Default::default()
+        };
+        let j = r.to_json();
+        for want in [
+            "\"hook_overhead_unabsorbed_ns\":2500000,",
+            "\"hook_hit_ns\":1.250,",
+            "\"hook_logged_miss_ns\":3.500,",
+            "\"hook_batches_offloaded\":7,",
+            "\"hook_window_loss_ns\":11,",
+        ] {
+            assert!(j.contains(want), "{want} not in {j}");
+        }
+        assert!(r
+            .to_text()
+            .contains("instrumentation overhead not absorbed 2.500 ms"));
     }
 }

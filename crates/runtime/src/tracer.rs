@@ -16,8 +16,9 @@
 //!   flushed lines as stored). `PMLAB_TRACE_STORES=1` (set by `pmlab
 //!   trace` for instrumented programs) turns the instrumentation hooks on:
 //!   they record PM stores one by one and count DRAM accesses and PM loads
-//!   as `UNTRACED` records (see `instrument_hooks`); [`finish`] first
-//!   records the calling thread's pending counts.
+//!   as `UNTRACED` records (see `source::instrumented::trace`); [`finish`]
+//!   first records the calling thread's pending counts (the hooks register
+//!   that with [`before_finish`]: the tracer itself knows nothing of them).
 //! * Each thread, at its first record, maps (with a raw `mmap` system call)
 //!   its own ring of [`RING_ENTRIES`] records and takes the next thread
 //!   number (0, 1, … in order of first record; at most [`MAX_THREADS`]).
@@ -242,13 +243,12 @@ pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
     meta.push(("waits", PLACEHOLDER));
     meta.push(("stores", STORES_FLUSHES));
     let offsets = placeholder_offsets(&meta);
-    INSTRUMENTED_AT_START.store(crate::instrument_hooks::active(), Ordering::Relaxed);
     let w = binary::Writer::with_meta(file, &meta).map_err(std::io::Error::other)?;
     let handle = std::thread::Builder::new()
         .name("pmlab-trace".into())
         .spawn(move || writer_loop(w, offsets))?;
     *WRITER.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
-    OWNER_PID.store(crate::emu::own_pid(), Ordering::Relaxed);
+    OWNER_PID.store(crate::sys::own_pid(), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
     Ok(())
 }
@@ -259,7 +259,36 @@ const PLACEHOLDER: &str = "00000000000000000000";
 /// or only flushes and library copies were.
 const STORES_FLUSHES: &str = "flushes-only";
 const STORES_INSTRUMENTED: &str = "instrumented";
-static INSTRUMENTED_AT_START: AtomicBool = AtomicBool::new(false);
+/// The program's own stores are seen: the instrumentation hooks were
+/// turned on (before the trace started or while it records).
+static STORES_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Called by the instrumentation hooks when they turn on: the trace's
+/// `stores` field says `instrumented` (the program's plain stores are
+/// recorded), not `flushes-only`.
+pub fn note_instrumented() {
+    STORES_SEEN.store(true, Ordering::Relaxed);
+}
+
+/// A function run on the finishing thread before recording stops (set by
+/// the instrumentation hooks: it records that thread's pending `UNTRACED`
+/// counts); 0 when none.
+static BEFORE_FINISH: AtomicUsize = AtomicUsize::new(0);
+
+/// Have `f` run by [`finish`] and [`finish_before_exit`] before recording
+/// stops. Async-signal-safe `f` only (it may run in `_exit`).
+pub fn before_finish(f: fn()) {
+    BEFORE_FINISH.store(f as usize, Ordering::Release);
+}
+
+/// Run the function given to [`before_finish`], if any.
+fn run_before_finish() {
+    let f = BEFORE_FINISH.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: only `before_finish` stores here, a `fn()`.
+        unsafe { std::mem::transmute::<usize, fn()>(f)() }
+    }
+}
 
 /// Byte offsets in the file of the `records`, `dropped`, `stores` and
 /// `waits` values.
@@ -362,9 +391,7 @@ fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 4]) {
             file.seek(SeekFrom::Start(off))?;
             file.write_all(format!("{value:020}").as_bytes())?;
         }
-        let instrumented =
-            INSTRUMENTED_AT_START.load(Ordering::Relaxed) || crate::instrument_hooks::active();
-        if instrumented {
+        if STORES_SEEN.load(Ordering::Relaxed) {
             file.seek(SeekFrom::Start(offsets[2]))?;
             file.write_all(STORES_INSTRUMENTED.as_bytes())?;
         }
@@ -384,7 +411,7 @@ pub fn finish() {
     if IN_CHILD.load(Ordering::Relaxed) {
         return;
     }
-    crate::instrument_hooks::flush_trace_counts();
+    run_before_finish();
     ENABLED.store(false, Ordering::Release);
     STOP.store(true, Ordering::Release);
     let handle = WRITER.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -403,7 +430,7 @@ pub fn finish() {
 /// tracing. Async-signal-safe.
 pub fn finish_before_exit() {
     if IN_CHILD.load(Ordering::Relaxed)
-        || crate::emu::own_pid() != OWNER_PID.load(Ordering::Relaxed)
+        || crate::sys::own_pid() != OWNER_PID.load(Ordering::Relaxed)
         || !(ENABLED.load(Ordering::Acquire) || STOP.load(Ordering::Acquire))
     {
         return;
@@ -412,7 +439,7 @@ pub fn finish_before_exit() {
     // waits for the same writer.
     if ENABLED.load(Ordering::Acquire) {
         // Counts first: recording stops with ENABLED.
-        crate::instrument_hooks::flush_trace_counts();
+        run_before_finish();
         ENABLED.store(false, Ordering::Release);
         STOP.store(true, Ordering::Release);
     }
@@ -432,13 +459,27 @@ extern "C" fn at_fork_child() {
     ENABLED.store(false, Ordering::Relaxed);
 }
 
-/// Start tracing if `PMLAB_TRACE_FILE` is set (from the library's
-/// constructor, `api.rs`, after [`crate::memfns::init`]).
+/// A trace the environment asks for (`PMLAB_TRACE_FILE`), read by
+/// [`request_from_env`] and started by [`start_requested`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRequest {
+    /// The file to record into (`<file>.<pid>` in an exec'd child).
+    pub path: String,
+    /// `PMLAB_TRACE_STORES=1`: the program was built with `pmlab cc`, and
+    /// its stores are to be recorded by the instrumentation hooks (the
+    /// library's start-up turns them on before [`start_requested`]).
+    pub stores: bool,
+}
+
+/// The trace the environment asks for, if any (from the library's
+/// constructor, `startup.rs`): reads `PMLAB_TRACE_FILE`,
+/// `PMLAB_TRACE_NESTED` (and sets it for exec'd children),
+/// `PMLAB_TRACE_FULL` and `PMLAB_TRACE_STORES`.
 #[cfg_attr(test, allow(dead_code))]
-pub(crate) fn init_from_env() {
-    let Some(path) = env(ENV_FILE) else { return };
+pub fn request_from_env() -> Option<TraceRequest> {
+    let path = env(ENV_FILE)?;
     if path.is_empty() {
-        return;
+        return None;
     }
     let nested = env(ENV_NESTED).is_some();
     let path = if nested {
@@ -461,47 +502,40 @@ pub(crate) fn init_from_env() {
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
         }
     }
-    if env("PMLAB_TRACE_STORES").as_deref() == Some("1") {
-        // A program built with `pmlab cc`: turn the load/store hooks on so
-        // that its stores into PM are recorded and its other accesses
-        // counted (no delay is injected: that is `pmlab run`'s work).
-        match crate::source::instrumented::config_from_env(env) {
-            Ok(cfg) => crate::instrument_hooks::activate(cfg),
-            Err(e) => {
-                let msg = format!("pmlab: trace: stores will not be recorded: {e}\n");
-                // SAFETY: plain write(2) to stderr.
-                unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-            }
-        }
-    }
-    let pmdk = if crate::pmdk::libpmem_present() {
-        "interposed"
-    } else {
-        "absent"
-    };
-    match start(&path, &[("pmdk", pmdk)]) {
+    let stores = env("PMLAB_TRACE_STORES").as_deref() == Some("1");
+    Some(TraceRequest { path, stores })
+}
+
+/// Start the trace `req` asks for, with `meta_extra` in its header, and
+/// register the handlers that finish it at exit and stop it in a forked
+/// child; on failure say why on stderr. Returns whether it records.
+#[cfg_attr(test, allow(dead_code))]
+pub fn start_requested(req: &TraceRequest, meta_extra: &[(&str, &str)]) -> bool {
+    match start(&req.path, meta_extra) {
         Ok(()) => {
-            if crate::instrument_hooks::active() {
-                crate::instrument_hooks::trace_accesses(true);
-            }
             // SAFETY: registering plain extern "C" handlers.
             unsafe {
                 libc::atexit(at_exit);
                 libc::pthread_atfork(None, None, Some(at_fork_child));
             }
+            true
         }
         Err(e) => {
             let msg = format!(
-                "pmlab: trace: cannot record into {path}: {e}; check {ENV_FILE} names a writable file\n"
+                "pmlab: trace: cannot record into {}: {e}; check {ENV_FILE} names a writable file\n",
+                req.path
             );
             // SAFETY: plain write(2) to stderr.
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            false
         }
     }
 }
 
+/// Look `name` up in the environment (libc's, without allocating a Rust
+/// copy of it).
 #[cfg_attr(test, allow(dead_code))]
-fn env(name: &str) -> Option<String> {
+pub(crate) fn env(name: &str) -> Option<String> {
     let c = std::ffi::CString::new(name).ok()?;
     // SAFETY: getenv with a valid C string; the result is copied at once.
     let p = unsafe { libc::getenv(c.as_ptr()) };

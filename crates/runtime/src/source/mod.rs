@@ -1,7 +1,7 @@
 //! Counter sources: what the emulator learns about each epoch of a thread.
 //!
 //! A [`Source`] is chosen once per process from its configuration name
-//! (see [`open`]); it hands every registered thread its own
+//! (see [`registry::open`]); it hands every registered thread its own
 //! [`ThreadCounters`]. At the end of each epoch the runtime asks the
 //! thread's counters for an [`EpochReading`] and turns it into a delay with
 //! the Quartz model ([`EpochReading::delay_ns`]).
@@ -19,11 +19,12 @@
 //! Both report the bytes moved to and from PM (misses and write-backs
 //! times 64 B) for the bandwidth model.
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use pmlab_model::quartz;
 
 pub mod hw;
 pub mod instrumented;
+pub mod registry;
 pub mod synthetic;
 
 /// What a source knows about one epoch of one thread: counter deltas since
@@ -172,6 +173,29 @@ pub trait Source: Send + Sync {
 
     /// Counters for the calling thread (not started yet).
     fn thread_counters(&self) -> Result<Box<dyn ThreadCounters>, Error>;
+
+    /// The source's own process-wide numbers for the statistics report
+    /// (all threads so far). Default: zeros.
+    fn stats(&self) -> SourceStats {
+        SourceStats::default()
+    }
+}
+
+/// A source's own numbers in the statistics report (zeros for a source
+/// without them). The instrumented source fills the `hook_*` ones.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SourceStats {
+    /// Hook overhead that no delay absorbed, all threads, ns.
+    pub hook_overhead_unabsorbed_ns: u64,
+    /// Measured cost of a hook call that hits the filter, ns.
+    pub hook_hit_ns: f64,
+    /// Measured cost of a hook call that logs a miss, ns.
+    pub hook_logged_miss_ns: f64,
+    /// Batches of logged misses the modeller thread ran.
+    pub hook_batches_offloaded: u64,
+    /// Time charged for the hooks' shrinking of the out-of-order window
+    /// where it exceeded the calls' cost, all threads, ns.
+    pub hook_window_loss_ns: u64,
 }
 
 /// Which model path a source feeds.
@@ -181,34 +205,6 @@ pub enum SourceKind {
     StallCycles,
     /// Serial access counts.
     AccessCounts,
-}
-
-/// Every source name [`open`] accepts (for error messages).
-pub const NAMES: &str = "hw, synthetic:FILE, instrumented";
-
-/// Open the source called `name` and check that it can work here: on
-/// failure the error says why in one line and what to use instead.
-pub fn open(name: &str) -> Result<Box<dyn Source>, Error> {
-    if name == "hw" {
-        return Ok(Box::new(hw::HwSource::open()?));
-    }
-    if let Some(path) = name.strip_prefix("synthetic:") {
-        return Ok(Box::new(synthetic::SyntheticSource::load(path)?));
-    }
-    if name == "synthetic" {
-        return Err(Error::new(
-            ErrorKind::Config,
-            "source 'synthetic' needs a script: use synthetic:FILE (format in docs/emulator.md)",
-        ));
-    }
-    // ---- slot of the compiler-instrumented source (issue 3) ----
-    if name == "instrumented" {
-        return instrumented::open();
-    }
-    Err(Error::new(
-        ErrorKind::Config,
-        format!("unknown counter source '{name}': expected one of {NAMES}"),
-    ))
 }
 
 #[cfg(test)]
@@ -271,11 +267,5 @@ mod tests {
             pm_bytes: 0,
         };
         assert!((r.delay_ns(&params()) - 2100.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn unknown_source_lists_the_valid_names() {
-        let e = open("magic").err().unwrap();
-        assert!(e.message().contains("hw, synthetic:FILE"));
     }
 }

@@ -1,198 +1,34 @@
-//! The compiler-instrumented counter source (`--source instrumented`):
-//! counts serial PM and DRAM accesses from the load/store callbacks of
-//! programs built by `pmlab cc` (see [`crate::instrument_hooks`]), so that
-//! emulation works on machines without a usable PMU.
-//!
-//! Opening the source reads this machine's last-level cache geometry from
-//! sysfs, turns the hooks on and measures their cost. Each thread's
-//! counters are cumulative totals kept by the hooks; an epoch's reading is
-//! the difference since the previous epoch end, and the hooks' own cost in
-//! that epoch is reported through [`ThreadCounters::overhead_ns`] so that the
-//! runtime absorbs it like any emulator overhead. What an epoch's delay
-//! cannot absorb is carried into the next epochs of the thread until the
-//! thread reads the clock (`clock_gettime`, `gettimeofday`): then what is
-//! still carried is counted in [`hooks::unabsorbed_ns`] and dropped. So the
-//! cost of the hooks during a stretch of DRAM accesses is absorbed by the
-//! PM delays that follow it (multilat's 200000-access DRAM stretches), but
-//! never across a clock read: an expensive phase that a program times on
-//! its own (e.g. building a data set with many misses and little PM delay)
-//! does not shorten the delays of the phase it times next.
-//!
-//! Settings (environment, read once):
-//!
-//! * `PMLAB_INSTR_PM` = `auto` (default: everything is PM until the program
-//!   maps a PM pool, then only the pool), `all` or `pool`;
-//! * `PMLAB_INSTR_LLC` = `SIZE:WAYS` (e.g. `32MiB:16`) to override sysfs;
-//! * `PMLAB_INSTR_FILL_BUFFERS` (default 10) and `PMLAB_INSTR_WINDOW`
-//!   (instrumented accesses the out-of-order window spans, default 64);
-//! * `PMLAB_INSTR_HOOKED_WINDOW`: the window the instrumented program
-//!   itself keeps, in units of one per access that hits the hooks' filter
-//!   and two per logged access (default
-//!   [`hooks::DEFAULT_HOOKED_WINDOW`]; see [`window_loss_ns`]).
-//! * `PMLAB_INSTR_OFFLOAD=0` runs every batch of logged misses on the
-//!   program's thread (default: on a modeller thread while a CPU is free;
-//!   see [`crate::instrument_hooks`]).
-//!
-//! The hooks' calls are charged at their calibrated costs except for the
-//! share of an epoch spent waiting on memory ([`stall_share`]) divided by
-//! the epoch's memory-level parallelism ([`mlp`]), or at the time the
-//! program lost because the hooks shrank its out-of-order window
-//! ([`window_loss_ns`]) where that is more (the calls then run while the
-//! core waits); the batches the thread ran itself, as timed.
+//! The `Source` implementation: [`InstrumentedSource`] opens the hooks
+//! and hands each thread an [`InstrumentedCounters`], whose epoch readings
+//! are differences of the thread's totals and whose overhead is the hooks'
+//! own cost in the epoch, charged as the module's documentation
+//! ([`super`]) explains.
 
-use super::{EpochReading, Reading, Source, SourceKind, ThreadCounters};
-use crate::error::{Error, ErrorKind};
-use crate::instrument_hooks::{self as hooks, HookConfig, HookCosts, PmMode, ThreadTotals};
-use pmlab_model::cache::CacheConfig;
-use pmlab_model::mlp::OverlapConfig;
+use super::cost::{self, HookCosts};
+use super::model::ThreadTotals;
+use super::settings::{self, HookConfig};
+use super::{hooks, offload, thread};
+use crate::error::Error;
+use crate::source::{EpochReading, Reading, Source, SourceKind, SourceStats, ThreadCounters};
 use pmlab_model::quartz;
-use pmlab_model::units::Bytes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Open the instrumented source: configure and activate the hooks.
 pub fn open() -> Result<Box<dyn Source>, Error> {
-    let cfg = config_from_env(|k| std::env::var(k).ok())?;
+    let cfg = settings::config_from_env(|k| std::env::var(k).ok())?;
     hooks::activate(cfg);
-    let costs = hooks::calibrate();
+    let costs = cost::calibrate();
     let lat = match crate::config::get() {
         Ok(c) => Some((c.dram_latency_ns, c.pm_latency_ns)),
         Err(_) => None,
     };
-    Ok(Box::new(InstrumentedSource { cfg, costs, lat }))
-}
-
-/// Build the hooks' configuration from `PMLAB_INSTR_*` settings (looked up
-/// with `get`) and sysfs.
-pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfig, Error> {
-    let pm_mode = match get("PMLAB_INSTR_PM").as_deref() {
-        None | Some("auto") => PmMode::Auto,
-        Some("all") => PmMode::All,
-        Some("pool") => PmMode::Pool,
-        Some(other) => {
-            return Err(Error::new(
-                ErrorKind::Config,
-                format!("PMLAB_INSTR_PM='{other}' is not one of auto, all, pool"),
-            ))
-        }
-    };
-    let llc = match get("PMLAB_INSTR_LLC") {
-        Some(s) => parse_llc(&s)?,
-        None => llc_from_sysfs(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache"))
-            .unwrap_or(CacheConfig::new(32 << 20, 16)),
-    };
-    llc.sets().map_err(|e| {
-        Error::new(
-            ErrorKind::Config,
-            format!("modelled last-level cache: {e} (set PMLAB_INSTR_LLC=SIZE:WAYS)"),
-        )
-    })?;
-    let num = |key: &str, default: u64, max: u64| -> Result<u64, Error> {
-        match get(key) {
-            None => Ok(default),
-            Some(s) => s
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|v| (1..=max).contains(v))
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Config,
-                        format!("{key}='{s}' must be an integer in 1..={max}"),
-                    )
-                }),
-        }
-    };
-    let overlap = OverlapConfig {
-        fill_buffers: num(
-            "PMLAB_INSTR_FILL_BUFFERS",
-            10,
-            pmlab_model::mlp::MAX_FILL_BUFFERS as u64,
-        )? as usize,
-        window_accesses: num("PMLAB_INSTR_WINDOW", 64, 1 << 20)?,
-    };
-    let hooked_window = num(
-        "PMLAB_INSTR_HOOKED_WINDOW",
-        hooks::DEFAULT_HOOKED_WINDOW,
-        1 << 20,
-    )?;
-    Ok(HookConfig {
-        llc,
-        overlap,
-        hooked_window,
-        pm_mode,
-    })
-}
-
-fn parse_llc(s: &str) -> Result<CacheConfig, Error> {
-    let bad = || {
-        Error::new(
-            ErrorKind::Config,
-            format!("PMLAB_INSTR_LLC='{s}' must be SIZE:WAYS, e.g. 32MiB:16"),
-        )
-    };
-    let (size, ways) = s.split_once(':').ok_or_else(bad)?;
-    let size = Bytes::parse(size.trim()).map_err(|_| bad())?;
-    let ways = ways.trim().parse::<u32>().map_err(|_| bad())?;
-    Ok(CacheConfig::new(size.get(), ways))
-}
-
-/// The last-level data/unified cache described under `dir`
-/// (`/sys/devices/system/cpu/cpu0/cache`): the highest `index*/level`.
-pub fn llc_from_sysfs(dir: &std::path::Path) -> Option<CacheConfig> {
-    let mut best: Option<(u32, CacheConfig)> = None;
-    for entry in std::fs::read_dir(dir).ok()? {
-        let p = entry.ok()?.path();
-        if !p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("index"))
-        {
-            continue;
-        }
-        let read = |f: &str| {
-            std::fs::read_to_string(p.join(f))
-                .ok()
-                .map(|s| s.trim().to_string())
-        };
-        let (Some(level), Some(kind), Some(size), Some(ways)) = (
-            read("level"),
-            read("type"),
-            read("size"),
-            read("ways_of_associativity"),
-        ) else {
-            continue;
-        };
-        if kind == "Instruction" {
-            continue;
-        }
-        let level: u32 = level.parse().ok()?;
-        let size = parse_sysfs_size(&size)?;
-        let ways: u32 = ways.parse().ok()?;
-        let line: u32 = read("coherency_line_size")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(64);
-        let cfg = CacheConfig {
-            size_bytes: size,
-            ways,
-            line_bytes: line,
-        };
-        if cfg.sets().is_err() {
-            continue;
-        }
-        if best.is_none_or(|(l, _)| level > l) {
-            best = Some((level, cfg));
-        }
-    }
-    best.map(|(_, c)| c)
-}
-
-fn parse_sysfs_size(s: &str) -> Option<u64> {
-    let (num, mult) = match s.as_bytes().last()? {
-        b'K' => (&s[..s.len() - 1], 1u64 << 10),
-        b'M' => (&s[..s.len() - 1], 1 << 20),
-        b'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok().map(|n| n * mult)
+    Ok(Box::new(InstrumentedSource {
+        cfg,
+        costs,
+        lat,
+        shared: Arc::new(Shared::default()),
+    }))
 }
 
 /// The source: configuration plus the measured hook costs.
@@ -201,6 +37,25 @@ pub struct InstrumentedSource {
     costs: HookCosts,
     /// (DRAM, PM) latencies in ns, to bound the overhead an epoch absorbs.
     lat: Option<(f64, f64)>,
+    /// What every thread's counters add up, for the statistics.
+    shared: Arc<Shared>,
+}
+
+/// Process-wide sums the threads' counters keep (ns).
+#[derive(Debug, Default)]
+struct Shared {
+    /// Hook overhead that no delay absorbed (dropped at a clock read or
+    /// at thread exit).
+    unabsorbed_ns: AtomicU64,
+    /// Window loss charged where it exceeded the calls' cost.
+    window_loss_ns: AtomicU64,
+}
+
+/// Add `ns` (if positive) to a process-wide nanosecond total.
+fn add_ns(total: &AtomicU64, ns: f64) {
+    if ns > 0.0 {
+        total.fetch_add(ns as u64, Ordering::Relaxed);
+    }
 }
 
 impl InstrumentedSource {
@@ -228,6 +83,7 @@ impl Source for InstrumentedSource {
         Ok(Box::new(InstrumentedCounters {
             costs: self.costs,
             lat: self.lat,
+            shared: Arc::clone(&self.shared),
             last: ThreadTotals::default(),
             last_overhead_ns: 0.0,
             carried_ns: 0.0,
@@ -235,12 +91,23 @@ impl Source for InstrumentedSource {
             owner: 0,
         }))
     }
+
+    fn stats(&self) -> SourceStats {
+        SourceStats {
+            hook_overhead_unabsorbed_ns: self.shared.unabsorbed_ns.load(Ordering::Relaxed),
+            hook_hit_ns: self.costs.fast_ns,
+            hook_logged_miss_ns: self.costs.miss_ns,
+            hook_batches_offloaded: offload::offloaded_batches(),
+            hook_window_loss_ns: self.shared.window_loss_ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// One thread's view of the hooks' totals.
 pub struct InstrumentedCounters {
     costs: HookCosts,
     lat: Option<(f64, f64)>,
+    shared: Arc<Shared>,
     last: ThreadTotals,
     last_overhead_ns: f64,
     /// Hook overhead of earlier epochs that their delays did not absorb.
@@ -377,8 +244,8 @@ impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
         // parent's, so the baseline is simply "now".
-        self.owner = crate::emu::gettid();
-        self.last = hooks::totals();
+        self.owner = crate::sys::gettid();
+        self.last = thread::totals();
         self.last_overhead_ns = 0.0;
         self.carried_ns = 0.0;
         self.window = LossWindow::default();
@@ -389,7 +256,7 @@ impl ThreadCounters for InstrumentedCounters {
         // Reads the thread's own counters; no allocation, no pthread
         // locks (it may spin until the modeller thread, which never waits
         // for this one, finishes a batch of this thread's log).
-        let (now, ran) = hooks::totals_and_ran();
+        let (now, ran) = thread::totals_and_ran();
         let r = reading_between(&self.last, &now);
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
@@ -419,7 +286,7 @@ impl ThreadCounters for InstrumentedCounters {
                     self.window
                         .charge(own_ns, serial * dram, window_loss_ns(hooked, serial, dram));
                 if loss > exposed_calls {
-                    hooks::add_window_loss_ns(loss);
+                    add_ns(&self.shared.window_loss_ns, loss);
                 }
                 let exposed = exposed_calls.max(loss);
                 absorb(exposed + batches, self.carried_ns, delay)
@@ -435,16 +302,22 @@ impl ThreadCounters for InstrumentedCounters {
     }
 
     fn time_observed(&mut self) {
-        hooks::add_unabsorbed_ns(std::mem::take(&mut self.carried_ns));
+        add_ns(
+            &self.shared.unabsorbed_ns,
+            std::mem::take(&mut self.carried_ns),
+        );
     }
 
     fn stop(&mut self) {
-        hooks::add_unabsorbed_ns(std::mem::take(&mut self.carried_ns));
+        add_ns(
+            &self.shared.unabsorbed_ns,
+            std::mem::take(&mut self.carried_ns),
+        );
         // The hook state is the calling thread's: in a forked child the
         // runtime stops the counters of threads that do not exist there
         // from the forking thread, whose own model must survive.
-        if crate::emu::gettid() == self.owner {
-            hooks::thread_exit();
+        if crate::sys::gettid() == self.owner {
+            thread::thread_exit();
         }
     }
 }
@@ -535,64 +408,6 @@ mod tests {
     }
 
     #[test]
-    fn sysfs_geometry_picks_the_last_level() {
-        let dir = std::env::temp_dir().join(format!("pmlab-sysfs-{}", std::process::id()));
-        let mk = |i: u32, level: &str, kind: &str, size: &str, ways: &str| {
-            let d = dir.join(format!("index{i}"));
-            std::fs::create_dir_all(&d).unwrap();
-            for (f, v) in [
-                ("level", level),
-                ("type", kind),
-                ("size", size),
-                ("ways_of_associativity", ways),
-            ] {
-                std::fs::write(d.join(f), format!("{v}\n")).unwrap();
-            }
-        };
-        mk(0, "1", "Data", "48K", "12");
-        mk(1, "1", "Instruction", "32K", "8");
-        mk(2, "2", "Unified", "1024K", "16");
-        mk(3, "3", "Unified", "32768K", "16");
-        let c = llc_from_sysfs(&dir).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(c, CacheConfig::new(32 << 20, 16));
-        assert_eq!(llc_from_sysfs(std::path::Path::new("/nonexistent")), None);
-    }
-
-    #[test]
-    fn settings_are_validated() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(key, _)| *key == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let c = config_from_env(env(&[
-            ("PMLAB_INSTR_PM", "pool"),
-            ("PMLAB_INSTR_LLC", "8MiB:16"),
-            ("PMLAB_INSTR_FILL_BUFFERS", "12"),
-            ("PMLAB_INSTR_HOOKED_WINDOW", "20"),
-        ]))
-        .unwrap();
-        assert_eq!(c.hooked_window, 20);
-        let e = config_from_env(env(&[("PMLAB_INSTR_HOOKED_WINDOW", "x")])).unwrap_err();
-        assert!(e.message().contains("PMLAB_INSTR_HOOKED_WINDOW"), "{e}");
-        assert_eq!(c.pm_mode, PmMode::Pool);
-        assert_eq!(c.llc, CacheConfig::new(8 << 20, 16));
-        assert_eq!(c.overlap.fill_buffers, 12);
-        let e = config_from_env(env(&[("PMLAB_INSTR_PM", "some")])).unwrap_err();
-        assert!(e.message().contains("auto, all, pool"), "{e}");
-        let e = config_from_env(env(&[("PMLAB_INSTR_LLC", "lots")])).unwrap_err();
-        assert!(e.message().contains("SIZE:WAYS"), "{e}");
-        let e = config_from_env(env(&[("PMLAB_INSTR_LLC", "1000:3")])).unwrap_err();
-        assert!(e.message().contains("PMLAB_INSTR_LLC"), "{e}");
-        let e = config_from_env(env(&[("PMLAB_INSTR_FILL_BUFFERS", "0")])).unwrap_err();
-        assert!(e.message().contains("1..=32"), "{e}");
-    }
-
-    #[test]
     fn epoch_reading_is_the_difference_of_totals() {
         let a = ThreadTotals {
             serial: SerialCounts {
@@ -623,5 +438,41 @@ mod tests {
             }
         );
         assert_eq!(r.pm_bytes, (30 + 5) * 64);
+    }
+
+    #[test]
+    fn the_threads_unabsorbed_overhead_reaches_the_statistics() {
+        let src = InstrumentedSource {
+            cfg: HookConfig {
+                llc: pmlab_model::cache::CacheConfig::new(1 << 20, 16),
+                overlap: pmlab_model::mlp::OverlapConfig::default(),
+                hooked_window: settings::DEFAULT_HOOKED_WINDOW,
+                pm_mode: settings::PmMode::All,
+            },
+            costs: HookCosts {
+                fast_ns: 1.5,
+                miss_ns: 4.0,
+                ..HookCosts::default()
+            },
+            lat: None,
+            shared: Arc::default(),
+        };
+        let counters = |carried_ns| InstrumentedCounters {
+            costs: src.costs,
+            lat: src.lat,
+            shared: Arc::clone(&src.shared),
+            last: ThreadTotals::default(),
+            last_overhead_ns: 0.0,
+            carried_ns,
+            window: LossWindow::default(),
+            owner: 0,
+        };
+        // Two threads drop what they carry at a clock read.
+        counters(2e6).time_observed();
+        counters(5e5).time_observed();
+        let s = src.stats();
+        assert_eq!(s.hook_overhead_unabsorbed_ns, 2_500_000);
+        assert_eq!((s.hook_hit_ns, s.hook_logged_miss_ns), (1.5, 4.0));
+        assert_eq!(s.hook_window_loss_ns, 0);
     }
 }

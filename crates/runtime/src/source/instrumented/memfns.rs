@@ -14,9 +14,10 @@
 //!   to libc (one relaxed load more).
 //! * Not for calls from libpmlab itself: Rust code in the runtime copies
 //!   and fills too (the model's own tables, the tracer's buffers). Each
-//!   interposer is a naked trampoline that passes its return address to
-//!   the body, which skips the hooks when that address lies in libpmlab's
-//!   own mapping.
+//!   interposer is a naked trampoline (in [`crate::exports`]) that passes
+//!   its return address to the body here (`memcpy_body`…, which takes it as
+//!   an extra last argument), which skips the hooks when that address lies
+//!   in libpmlab's own mapping.
 //! * libc's internal copies (inside `printf`, `fread`…) call libc's
 //!   functions directly, not through these symbols, and stay unseen, as do
 //!   other libraries' private copy routines (libpmem's).
@@ -24,7 +25,7 @@
 //!   dynamic loader and libc's own start-up may call these first), the
 //!   work is done here with `rep movsb`/`rep stosb`, and nothing is
 //!   counted: the runtime's own calls cannot be told apart yet. The
-//!   constructor (`api.rs`) runs [`init`] before it starts any thread of
+//!   constructor (`startup.rs`) runs [`init`] before it starts any thread of
 //!   the runtime (once the trace writer, started first, had its name copy
 //!   counted as a store into PM).
 //!
@@ -32,6 +33,7 @@
 //! detection for copies); libc's non-temporal stores for very large copies
 //! are modelled as ordinary stores.
 
+use super::hooks::{active, on_access};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -128,14 +130,14 @@ fn offer(addr: usize, len: usize, write: bool) {
     while at < end {
         let next = ((at >> 6) + 1) << 6;
         let upto = next.min(end);
-        crate::instrument_hooks::on_access(at, (upto - at) as u32, write, None);
+        on_access(at, (upto - at) as u32, write, None);
         at = upto;
     }
 }
 
 #[inline]
 fn counting(ret: usize) -> bool {
-    crate::instrument_hooks::active() && READY.load(Ordering::Acquire) && !from_us(ret)
+    active() && READY.load(Ordering::Acquire) && !from_us(ret)
 }
 
 /// Copy forward with `rep movsb` (no call that could come back here).
@@ -210,7 +212,7 @@ unsafe fn copy(
     }
 }
 
-unsafe extern "C" fn memcpy_body(
+pub(crate) unsafe extern "C" fn memcpy_body(
     d: *mut c_void,
     s: *const c_void,
     n: usize,
@@ -220,7 +222,7 @@ unsafe extern "C" fn memcpy_body(
     unsafe { copy(d, s, n, ret, &REAL_MEMCPY, movsb) }
 }
 
-unsafe extern "C" fn memmove_body(
+pub(crate) unsafe extern "C" fn memmove_body(
     d: *mut c_void,
     s: *const c_void,
     n: usize,
@@ -230,7 +232,12 @@ unsafe extern "C" fn memmove_body(
     unsafe { copy(d, s, n, ret, &REAL_MEMMOVE, move_bytes) }
 }
 
-unsafe extern "C" fn memset_body(d: *mut c_void, c: c_int, n: usize, ret: usize) -> *mut c_void {
+pub(crate) unsafe extern "C" fn memset_body(
+    d: *mut c_void,
+    c: c_int,
+    n: usize,
+    ret: usize,
+) -> *mut c_void {
     if counting(ret) {
         offer(d as usize, n, true);
     }
@@ -265,7 +272,7 @@ fn overflow() -> ! {
     std::process::abort()
 }
 
-unsafe extern "C" fn memcpy_chk_body(
+pub(crate) unsafe extern "C" fn memcpy_chk_body(
     d: *mut c_void,
     s: *const c_void,
     n: usize,
@@ -279,7 +286,7 @@ unsafe extern "C" fn memcpy_chk_body(
     unsafe { memcpy_body(d, s, n, ret) }
 }
 
-unsafe extern "C" fn memmove_chk_body(
+pub(crate) unsafe extern "C" fn memmove_chk_body(
     d: *mut c_void,
     s: *const c_void,
     n: usize,
@@ -293,7 +300,7 @@ unsafe extern "C" fn memmove_chk_body(
     unsafe { memmove_body(d, s, n, ret) }
 }
 
-unsafe extern "C" fn memset_chk_body(
+pub(crate) unsafe extern "C" fn memset_chk_body(
     d: *mut c_void,
     c: c_int,
     n: usize,
@@ -306,53 +313,6 @@ unsafe extern "C" fn memset_chk_body(
     // SAFETY: as memset, the length checked.
     unsafe { memset_body(d, c, n, ret) }
 }
-
-/// The exported trampolines: load the return address (at `[rsp]` on entry)
-/// into the register of the body's next argument and jump to the body,
-/// which then returns straight to the caller (the stack is untouched, so
-/// its alignment is the caller's, as for a direct call).
-macro_rules! trampoline {
-    ($(#[$doc:meta])* $name:ident($($a:ident: $t:ty),*) via $reg:literal => $body:ident) => {
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// As the libc function.
-        #[cfg_attr(not(test), no_mangle)]
-        #[unsafe(naked)]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> *mut c_void {
-            core::arch::naked_asm!(
-                concat!("mov ", $reg, ", qword ptr [rsp]"),
-                "jmp {body}",
-                body = sym $body,
-            )
-        }
-    };
-}
-
-trampoline!(
-    /// Interposed `memcpy` (see the module's documentation).
-    memcpy(d: *mut c_void, s: *const c_void, n: usize) via "rcx" => memcpy_body
-);
-trampoline!(
-    /// Interposed `memmove`.
-    memmove(d: *mut c_void, s: *const c_void, n: usize) via "rcx" => memmove_body
-);
-trampoline!(
-    /// Interposed `memset`.
-    memset(d: *mut c_void, c: c_int, n: usize) via "rcx" => memset_body
-);
-trampoline!(
-    /// Interposed `__memcpy_chk` (`_FORTIFY_SOURCE`).
-    __memcpy_chk(d: *mut c_void, s: *const c_void, n: usize, dlen: usize) via "r8" => memcpy_chk_body
-);
-trampoline!(
-    /// Interposed `__memmove_chk`.
-    __memmove_chk(d: *mut c_void, s: *const c_void, n: usize, dlen: usize) via "r8" => memmove_chk_body
-);
-trampoline!(
-    /// Interposed `__memset_chk`.
-    __memset_chk(d: *mut c_void, c: c_int, n: usize, dlen: usize) via "r8" => memset_chk_body
-);
 
 #[cfg(test)]
 mod tests {

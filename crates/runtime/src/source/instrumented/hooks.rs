@@ -1,0 +1,155 @@
+//! The hook ABI's common body: what every load/store callback of an
+//! instrumented program does (clang's sanitizer-coverage callbacks and
+//! gcc's `__tsan_*` ones, declared in [`crate::exports`]; libc's copies
+//! through [`super::memfns`]), and the switch that turns the hooks on.
+//!
+//! * Not under `pmlab run --source instrumented` the hooks return after one
+//!   relaxed atomic load: an instrumented program runs normally.
+//! * The common case is a hit in a small per-thread direct-mapped *filter*
+//!   of recently touched lines (a subset of the modelled cache): a TLS
+//!   lookup, a compare and an increment.
+//! * Otherwise the hook *logs* the access (address, position in the
+//!   thread's access stream, and for 8-byte loads the value the program is
+//!   about to load) in the thread's miss log ([`super::log`]) and puts the
+//!   line in the filter: a dozen instructions and no wait for the memory
+//!   access itself, so that the program's independent misses still overlap
+//!   as they do natively (an earlier design ran the model in the hook and
+//!   had to wait for each miss: 8 independent chains took 200 ns per access
+//!   instead of 22).
+//! * A full log is handed to the modeller thread ([`super::offload`]) or
+//!   run by the thread itself ([`super::thread`]).
+//! * While tracing, every access is also offered to the tracer
+//!   ([`super::trace`]): when not tracing this costs a bit test of the state
+//!   the hook loads anyway; when tracing, an out-of-line call that
+//!   classifies the access (about 2 ns per access on this VM).
+//!
+//! Accesses that straddle two lines are counted on their first line only.
+
+use super::log::{tls, Tls, LOG_ENTRIES};
+use super::model::{LogEntry, FILTER_LINES, LINE_SHIFT, STORE_BIT};
+use super::settings::HookConfig;
+use super::{offload, pm, settings, thread, trace};
+use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
+
+/// [`ON`] while the hooks count, plus [`TRACING`] while they also feed the
+/// tracer: one load tells the hook both.
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+const ON: u8 = 1;
+const TRACING: u8 = 2;
+
+/// Turn the hooks on for the whole process.
+pub fn activate(cfg: HookConfig) {
+    settings::store(&cfg);
+    pm::set_mode(cfg.pm_mode);
+    offload::start();
+    crate::tracer::note_instrumented();
+    ACTIVE.fetch_or(ON, Ordering::Release);
+}
+
+/// Turn the hooks off (they return immediately again).
+pub fn deactivate() {
+    ACTIVE.fetch_and(!ON, Ordering::Release);
+}
+
+/// True while the hooks count.
+#[inline]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed) & ON != 0
+}
+
+/// Offer every access to the tracer (`on`, once a trace is recording) or
+/// stop doing so; see the module's documentation.
+pub fn trace_accesses(on: bool) {
+    if on {
+        crate::tracer::before_finish(trace::flush_trace_counts);
+        ACTIVE.fetch_or(TRACING, Ordering::Release);
+    } else {
+        ACTIVE.fetch_and(!TRACING, Ordering::Release);
+    }
+}
+
+/// Count one access of the program (`size` bytes at `addr`, a store when
+/// `write`; `value` points at the 8 bytes an 8-byte load is about to read):
+/// the body of every callback. A filter hit returns here; a miss is logged.
+#[inline(always)]
+pub fn on_access(addr: usize, size: u32, write: bool, value: Option<*const u64>) {
+    let state = ACTIVE.load(Ordering::Relaxed);
+    if state & ON == 0 {
+        return;
+    }
+    let t = tls();
+    // SAFETY: the state belongs to this thread; a signal handler only
+    // works on it through raw pointers (see `totals`).
+    unsafe {
+        if state & TRACING != 0 {
+            trace::trace_access(t, addr, size, write);
+        }
+        (*t).accesses += 1;
+        let line = addr >> LINE_SHIFT;
+        let e = (*t).filter[line % FILTER_LINES];
+        if e >> 1 == line && (e & 1) >= write as usize {
+            return;
+        }
+        log_miss(t, addr, line, write, value);
+    }
+}
+
+/// Log an access that missed the filter (see the module's documentation).
+///
+/// # Safety
+///
+/// `t` is the calling thread's state; `value`, when given, is readable.
+#[inline(never)]
+unsafe fn log_miss(t: *mut Tls, addr: usize, line: usize, write: bool, value: Option<*const u64>) {
+    if ((*t).slow.is_null() || (*t).logged >= LOG_ENTRIES) && !make_room(t) {
+        return;
+    }
+    let n = (*t).logged;
+    // The value the program is about to load (the hook runs before the
+    // load): a later miss to the line it names depends on this one. Nothing
+    // waits for it: the store into the log completes whenever the miss does.
+    let v = value.map_or(0, |p| std::ptr::read_unaligned(p));
+    let e = (*(*t).slow).logs[(*t).cur].as_mut_ptr().add(n);
+    e.write(LogEntry {
+        addr: addr | if write { STORE_BIT } else { 0 },
+        at: (*t).accesses,
+        value: v,
+    });
+    // The entry is complete before it is counted (a signal handler on this
+    // thread may process the log at any instruction).
+    compiler_fence(Ordering::SeqCst);
+    std::ptr::write_volatile(&mut (*t).logged, n + 1);
+    (*t).filter[line % FILTER_LINES] = (line << 1) | write as usize;
+}
+
+/// Make room in the log: create the thread's model on its first miss, or
+/// process the full log. False when the access cannot be logged (a batch is
+/// under way below us, the thread has retired, or memory ran out).
+#[cold]
+#[inline(never)]
+unsafe fn make_room(t: *mut Tls) -> bool {
+    if (*t).busy || (*t).retired {
+        return false;
+    }
+    if (*t).slow.is_null() {
+        (*t).busy = true;
+        compiler_fence(Ordering::SeqCst);
+        let s = thread::new_slow();
+        if s.is_null() {
+            (*t).retired = true;
+        } else {
+            (*t).slow = s;
+            if crate::tracer::enabled() {
+                trace::flush_at_thread_exit();
+            }
+        }
+        compiler_fence(Ordering::SeqCst);
+        (*t).busy = false;
+        return !s.is_null();
+    }
+    if offload::hand_off(t) {
+        return true;
+    }
+    thread::process(t, true, true);
+    true
+}

@@ -1,0 +1,218 @@
+//! A thread's own side of the model: creating its model at its first
+//! miss, running its batches (timed with the TSC), reading its totals
+//! (async-signal-safe, for the epoch signal's handler), and its exit and
+//! fork.
+
+use super::log::{tls, Slow, Tls, LOG_ENTRIES, NONE, READY};
+use super::model::{ModelState, ThreadTotals, FILTER_LINES};
+use super::offload;
+use std::sync::atomic::{compiler_fence, Ordering};
+
+/// Batches that one run of the model on the owner thread added to its
+/// totals (see [`totals_and_ran`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Ran {
+    /// Batches run.
+    pub batches: u64,
+    /// Their cycles, as added to [`ThreadTotals::slow_cycles`].
+    pub cycles: u64,
+}
+
+/// Run the logged, unprocessed accesses through the model (first the
+/// handed-off log, if the modeller has not taken it); with `reset` (the
+/// hook, never a signal handler) empty the log afterwards. Without `wait`
+/// (a signal handler) nothing is done while the modeller holds the model:
+/// the entries count at the next reading. Returns what it ran.
+///
+/// # Safety
+///
+/// `t` is the calling thread's state, not busy, with a model.
+pub(super) unsafe fn process(t: *mut Tls, reset: bool, wait: bool) -> Ran {
+    (*t).busy = true;
+    compiler_fence(Ordering::SeqCst);
+    let s = &mut *(*t).slow;
+    let mut ran = Ran::default();
+    if !offload::lock(s, wait) {
+        compiler_fence(Ordering::SeqCst);
+        (*t).busy = false;
+        return ran;
+    }
+    let end = std::ptr::read_volatile(&(*t).logged).min(LOG_ENTRIES);
+    let start = (*t).processed;
+    let pending = s.ready.load(Ordering::Acquire) == READY;
+    std::ptr::write_volatile(&mut (*t).interrupted, false);
+    if start < end || pending {
+        // The clock starts once the program's own outstanding misses (the
+        // values in the log) have arrived: they are not overhead.
+        let t0 = tsc_after(0);
+        let mut n = 0;
+        if pending {
+            let (log, from, to) = (s.ready_log, s.ready_from, s.ready_to);
+            s.model
+                .run(Some(&raw mut (*t).filter), &s.logs[log][from.min(to)..to]);
+            n += (to - from) as u64;
+            s.ready.store(NONE, Ordering::Release);
+        }
+        s.model.run(
+            Some(&raw mut (*t).filter),
+            &s.logs[(*t).cur][start.min(end)..end],
+        );
+        n += (end - start) as u64;
+        let cycles = tsc_after(0).wrapping_sub(t0);
+        s.model.totals.slow_calls += n;
+        // The log handed off but run here counts as a batch of its own.
+        ran.batches = pending as u64 + (start < end) as u64;
+        if std::ptr::read_volatile(&(*t).interrupted) {
+            let tt = &s.model.totals;
+            ran.cycles = (n * tt.clean_cycles)
+                .checked_div(tt.clean_entries)
+                .unwrap_or(0);
+        } else {
+            ran.cycles = cycles;
+            s.model.totals.clean_cycles += cycles;
+            s.model.totals.clean_entries += n;
+        }
+        s.model.totals.batches += ran.batches;
+        s.model.totals.slow_cycles += ran.cycles;
+    }
+    offload::publish(s);
+    s.lock.store(false, Ordering::Release);
+    if reset {
+        (*t).logged = 0;
+        (*t).processed = 0;
+    } else {
+        (*t).processed = end;
+    }
+    compiler_fence(Ordering::SeqCst);
+    (*t).busy = false;
+    ran
+}
+
+/// A new model for the calling thread (a registered one no thread owns
+/// when there is one); null when it cannot be made.
+#[cold]
+pub(super) fn new_slow() -> *mut Slow {
+    if let Some(s) = offload::reuse() {
+        return s;
+    }
+    let Some((model, compact)) = ModelState::new() else {
+        return std::ptr::null_mut();
+    };
+    let shared = compact && offload::enabled();
+    let s = Box::into_raw(Box::new(Slow::new(model, shared)));
+    if shared && !offload::register(s) {
+        // SAFETY: not yet visible to anyone else.
+        unsafe { (*s).shared = false };
+    }
+    s
+}
+
+#[inline(always)]
+pub(super) fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: rdtsc has no preconditions on x86-64.
+    unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+/// The TSC once every earlier instruction has completed, in particular
+/// the load of `_dep` (lfence waits for it), so that the time of that load
+/// is not counted after this point.
+#[inline(always)]
+pub(super) fn tsc_after(_dep: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence and rdtsc have no preconditions on x86-64.
+    unsafe {
+        core::arch::x86_64::_mm_lfence();
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+/// The calling thread's cumulative totals, after processing what the
+/// thread has logged (waiting, spinning, for a log of it the modeller
+/// thread is running). Async-signal-safe: works on the thread's own state
+/// without references and takes no pthread lock (the modeller never waits
+/// for this thread); when the signal interrupted a batch of the thread
+/// itself, the entries not yet processed count at the next reading (totals
+/// are cumulative, nothing is lost).
+pub fn totals() -> ThreadTotals {
+    totals_and_ran().0
+}
+
+/// [`totals`], and the batches that the call itself ran to bring them up
+/// to date (the caller, which times the call, need not count them again).
+pub fn totals_and_ran() -> (ThreadTotals, Ran) {
+    let t = tls();
+    let mut ran = Ran::default();
+    // SAFETY: own thread; raw reads; `process` runs only when no batch
+    // is under way on this thread.
+    unsafe {
+        let s = std::ptr::read_volatile(&(*t).slow);
+        let busy = std::ptr::read_volatile(&(*t).busy);
+        if busy {
+            // A batch of this thread is under way below us (it may be
+            // publishing): the previous reading stands.
+            std::ptr::write_volatile(&mut (*t).interrupted, true);
+        } else if !s.is_null() {
+            // Exact counts up to here: wait for a log the modeller is
+            // running (it never waits for this thread, and holds the lock
+            // for one batch at most), then run what is left ourselves.
+            ran = process(t, false, true);
+        }
+        let mut out = std::ptr::read_volatile(&(*t).last);
+        if !s.is_null() && !busy {
+            if let Some(v) = offload::read_published(&*s) {
+                out = v;
+            }
+        }
+        out.accesses = std::ptr::read_volatile(&(*t).accesses);
+        std::ptr::write_volatile(&mut (*t).last, out);
+        (out, ran)
+    }
+}
+
+/// The calling thread's hook state after a fork, in the child.
+pub fn after_fork_child() {
+    offload::after_fork_child(tls());
+}
+
+/// Forget the calling thread's model state after a fork (the child starts
+/// with a cold model) or before reuse. Not async-signal-safe.
+pub fn thread_reset() {
+    let t = tls();
+    // SAFETY: own thread, not in a hook (hooks never call this).
+    unsafe {
+        (*t).filter = [0; FILTER_LINES];
+    }
+}
+
+/// Free the calling thread's model (thread exit). Later accesses of this
+/// thread are no longer counted. Not async-signal-safe.
+pub fn thread_exit() {
+    let t = tls();
+    // SAFETY: own thread; `busy` keeps a nested hook away while freeing.
+    unsafe {
+        if !(*t).busy && !(*t).slow.is_null() {
+            process(t, false, true);
+        }
+        (*t).busy = true;
+        (*t).retired = true;
+        (*t).logged = 0;
+        (*t).processed = 0;
+        let s = std::mem::replace(&mut (*t).slow, std::ptr::null_mut());
+        (*t).filter = [0; FILTER_LINES];
+        if !s.is_null() {
+            if (*s).shared {
+                offload::release(s);
+            } else {
+                drop(Box::from_raw(s));
+            }
+        }
+        (*t).busy = false;
+    }
+}
