@@ -410,7 +410,10 @@ unsafe fn chase_plain(p: *const u8, steps: u64) -> *const u8 {
 fn bind(m: &Mapping, node: u32) -> Result<(), Error> {
     let mut mask = [0u64; 16];
     let slot = mask.get_mut((node / 64) as usize).ok_or_else(|| {
-        Error::new(ErrorKind::Param, format!("NUMA node {node} is out of range"))
+        Error::new(
+            ErrorKind::Param,
+            format!("NUMA node {node} is out of range"),
+        )
     })?;
     *slot |= 1 << (node % 64);
     // SAFETY: mbind on our own mapping with a mask of 1024 bits.

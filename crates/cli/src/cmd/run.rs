@@ -7,8 +7,8 @@
 //! Before the program starts, the runtime checks them and the counter
 //! source, so a machine without a PMU fails at once with one line.
 
-use crate::launch;
 use anyhow::{anyhow, bail, Context};
+use pmlab_emu::launch;
 use pmlab_model::units::{Bandwidth, Bytes, Nanos};
 use serde::Deserialize;
 use std::io::Write;
@@ -151,9 +151,11 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     )?;
     let dram_s = pick!(dram_latency).unwrap_or_else(|| "auto".into());
     let cached = if dram_s == "auto" {
-        Some(crate::cmd::calibrate::cached_or_measure()?)
+        Some(pmlab_emu::calibrate::cached_or_measure(
+            &crate::cmd::calibrate::note(false),
+        )?)
     } else {
-        crate::cmd::calibrate::load_cache().ok().flatten()
+        pmlab_emu::calibrate::load_cache().ok().flatten()
     };
     let dram = if dram_s == "auto" {
         cached.as_ref().map(|c| c.dram_latency_ns).unwrap_or(100.0)
@@ -311,7 +313,7 @@ fn choose_source(
         e.push(("PMLAB_SOURCE".into(), s.to_string()));
         e
     };
-    if requested == "instrumented" && !crate::elf::is_instrumented(program)? {
+    if requested == "instrumented" && !pmlab_emu::elf::is_instrumented(program)? {
         bail!(
             "{} was not built by 'pmlab cc', so the instrumented source would count nothing: rebuild it with pmlab cc, or use --source synthetic:FILE",
             program.display()
@@ -324,11 +326,11 @@ fn choose_source(
     match launch::check(runtime, &with("hw")) {
         Ok(ok) => Ok(("hw".into(), ok)),
         Err(hw_err) => {
-            if crate::elf::is_instrumented(program)? {
+            if pmlab_emu::elf::is_instrumented(program)? {
                 let ok = launch::check(runtime, &with("instrumented"))?;
                 Ok(("instrumented".into(), ok))
             } else {
-                Err(hw_err)
+                Err(hw_err.into())
             }
         }
     }

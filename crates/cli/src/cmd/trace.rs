@@ -49,13 +49,13 @@ fn command(args: &Args, program: &Path, runtime: Option<&Path>, out: Option<&Pat
     }
     if let Some(o) = out {
         env.push(("PMLAB_TRACE_FILE".into(), o.to_string_lossy().into_owned()));
-        if crate::elf::is_instrumented(program).unwrap_or(false) {
+        if pmlab_emu::elf::is_instrumented(program).unwrap_or(false) {
             // Built with `pmlab cc`: its stores into PM are recorded too.
             env.push(("PMLAB_TRACE_STORES".into(), "1".into()));
         }
     }
     let mut c = match runtime {
-        Some(rt) => crate::launch::command(rt, &argv, &env),
+        Some(rt) => pmlab_emu::launch::command(rt, &argv, &env),
         None => {
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]).envs(env.iter().map(|(k, v)| (k, v)));
@@ -80,9 +80,9 @@ fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let runtime = crate::launch::find_runtime()?;
-    let program = crate::launch::resolve_program(&args.command[0])?;
-    crate::launch::check_environment()?;
+    let runtime = pmlab_emu::launch::find_runtime()?;
+    let program = pmlab_emu::launch::resolve_program(&args.command[0])?;
+    pmlab_emu::launch::check_environment()?;
     let out = if args.output.is_absolute() {
         args.output.clone()
     } else {
@@ -96,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         let t = Instant::now();
         let mut c = command(&args, &program, None, None);
         c.stdout(std::process::Stdio::null());
-        let status = crate::launch::spawn_and_wait(c)?;
+        let status = pmlab_emu::launch::spawn_and_wait(c)?;
         if !status.success() {
             bail!(
                 "the untraced run of {} failed ({}); --overhead needs a program that succeeds",
@@ -111,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let t = Instant::now();
     let status =
-        crate::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
+        pmlab_emu::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
     let secs = t.elapsed().as_secs_f64();
     let (code, how) = exit_code(status);
 

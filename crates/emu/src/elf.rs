@@ -10,7 +10,7 @@
 //! 64-bit little-endian ELF, and any file whose headers point outside it,
 //! reads as having no dynamic symbols and needing nothing.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
