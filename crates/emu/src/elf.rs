@@ -52,6 +52,25 @@ pub fn uses_tsan_runtime(path: &Path) -> Result<bool> {
     Ok(Elf::open(path)?.uses_tsan_runtime())
 }
 
+/// True when the program at `path` imports (leaves undefined) a dynamic
+/// symbol whose name starts with `prefix`: for example `pmalloc`, pmlab's
+/// PM API.
+pub fn imports_symbol(path: &Path, prefix: &str) -> Result<bool> {
+    Ok(Elf::open(path)?
+        .dynamic_symbols()
+        .iter()
+        .any(|(n, defined)| !defined && n.starts_with(prefix.as_bytes())))
+}
+
+/// True when the program at `path` needs (`DT_NEEDED`) a library whose
+/// name starts with `prefix` (`libpmem.so`).
+pub fn needs_library(path: &Path, prefix: &str) -> Result<bool> {
+    Ok(Elf::open(path)?
+        .needed()
+        .iter()
+        .any(|l| l.starts_with(prefix.as_bytes())))
+}
+
 /// The parts of an ELF file read so far, each with its file offset.
 struct Elf {
     parts: Vec<(u64, Vec<u8>)>,
@@ -335,6 +354,10 @@ mod tests {
         if let Some(exe) = d.build("gcc", &[], MAIN, "plain") {
             assert!(!uses_tsan_runtime(&exe).unwrap());
             assert!(!is_instrumented(&exe).unwrap());
+            // It needs the C library and imports nothing of pmlab's.
+            assert!(needs_library(&exe, "libc.so").unwrap());
+            assert!(!needs_library(&exe, "libpmem").unwrap());
+            assert!(!imports_symbol(&exe, "pmalloc").unwrap());
         }
         // Not ELF, or cut short: no.
         assert!(!Elf::from_bytes(b"#!/bin/sh\n").uses_tsan_runtime());
