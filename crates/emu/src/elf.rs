@@ -3,14 +3,20 @@
 //! cc`, does it define ThreadSanitizer's runtime?) and the libraries it
 //! needs.
 //!
-//! Only the ELF header, the section header table and the `.dynsym` and
-//! `.dynamic` sections with their string tables are read, each at its
+//! The file is read with the `object` crate through its `ReadCache`, which
+//! reads each range the parser asks for (the ELF header, the section
+//! header table, `.dynsym`, `.dynamic` and the names they point to) at its
 //! offset: a program of gigabytes (debug information, a large text) costs
-//! a few small reads, not its size in memory. Anything that is not a
-//! 64-bit little-endian ELF, and any file whose headers point outside it,
-//! reads as having no dynamic symbols and needing nothing.
+//! a few small reads, not its size in memory (crates/emu/README.md gives
+//! the measured cost). Anything that is not a 64-bit ELF, and any file
+//! whose headers point outside it, reads as having no dynamic symbols and
+//! needing nothing.
 
 use crate::error::{Context, Result};
+use object::elf::{FileHeader64, DT_NEEDED, DT_NULL, SHT_DYNSYM};
+use object::read::elf::{Dyn, FileHeader, SectionHeader, SectionTable, Sym};
+use object::read::StringTable;
+use object::{Endianness, ReadCache, ReadRef, SectionIndex};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -24,14 +30,6 @@ const HOOK_PREFIXES: [&[u8]; 6] = [
     b"__tsan_unaligned_",
     b"__tsan_volatile_",
 ];
-
-/// `sh_type` of `.dynamic`.
-const SHT_DYNAMIC: usize = 6;
-/// `sh_type` of `.dynsym`.
-const SHT_DYNSYM: usize = 11;
-/// Larger tables than this are taken for a malformed file (a `.dynsym`
-/// of 64 MiB would hold 2.8 million symbols).
-const MAX_PART: u64 = 64 << 20;
 
 /// True when the program at `path` was built by `pmlab cc` (so the
 /// `instrumented` counter source can drive it): it is an ELF file whose
@@ -57,7 +55,7 @@ pub fn uses_tsan_runtime(path: &Path) -> Result<bool> {
 /// PM API.
 pub fn imports_symbol(path: &Path, prefix: &str) -> Result<bool> {
     Ok(Elf::open(path)?
-        .dynamic_symbols()
+        .symbols
         .iter()
         .any(|(n, defined)| !defined && n.starts_with(prefix.as_bytes())))
 }
@@ -66,228 +64,149 @@ pub fn imports_symbol(path: &Path, prefix: &str) -> Result<bool> {
 /// name starts with `prefix` (`libpmem.so`).
 pub fn needs_library(path: &Path, prefix: &str) -> Result<bool> {
     Ok(Elf::open(path)?
-        .needed()
+        .needed
         .iter()
         .any(|l| l.starts_with(prefix.as_bytes())))
 }
 
-/// The parts of an ELF file read so far, each with its file offset.
+/// A file that counts the bytes read from it.
+struct Counted {
+    file: File,
+    read: u64,
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for Counted {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.file.seek(pos)
+    }
+}
+
+/// What was read of an ELF file.
 struct Elf {
-    parts: Vec<(u64, Vec<u8>)>,
-}
-
-/// One section of interest, with the string table it links to.
-struct Section<'a> {
-    /// `sh_type` ([`SHT_DYNSYM`] or [`SHT_DYNAMIC`]).
-    kind: usize,
-    /// The section's bytes.
-    data: &'a [u8],
-    /// `sh_entsize`.
-    entsize: usize,
-    /// The linked string table's bytes.
-    strtab: &'a [u8],
-}
-
-/// A section header's fields that matter here.
-struct Header {
-    kind: usize,
-    offset: u64,
-    size: u64,
-    link: usize,
-    entsize: usize,
+    /// The `.dynsym` symbols: (name, defined).
+    symbols: Vec<(Vec<u8>, bool)>,
+    /// The `DT_NEEDED` library names of `.dynamic`.
+    needed: Vec<Vec<u8>>,
+    /// Bytes read from the file.
+    #[cfg_attr(not(test), allow(dead_code))]
+    bytes_read: u64,
 }
 
 impl Elf {
-    /// Read the headers of the file at `path` and the sections of
-    /// interest. Fails only when the file cannot be opened or read.
+    /// Read the dynamic symbols and needed libraries of the file at
+    /// `path`. Fails only when the file cannot be opened.
     fn open(path: &Path) -> Result<Elf> {
-        let what = || format!("cannot read {}", path.display());
-        let mut f = File::open(path).with_context(what)?;
-        let len = f.metadata().with_context(what)?.len();
-        let mut elf = Elf { parts: Vec::new() };
-        let Some(header) = read_at(&mut f, len, 0, 64).with_context(what)? else {
-            return Ok(elf);
-        };
-        let table = table_of(&header).map(|(off, n, size)| (off, n * size));
-        elf.parts.push((0, header));
-        let Some((shoff, bytes)) = table else {
-            return Ok(elf);
-        };
-        let Some(table) = read_at(&mut f, len, shoff, bytes).with_context(what)? else {
-            return Ok(elf);
-        };
-        elf.parts.push((shoff, table));
-        let headers = elf.headers();
-        for h in headers
-            .iter()
-            .filter(|h| h.kind == SHT_DYNSYM || h.kind == SHT_DYNAMIC)
-        {
-            let Some(strtab) = headers.get(h.link) else {
-                continue;
-            };
-            for (off, size) in [(h.offset, h.size), (strtab.offset, strtab.size)] {
-                if elf.get(off, size).is_none() {
-                    if let Some(bytes) = read_at(&mut f, len, off, size).with_context(what)? {
-                        elf.parts.push((off, bytes));
-                    }
-                }
-            }
-        }
-        Ok(elf)
+        let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let cache = ReadCache::new(Counted { file, read: 0 });
+        let (symbols, needed) = (dynamic_symbols(&cache), needed(&cache));
+        Ok(Elf {
+            symbols,
+            needed,
+            bytes_read: cache.into_inner().read,
+        })
     }
 
     /// A whole file's bytes, already in memory.
     #[cfg(test)]
     fn from_bytes(d: &[u8]) -> Elf {
         Elf {
-            parts: vec![(0, d.to_vec())],
+            symbols: dynamic_symbols(d),
+            needed: needed(d),
+            bytes_read: d.len() as u64,
         }
-    }
-
-    /// `len` bytes at file offset `off`, when one part holds them.
-    fn get(&self, off: u64, len: u64) -> Option<&[u8]> {
-        let end = off.checked_add(len)?;
-        self.parts.iter().find_map(|(at, bytes)| {
-            let (from, to) = (off.checked_sub(*at)?, end.checked_sub(*at)?);
-            bytes.get(usize::try_from(from).ok()?..usize::try_from(to).ok()?)
-        })
-    }
-
-    /// The section headers (empty when the file is not a 64-bit
-    /// little-endian ELF or its table was not read).
-    fn headers(&self) -> Vec<Header> {
-        let Some((shoff, n, size)) = self.get(0, 64).and_then(table_of) else {
-            return Vec::new();
-        };
-        let Some(table) = self.get(shoff, n * size) else {
-            return Vec::new();
-        };
-        let size = size as usize;
-        let parse = |h: &[u8]| {
-            Some(Header {
-                kind: u32_at(h, 4)?,
-                offset: u64_at(h, 0x18)? as u64,
-                size: u64_at(h, 0x20)? as u64,
-                link: u32_at(h, 0x28)?,
-                entsize: u64_at(h, 0x38)?,
-            })
-        };
-        table.chunks_exact(size).map_while(parse).collect()
-    }
-
-    /// The sections of interest with their string tables.
-    fn sections(&self) -> Vec<Section<'_>> {
-        let headers = self.headers();
-        headers
-            .iter()
-            .filter(|h| h.kind == SHT_DYNSYM || h.kind == SHT_DYNAMIC)
-            .filter_map(|h| {
-                let s = headers.get(h.link)?;
-                Some(Section {
-                    kind: h.kind,
-                    data: self.get(h.offset, h.size)?,
-                    entsize: h.entsize,
-                    strtab: self.get(s.offset, s.size)?,
-                })
-            })
-            .collect()
-    }
-
-    /// The `.dynsym` symbols: (name, defined).
-    fn dynamic_symbols(&self) -> Vec<(&[u8], bool)> {
-        let mut out = Vec::new();
-        for sec in self.sections().into_iter().filter(|s| s.kind == SHT_DYNSYM) {
-            for e in sec.data.chunks_exact(sec.entsize.max(24)) {
-                let (Some(name), Some(shndx)) = (u32_at(e, 0), u16_at(e, 6)) else {
-                    continue;
-                };
-                out.push((c_str(sec.strtab, name), shndx != 0));
-            }
-        }
-        out
-    }
-
-    /// The `DT_NEEDED` library names of `.dynamic`.
-    fn needed(&self) -> Vec<&[u8]> {
-        let mut out = Vec::new();
-        for sec in self
-            .sections()
-            .into_iter()
-            .filter(|s| s.kind == SHT_DYNAMIC)
-        {
-            for e in sec.data.chunks_exact(16) {
-                match (u64_at(e, 0), u64_at(e, 8)) {
-                    (Some(0), _) | (None, _) => break, // DT_NULL
-                    (Some(1), Some(at)) => out.push(c_str(sec.strtab, at)),
-                    _ => {}
-                }
-            }
-        }
-        out
     }
 
     /// Whether a symbol named by one of [`HOOK_PREFIXES`] is imported
     /// (left undefined).
     fn imports_hooks(&self) -> bool {
-        self.dynamic_symbols()
+        self.symbols
             .iter()
             .any(|(n, defined)| !defined && HOOK_PREFIXES.iter().any(|p| n.starts_with(p)))
     }
 
     /// See [`uses_tsan_runtime`].
     fn uses_tsan_runtime(&self) -> bool {
-        self.needed().iter().any(|l| l.starts_with(b"libtsan"))
+        self.needed.iter().any(|l| l.starts_with(b"libtsan"))
             || self
-                .dynamic_symbols()
+                .symbols
                 .iter()
-                .any(|&(n, defined)| defined && n == b"__tsan_init")
+                .any(|(n, defined)| *defined && n == b"__tsan_init")
     }
 }
 
-/// From a 64-byte ELF header: the section header table's offset, entry
-/// count and entry size, for a 64-bit little-endian ELF.
-fn table_of(h: &[u8]) -> Option<(u64, u64, u64)> {
-    if h.get(0..4)? != b"\x7fELF" || *h.get(4)? != 2 || *h.get(5)? != 1 {
-        return None;
+/// The `.dynsym` symbols of `data`: (name, defined); empty when it is not
+/// a 64-bit ELF or its tables do not fit in it.
+fn dynamic_symbols<'a, R: ReadRef<'a>>(data: R) -> Vec<(Vec<u8>, bool)> {
+    let read = || -> object::read::Result<Vec<(Vec<u8>, bool)>> {
+        let header = FileHeader64::<Endianness>::parse(data)?;
+        let endian = header.endian()?;
+        let sections = header.sections(endian, data)?;
+        let table = sections.symbols(endian, data, SHT_DYNSYM)?;
+        let strings = whole_strings(&sections, endian, data, table.string_section())?;
+        Ok(table
+            .symbols()
+            .iter()
+            .map(|s| {
+                let name = s.name(endian, strings).unwrap_or_default();
+                (name.to_vec(), !s.is_undefined(endian))
+            })
+            .collect())
+    };
+    read().unwrap_or_default()
+}
+
+/// The string table at section `index`, read in one piece: `object`
+/// reads a table it is given as a range name by name, at least 256 bytes
+/// each, which for a program with thousands of symbols costs 7 times the
+/// bytes and 60 times the time of one read of the table
+/// (crates/emu/README.md).
+fn whole_strings<'a, R: ReadRef<'a>>(
+    sections: &SectionTable<'a, FileHeader64<Endianness>, R>,
+    endian: Endianness,
+    data: R,
+    index: SectionIndex,
+) -> object::read::Result<StringTable<'a>> {
+    if index == SectionIndex(0) {
+        return Ok(StringTable::default());
     }
-    let size = u16_at(h, 0x3a)? as u64;
-    (size >= 64).then_some((u64_at(h, 0x28)? as u64, u16_at(h, 0x3c)? as u64, size))
+    let bytes = sections.section(index)?.data(endian, data)?;
+    Ok(StringTable::new(bytes, 0, bytes.len() as u64))
 }
 
-/// `len` bytes at `off` of a file of `file_len` bytes; `None` when they
-/// lie outside the file or are implausibly many (a malformed header).
-fn read_at(f: &mut File, file_len: u64, off: u64, len: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let fits = off.checked_add(len).is_some_and(|end| end <= file_len);
-    if !fits || len > MAX_PART {
-        return Ok(None);
-    }
-    let mut v = vec![0; len as usize];
-    f.seek(SeekFrom::Start(off))?;
-    f.read_exact(&mut v)?;
-    Ok(Some(v))
-}
-
-fn rd<const N: usize>(d: &[u8], off: usize) -> Option<[u8; N]> {
-    d.get(off..off.checked_add(N)?)?.try_into().ok()
-}
-
-fn u16_at(d: &[u8], off: usize) -> Option<usize> {
-    rd::<2>(d, off).map(|b| u16::from_le_bytes(b) as usize)
-}
-
-fn u32_at(d: &[u8], off: usize) -> Option<usize> {
-    rd::<4>(d, off).map(|b| u32::from_le_bytes(b) as usize)
-}
-
-fn u64_at(d: &[u8], off: usize) -> Option<usize> {
-    rd::<8>(d, off).map(|b| u64::from_le_bytes(b) as usize)
-}
-
-/// The NUL-terminated string at `at` of a string table (empty if out of
-/// range).
-fn c_str(strtab: &[u8], at: usize) -> &[u8] {
-    let rest = strtab.get(at..).unwrap_or_default();
-    &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+/// The `DT_NEEDED` names of `data`'s `.dynamic` (empty as above).
+fn needed<'a, R: ReadRef<'a>>(data: R) -> Vec<Vec<u8>> {
+    let read = || -> object::read::Result<Vec<Vec<u8>>> {
+        let header = FileHeader64::<Endianness>::parse(data)?;
+        let endian = header.endian()?;
+        let sections = header.sections(endian, data)?;
+        let Some((entries, link)) = sections.dynamic(endian, data)? else {
+            return Ok(Vec::new());
+        };
+        let strings = whole_strings(&sections, endian, data, link)?;
+        let mut out = Vec::new();
+        for e in entries {
+            match e.tag32(endian) {
+                Some(DT_NULL) => break,
+                Some(DT_NEEDED) => {
+                    let at = u32::try_from(e.d_val(endian)).unwrap_or(u32::MAX);
+                    if let Ok(name) = strings.get(at) {
+                        out.push(name.to_vec());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    };
+    read().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -406,8 +325,9 @@ mod tests {
         f.set_len(f.metadata().unwrap().len() + (1 << 30)).unwrap();
         let elf = Elf::open(&big).unwrap();
         assert!(elf.imports_hooks());
-        let read: usize = elf.parts.iter().map(|(_, b)| b.len()).sum();
+        let read = elf.bytes_read;
         assert!(read < 64 << 10, "read {read} bytes");
+        eprintln!("read {read} bytes of a 1 GiB object");
         if let Some(plain) = d.build("clang-14", &["-shared", "-fPIC"], LOADS, "plain.so") {
             assert!(!is_instrumented(&plain).unwrap());
         }
@@ -424,7 +344,10 @@ mod tests {
         let cut = d.0.join("cut");
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let elf = Elf::open(&cut).unwrap();
-        assert!(elf.headers().is_empty());
+        assert!(elf.symbols.is_empty() && elf.needed.is_empty());
         assert!(!elf.imports_hooks() && !elf.uses_tsan_runtime());
+        // The whole file reads both.
+        let elf = Elf::open(&exe).unwrap();
+        assert!(!elf.symbols.is_empty() && !elf.needed.is_empty());
     }
 }
