@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
 C
 cc -O1 -o "$TMP/loop" "$TMP/loop.c"
 printf 'pm=0\nloop\n' > "$TMP/zero.txt"
-RUN="$PMLAB run -q --json --dram-latency 100ns --pm-latency 300ns --source synthetic:$TMP/zero.txt"
+RUN="$PMLAB run -q --json $TMP/stats.json --dram-latency 100ns --pm-latency 300ns --source synthetic:$TMP/zero.txt"
 
 # measure CMD...: prints "wall_ns cpu_ns" (cpu = user+sys of all children);
 # its stdout goes to $TMP/out
@@ -64,7 +64,7 @@ PY
 stat() { # file label unit
 	sort -n "$1" | awk -v label="$2" -v unit="$3" '{v[NR]=$1} END {printf "%-46s median %12.1f %s  (min %.1f, max %.1f, n=%d)\n", label, v[int((NR+1)/2)], unit, v[1], v[NR], NR}'
 }
-json() { # python subscript into the stats object of the last stdout line
+json() { # python subscript into the stats object of the last --json document
 	python3 -c "import json,sys; v=json.loads(sys.stdin.read().strip().splitlines()[-1])['stats']; print(eval('v' + sys.argv[1]))" "$1"
 }
 field() { # key: value of key=... in the first line of $TMP/out
@@ -77,7 +77,7 @@ i=0
 while [ "$i" -lt "$REPS" ]; do
 	i=$((i + 1))
 	set -- $(measure $RUN -- true); run_wall=$1; run_cpu=$2
-	json '["init_ns"]' < "$TMP/out" | awk '{print $1/1e3}' >> "$TMP/init"
+	json '["init_ns"]' < "$TMP/stats.json" | awk '{print $1/1e3}' >> "$TMP/init"
 	echo "$run_wall" | awk '{print $1/1e3}' >> "$TMP/wall_run"
 	set -- $(measure "$TMP/loop" 1000); echo "$1" | awk '{print $1/1e3}' >> "$TMP/wall_plain"
 
@@ -87,9 +87,9 @@ while [ "$i" -lt "$REPS" ]; do
 	# handler; the whole process's CPU time adds the monitor thread.
 	set -- $(measure "$TMP/loop"); plain_cpu=$2; plain_thr=$(field thread_cpu_ns)
 	set -- $(measure $RUN --no-inject --epoch-max 1ms --epoch-min 1ms -- "$TMP/loop"); emu_cpu=$2; emu_thr=$(field thread_cpu_ns)
-	epochs=$(json '["total"]["epochs"]' < "$TMP/out")
-	ghz=$(json '["tsc_ghz"]' < "$TMP/out")
-	json '["total"]["overhead_cycles_per_epoch"]' < "$TMP/out" >> "$TMP/cyc"
+	epochs=$(json '["total"]["epochs"]' < "$TMP/stats.json")
+	ghz=$(json '["tsc_ghz"]' < "$TMP/stats.json")
+	json '["total"]["overhead_cycles_per_epoch"]' < "$TMP/stats.json" >> "$TMP/cyc"
 	echo "$emu_thr $plain_thr $epochs $ghz" | awk '{printf "%.0f\n", ($1 - $2) / $3 * $4}' >> "$TMP/epoch_thread"
 	echo "$emu_cpu $plain_cpu $run_cpu $epochs $ghz" | awk '{printf "%.0f\n", ($1 - $2 - $3) / $4 * $5}' >> "$TMP/epoch_total"
 

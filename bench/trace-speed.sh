@@ -18,7 +18,7 @@ stats() { sort -g | awk '{ v[NR] = $1 } END { printf "median %.2f (min %.2f, max
 
 echo "machine: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "repeats: $REPEATS (others may be using the CPUs: see the spread)"
-t=$("$PMLAB" trace -o "$dir/big.pmt" --overhead --json -- workloads/build/pmobj_hashmap "$dir/pool" 2 "$OPS" 20 | tail -1)
+t=$("$PMLAB" trace -o "$dir/big.pmt" --overhead --json /dev/fd/3 -- workloads/build/pmobj_hashmap "$dir/pool" 2 "$OPS" 20 3>&1 >/dev/null)
 echo "trace: $(echo "$t" | python3 -c 'import json,sys; t=json.load(sys.stdin); print("%d records, %d dropped, %d buffer waits; traced %.2f s, untraced %.2f s: overhead %.2fx" % (t["records"], t["dropped"], t["buffer_waits"], t["seconds"], t["baseline_seconds"], t["overhead"]))')"
 echo "file: $(stat -c %s "$dir/big.pmt") bytes"
 rates=""; cpu=""; rss=0
@@ -48,6 +48,6 @@ echo "persistency replay (hops on optane-1dimm): M records/s: $(printf '%s' "$ra
 # run above, whose time is dominated by lock hand-offs on 2 shared cores).
 over=""
 for _ in $(seq "$REPEATS"); do
-    over+="$("$PMLAB" trace -o "$dir/o.pmt" --overhead --json -- workloads/build/pmobj_btree "$dir/pool" 1 100000 20 | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["overhead"])')"$'\n'
+    over+="$("$PMLAB" trace -o "$dir/o.pmt" --overhead --json /dev/fd/3 -- workloads/build/pmobj_btree "$dir/pool" 1 100000 20 3>&1 >/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["overhead"])')"$'\n'
 done
 echo "tracing overhead, pmobj_btree 1 thread x 100000 operations (traced / untraced wall time): $(printf '%s' "$over" | stats)"

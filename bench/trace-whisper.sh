@@ -36,7 +36,7 @@ echo "machine: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo
 echo "workloads: $THREADS threads x $OPS operations, 20 % deletes, $PER_TX per transaction; replay on $PRESETS"
 printf '\n%-14s %8s %6s %6s %7s %8s %6s %6s %8s %8s %8s\n' workload records tx "ep/tx" single "self-dep" cross "NT B" "amplif." "ep/s" tracing
 for w in pmobj_hashmap pmobj_btree pm_hashmap pm_btree; do
-    t=$("$PMLAB" trace -o "$dir/$w.pmt" --overhead --json -- workloads/build/$w "$dir/$w.pool" "$THREADS" "$OPS" 20 "$PER_TX" | tail -1)
+    t=$("$PMLAB" trace -o "$dir/$w.pmt" --overhead --json /dev/fd/3 -- workloads/build/$w "$dir/$w.pool" "$THREADS" "$OPS" 20 "$PER_TX" 3>&1 >/dev/null)
     "$PMLAB" analyze "$dir/$w.pmt" --json > "$dir/$w.json"
     T="$t" python3 - "$w" "$dir/$w.json" <<'PY'
 import json, os, sys

@@ -6,8 +6,6 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
-mod elf;
-mod launch;
 
 /// pmlab: emulate, simulate, profile and trace software for persistent and
 /// other slow memory.

@@ -85,17 +85,39 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// `pmlab run --json ...`: the program's stdout lines and the stats.
+/// `pmlab run --json FILE ...`: the program's output and the stats read
+/// from FILE (a fresh one per call in `dir`). The JSON never reaches the
+/// program's stdout.
 fn run_json(dir: &TempDir, flags: &[&str], prog: &[&str]) -> (Output, serde_json::Value) {
-    let mut a = vec!["run", "--json", "--quiet", "--dram-latency", "100ns"];
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let json = dir.path(&format!("run-{n}.out"));
+    let json_arg = json.to_string_lossy().into_owned();
+    let mut a = vec![
+        "run",
+        "--json",
+        &json_arg,
+        "--quiet",
+        "--dram-latency",
+        "100ns",
+    ];
     a.extend_from_slice(flags);
     a.push("--");
     a.extend_from_slice(prog);
     let o = pmlab(dir, &a);
     let out = text(&o.stdout);
-    let last = out.lines().last().unwrap_or("").to_string();
-    let v: serde_json::Value = serde_json::from_str(&last)
-        .unwrap_or_else(|_| panic!("no stats JSON: stdout={out} stderr={}", text(&o.stderr)));
+    assert!(
+        !out.contains("\"exit_code\""),
+        "the JSON reached the program's stdout: {out}"
+    );
+    let written = std::fs::read_to_string(&json).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(written.trim()).unwrap_or_else(|_| {
+        panic!(
+            "no stats JSON in {written:?}: stdout={out} stderr={}",
+            text(&o.stderr)
+        )
+    });
+    let _ = std::fs::remove_file(&json);
     (o, v)
 }
 
@@ -1071,20 +1093,16 @@ fn calibrate_measures_and_caches_per_machine() {
     }
     // run --dram-latency auto uses the cache.
     d.write("s.txt", "pm=1\nloop\n");
-    let o = pmlab(
-        &d,
-        &[
-            "run",
-            "--json",
-            "-q",
-            "--pm-latency",
-            "100us",
-            "--source",
-            "synthetic:s.txt",
-            "--",
-            "true",
-        ],
-    );
+    // (--json on a descriptor of its own, as a script would.)
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{PMLAB} run --json /dev/fd/3 -q --pm-latency 100us --source synthetic:s.txt -- true 3>&1 >/dev/null"
+        ))
+        .current_dir(&d.0)
+        .env("XDG_CACHE_HOME", d.path("cache"))
+        .output()
+        .unwrap();
     let st: serde_json::Value = serde_json::from_str(text(&o.stdout).trim())
         .unwrap_or_else(|_| panic!("{} {}", text(&o.stdout), text(&o.stderr)));
     assert_eq!(

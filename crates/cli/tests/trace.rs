@@ -326,7 +326,7 @@ fn group_commit_keeps_results_and_rejects_bad_ops_per_tx() {
     // 2 threads x 500 operations in transactions of 16: 32 per thread (the
     // last of 4), each one redo-log commit: 4 epochs, one dfence.
     let o = Command::new(PMLAB)
-        .args(["trace", "-o", "g.pmt", "--json", "--"])
+        .args(["trace", "-o", "g.pmt", "--json", "g.json", "--"])
         .arg(d.join("pm_hashmap"))
         .args(["pool", "2", "500", "20", "16"])
         .env("PMLAB_RUNTIME", &rt)
@@ -469,7 +469,7 @@ fn trace_records_a_pmemobj_workload_without_changing_its_result() {
         .unwrap();
     assert!(plain.status.success());
     let o = Command::new(PMLAB)
-        .args(["trace", "-o", "app.pmt", "--json", "--"])
+        .args(["trace", "-o", "app.pmt", "--json", "app.json", "--"])
         .arg(&prog)
         .arg(&pool)
         .args(["2", "500", "20"])
@@ -478,12 +478,14 @@ fn trace_records_a_pmemobj_workload_without_changing_its_result() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    // The program's stdout is its own: the summary went to app.json.
     let out = stdout(&o);
-    let mut lines = out.lines();
-    let program_line = lines.next().unwrap();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let program_line = out.lines().next().unwrap();
     assert_eq!(checksum(program_line), checksum(&stdout(&plain)));
     assert_ne!(checksum(program_line), "none");
-    let v: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("app.json")).unwrap()).unwrap();
     assert_eq!(v["finished"], true);
     assert_eq!(v["dropped"], 0);
     assert!(v["records"].as_u64().unwrap() > 1000);
@@ -519,8 +521,8 @@ fn trace_records_a_pmemobj_workload_without_changing_its_result() {
 }
 
 /// Build the libpmem program `source` as `name` in a fresh directory and
-/// record it with `pmlab trace --json` (into `f.pmt`); the directory and the
-/// JSON line. `None` (the test skipped) where `cc` or libpmem is missing.
+/// record it with `pmlab trace --json f.json` (into `f.pmt`); the directory
+/// and the JSON summary. `None` (the test skipped) where `cc` or libpmem is missing.
 fn trace_libpmem_program(
     tag: &str,
     name: &str,
@@ -539,13 +541,21 @@ fn trace_libpmem_program(
         .expect("run cc");
     assert!(o.status.success(), "cannot build {name}.c: {}", stderr(&o));
     let o = Command::new(PMLAB)
-        .args(["trace", "-o", "f.pmt", "--json", "--", &format!("./{name}")])
+        .args([
+            "trace",
+            "-o",
+            "f.pmt",
+            "--json",
+            "f.json",
+            "--",
+            &format!("./{name}"),
+        ])
         .env("PMLAB_RUNTIME", &rt)
         .current_dir(&d)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let v = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let v = serde_json::from_str(&std::fs::read_to_string(d.join("f.json")).unwrap()).unwrap();
     Some((d, v))
 }
 
@@ -748,7 +758,15 @@ fn trace_counts_dram_accesses_of_a_pmlab_cc_program() {
         .unwrap();
     assert!(o.status.success(), "pmlab cc: {}", stderr(&o));
     let o = Command::new(PMLAB)
-        .args(["trace", "-o", "s.pmt", "--json", "--", "./pm_share"])
+        .args([
+            "trace",
+            "-o",
+            "s.pmt",
+            "--json",
+            "s.json",
+            "--",
+            "./pm_share",
+        ])
         .env("PMLAB_RUNTIME", &rt)
         .current_dir(&d)
         .output()
@@ -769,4 +787,48 @@ fn trace_counts_dram_accesses_of_a_pmlab_cc_program() {
     assert!((300_000..=300_064).contains(&dram), "DRAM accesses {dram}");
     let share = a["pm_share"].as_f64().unwrap();
     assert!((share - 0.4).abs() < 2e-4, "PM share {share}");
+}
+
+#[test]
+fn tracing_a_program_without_pm_operations_says_why_there_are_no_records() {
+    let rt = runtime_lib();
+    let d = TempDir::new("trace-empty");
+    let o = Command::new(PMLAB)
+        .args(["trace", "-o", "e.pmt", "--json", "e.json", "--", "true"])
+        .env("PMLAB_RUNTIME", &rt)
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("warning: no records: true made no PM operations")
+            && e.contains("never calls pmalloc")
+            && e.contains("not built with pmlab cc"),
+        "{e}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("e.json")).unwrap()).unwrap();
+    assert_eq!(v["records"], 0);
+    assert!(
+        v["why_no_records"].as_str().unwrap().contains("pmalloc"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_misspelled_option_before_the_program_is_an_unknown_option() {
+    let d = TempDir::new("misspelled");
+    for cmd in ["run", "trace"] {
+        let mut args = vec![cmd];
+        if cmd == "trace" {
+            args.extend(["-o", "x.pmt"]);
+        }
+        args.extend(["--pm-latncy", "400ns", "--", "true"]);
+        let o = pmlab(&d, &args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {e}");
+        assert!(e.contains("'--pm-latncy'"), "{cmd}: {e}");
+        assert!(!e.contains("not found"), "{cmd}: {e}");
+    }
 }

@@ -16,6 +16,8 @@
 //!   write-backs) for the instrumented counter source.
 //! * [`mlp`]: the memory-level-parallelism estimate that turns misses into
 //!   serial accesses.
+//! * [`options`]: the emulator's run options, defined once for `pmlab run`
+//!   (flags, config file) and the runtime (`PMLAB_*` variables).
 //! * [`Error`]: the one error type, whose [`ErrorKind`] names what was wrong.
 //!
 //! # Example
@@ -35,6 +37,7 @@
 pub mod cache;
 mod error;
 pub mod mlp;
+pub mod options;
 pub mod quartz;
 pub mod units;
 

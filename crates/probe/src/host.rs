@@ -302,6 +302,144 @@ impl Host {
     }
 }
 
+/// A pointer chain for plain dependent loads: every cache line of an
+/// anonymous mapping (huge pages where the system gives them, as
+/// [`MemKind::Auto`]) holds the address of the next line of one random
+/// cycle through all of them, so each load waits for the one before it.
+/// The emulator's calibration (`pmlab-emu`) measures the DRAM latency
+/// with it; it shares the mapping and the scalar chase kernel with the
+/// host target.
+pub struct Chain {
+    map: Mapping,
+    start: usize,
+    at: usize,
+}
+
+impl Chain {
+    /// Map `len` bytes (optionally bound to NUMA node `node`), and link
+    /// their lines into one cycle in an order drawn from `seed`
+    /// (Sattolo's shuffle with a xorshift generator).
+    pub fn new(len: usize, node: Option<u32>, seed: u64) -> Result<Chain, Error> {
+        if len < 64 {
+            return Err(Error::new(
+                ErrorKind::Param,
+                format!("a chain of {len} bytes holds no cache line"),
+            ));
+        }
+        let map = map(&MemKind::Auto, len)?;
+        if let Some(n) = node {
+            bind(&map, n)?;
+        }
+        let lines = len / 64;
+        let mut order: Vec<u32> = (0..lines as u32).collect();
+        let mut x = seed | 1;
+        for i in (1..lines).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let j = (x % i as u64) as usize;
+            order.swap(i, j);
+        }
+        let base = map.ptr as usize;
+        for k in 0..lines {
+            let from = base + order[k] as usize * 64;
+            let to = base + order[(k + 1) % lines] as usize * 64;
+            // SAFETY: both addresses are lines inside the mapping.
+            unsafe { *(from as *mut usize) = to };
+        }
+        let start = base + order[0] as usize * 64;
+        Ok(Chain {
+            map,
+            start,
+            at: start,
+        })
+    }
+
+    /// Follow the chain for `steps` loads, from where the last call
+    /// stopped.
+    pub fn chase(&mut self, steps: u64) {
+        // SAFETY: every line of the chain holds the address of another
+        // line of it, and `at` is one of them.
+        self.at = unsafe { chase_plain(self.at as *const u8, steps) } as usize;
+    }
+
+    /// Go back to the chain's first line.
+    pub fn rewind(&mut self) {
+        self.at = self.start;
+    }
+
+    /// The chain's length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Never: a chain holds at least one line.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The pages backing the chain, in words ("hugetlbfs 2 MiB pages",
+    /// "transparent huge pages (madvise)", "4 KiB pages").
+    pub fn pages(&self) -> &'static str {
+        self.map.huge
+    }
+}
+
+/// Follow a pointer chain with plain loads (the scalar kernel).
+///
+/// # Safety
+/// `p` and every address it leads to within `steps` loads must hold the
+/// address of the next.
+unsafe fn chase_plain(p: *const u8, steps: u64) -> *const u8 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kscalar::chase(p, steps)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut p = p;
+        for _ in 0..steps {
+            p = (p as *const u64).read_volatile() as *const u8;
+        }
+        p
+    }
+}
+
+/// Bind a fresh (untouched) mapping to NUMA node `node` (`mbind`,
+/// `MPOL_BIND`).
+fn bind(m: &Mapping, node: u32) -> Result<(), Error> {
+    let mut mask = [0u64; 16];
+    let slot = mask.get_mut((node / 64) as usize).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Param,
+            format!("NUMA node {node} is out of range"),
+        )
+    })?;
+    *slot |= 1 << (node % 64);
+    // SAFETY: mbind on our own mapping with a mask of 1024 bits.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            m.ptr,
+            m.len,
+            2, /* MPOL_BIND */
+            mask.as_ptr(),
+            1024usize,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(Error::new(
+            ErrorKind::Host,
+            format!(
+                "cannot bind the region to NUMA node {node}: {}",
+                std::io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn pin(cpu: Option<usize>) -> Result<Option<usize>, Error> {
     // SAFETY: plain libc calls on a zeroed cpu_set_t owned here.
     unsafe {
@@ -470,41 +608,13 @@ fn map(mem: &MemKind, len: usize) -> Result<Mapping, Error> {
     }
 }
 
-#[inline(always)]
-fn rdtsc() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: lfence and rdtsc have no memory effects.
-    unsafe {
-        use std::arch::x86_64::{_mm_lfence, _rdtsc};
-        _mm_lfence();
-        let t = _rdtsc();
-        _mm_lfence();
-        t
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        use std::sync::OnceLock;
-        use std::time::Instant;
-        static START: OnceLock<Instant> = OnceLock::new();
-        START.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
+/// The TSC, read between `lfence`s (`pmlab-clock`).
+use pmlab_clock::rdtsc_ordered as rdtsc;
 
-/// TSC ticks per nanosecond, measured against the monotonic clock.
+/// TSC ticks per nanosecond, measured against the monotonic clock over
+/// 30 ms (`pmlab-clock`, shared with the runtime and the calibration).
 fn calibrate_tsc() -> f64 {
-    let mut best = Vec::new();
-    for _ in 0..3 {
-        let t0 = std::time::Instant::now();
-        let c0 = rdtsc();
-        while t0.elapsed().as_micros() < 10_000 {
-            std::hint::spin_loop();
-        }
-        let c1 = rdtsc();
-        let ns = t0.elapsed().as_nanos() as f64;
-        best.push((c1 - c0) as f64 / ns);
-    }
-    best.sort_by(|a, b| a.total_cmp(b));
-    best[1].max(1e-3)
+    pmlab_clock::measure_tsc_ghz(30_000_000)
 }
 
 /// The kernels, one copy per instruction set so each is compiled with its
@@ -860,6 +970,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn chain_is_one_cycle_through_every_line() {
+        let mut c = Chain::new(1 << 20, None, 42).unwrap();
+        let lines = (1 << 20) / 64;
+        // Every step lands on a line not seen before, until the last one
+        // returns to the start.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..lines {
+            assert!(seen.insert(c.at), "line visited twice");
+            c.chase(1);
+        }
+        assert_eq!(c.at, c.start);
+        assert_eq!(seen.len(), lines);
+        c.chase(5);
+        c.rewind();
+        assert_eq!(c.at, c.start);
+        assert!(Chain::new(32, None, 1).is_err());
     }
 
     #[test]

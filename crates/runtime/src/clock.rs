@@ -1,22 +1,12 @@
-//! Time: the TSC (read with `rdtsc`), its frequency, and the delay spin.
+//! Time: the TSC (read and calibrated by `pmlab-clock`), its frequency as
+//! this process uses it, and the delay spin.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static TSC_GHZ_BITS: AtomicU64 = AtomicU64::new(0);
 
-/// Read the time-stamp counter.
-#[inline]
-pub fn rdtsc() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: rdtsc has no preconditions on x86-64.
-    unsafe {
-        std::arch::x86_64::_rdtsc()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        monotonic_ns()
-    }
-}
+/// Read the time-stamp counter (the one implementation in `pmlab-clock`).
+pub use pmlab_clock::rdtsc;
 
 /// CLOCK_MONOTONIC in ns (async-signal-safe).
 #[inline]
@@ -31,45 +21,11 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// A (clock ns, TSC) pair read close together: the TSC is read on both
-/// sides of the clock and the pair is kept only when both reads are near,
-/// so that a preemption between them cannot skew it.
-#[cfg(target_arch = "x86_64")]
-fn paired_reading() -> (u64, u64) {
-    let mut best = (0, 0, u64::MAX);
-    for _ in 0..50 {
-        let c0 = rdtsc();
-        let t = monotonic_ns();
-        let c1 = rdtsc();
-        let gap = c1.wrapping_sub(c0);
-        if gap < best.2 {
-            best = (t, c0 + gap / 2, gap);
-        }
-        if gap < 2_000 {
-            break;
-        }
-    }
-    (best.0, best.1)
-}
-
-/// Measure the TSC frequency against CLOCK_MONOTONIC over `window_ns`,
-/// from two tightly paired readings (robust to preemption on a busy
-/// machine).
+/// Measure the TSC frequency against CLOCK_MONOTONIC (the real one, see
+/// [`monotonic_ns`]) over `window_ns`, from two tightly paired readings
+/// (robust to preemption on a busy machine; `pmlab_clock` does it).
 pub fn measure_tsc_ghz(window_ns: u64) -> f64 {
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = window_ns;
-        return 1.0;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let (t0, c0) = paired_reading();
-        while monotonic_ns() - t0 < window_ns {
-            std::hint::spin_loop();
-        }
-        let (t1, c1) = paired_reading();
-        (c1 - c0) as f64 / (t1 - t0) as f64
-    }
+    pmlab_clock::measure_tsc_ghz_with(window_ns, monotonic_ns)
 }
 
 /// Set the TSC frequency (from configuration or measurement).

@@ -3,56 +3,28 @@
 //! and `--config` file; programs linked with `-lpmlab` and run directly see
 //! none of them and get the PM API with no emulation.
 //!
+//! The run options (latencies, bandwidth, epochs, source, write model,
+//! pool, `PMLAB_NO_INJECT`, `PMLAB_TSC_GHZ`, `PMLAB_CPU_GHZ`) are defined
+//! once, with their defaults and checks, in `pmlab_model::options`, which
+//! `pmlab run` uses too. The variables below are the runtime's own:
+//!
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `PMLAB_ACTIVE` | unset | `1`: emulate (epochs, delays); unset: API only |
-//! | `PMLAB_SOURCE` | `hw` | counter source: `hw`, `synthetic:FILE`, `instrumented` |
-//! | `PMLAB_PM_LATENCY` | `300ns` | emulated PM read latency |
-//! | `PMLAB_DRAM_LATENCY` | `100ns` | measured DRAM latency (`pmlab calibrate`) |
-//! | `PMLAB_REMOTE_LATENCY` | unset | two-memory mode: remote node latency |
-//! | `PMLAB_W` | `6` | DRAM/L3 latency ratio of equation 3 |
-//! | `PMLAB_PM_BANDWIDTH` | unset | target PM bandwidth (`8GB/s`) |
-//! | `PMLAB_BW_THROTTLE` | `software` | `software` (stretch epochs) or `mba` (resctrl) |
-//! | `PMLAB_EPOCH_MAX` | `10ms` | maximum epoch length (monitor signal) |
-//! | `PMLAB_EPOCH_MIN` | `100us` | minimum epoch length before a sync point ends it |
-//! | `PMLAB_NO_INJECT` | unset | `1`: compute everything, inject nothing |
-//! | `PMLAB_TSC_GHZ` | measured | TSC frequency (from the calibration cache) |
-//! | `PMLAB_CPU_GHZ` | TSC GHz | core cycles per ns, for stall cycles |
-//! | `PMLAB_WRITE_LATENCY` | `0` | PM write latency paid at `pm_drain` |
-//! | `PMLAB_WRITE_PARALLELISM` | `4` | flushes in flight in the write model |
-//! | `PMLAB_PM_FILE` | unset | back the PM pool with this file |
-//! | `PMLAB_PM_POOL_SIZE` | `1GiB` | pool size (address space reserved) |
-//! | `PMLAB_PM_NODE` | unset | NUMA node for the pool (two-memory mode) |
 //! | `PMLAB_STATS_FILE` | unset | write JSON stats here (else stderr text) |
 //! | `PMLAB_STATS` | `1` | `0`: no stats on stderr |
 //! | `PMLAB_SIGNAL` | `6` | epoch signal = SIGRTMIN + this |
 //! | `PMLAB_LAUNCHER_PID` | unset | pid of `pmlab run` (marks the main process) |
+//!
+//! A source of `auto` (the options' default) is `hw` here: only `pmlab
+//! run` can tell whether a program was built by `pmlab cc`.
 
 use crate::error::{Error, ErrorKind};
-use pmlab_model::units::{Bandwidth, Bytes, Nanos};
+use pmlab_model::options::RunOptions;
 use std::sync::OnceLock;
 
-/// How a target bandwidth is enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Throttle {
-    /// No bandwidth target.
-    None,
-    /// Stretch epochs (Quartz-style, in software).
-    Software,
-    /// Intel RDT memory-bandwidth allocation through resctrl.
-    Mba,
-}
-
-impl Throttle {
-    /// Name used in the stats.
-    pub fn name(self) -> &'static str {
-        match self {
-            Throttle::None => "none",
-            Throttle::Software => "software",
-            Throttle::Mba => "mba",
-        }
-    }
-}
+/// How a target bandwidth is enforced (defined with the run options).
+pub use pmlab_model::options::Throttle;
 
 /// Every runtime option, parsed and validated.
 #[derive(Debug, Clone)]
@@ -141,106 +113,41 @@ fn flag(v: &str) -> bool {
 }
 
 impl Config {
-    /// Build from a variable lookup (the environment, or a map in tests).
+    /// Build from a variable lookup (the environment, or a map in tests):
+    /// the run options through `pmlab_model::options`, then the
+    /// runtime's own variables.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        let mut c = Config::default();
         let bad = |var: &str, e: &dyn std::fmt::Display| {
             Error::new(ErrorKind::Config, format!("{var}: {e}"))
         };
-        let dur = |var: &str| -> Result<Option<f64>, Error> {
-            get(var)
-                .map(|v| Nanos::parse(&v).map(|n| n.get()).map_err(|e| bad(var, &e)))
-                .transpose()
+        let o =
+            RunOptions::from_env(&get).map_err(|e| Error::new(ErrorKind::Config, e.to_string()))?;
+        let mut c = Config {
+            active: get("PMLAB_ACTIVE").is_some_and(|v| flag(&v)),
+            source: if o.source == "auto" {
+                "hw".into()
+            } else {
+                o.source.clone()
+            },
+            pm_latency_ns: o.pm_latency_ns,
+            dram_latency_ns: o.dram_ns(),
+            remote_latency_ns: o.remote_latency_ns,
+            w: o.w,
+            pm_bytes_per_ns: o.pm_bandwidth.map(|b| b.bytes_per_ns()),
+            throttle: o.throttle,
+            epoch_max_ns: o.epoch_max_ns,
+            epoch_min_ns: o.epoch_min_ns,
+            lock_epoch_min_ns: o.lock_epoch_min_ns,
+            no_inject: o.no_inject,
+            tsc_ghz: o.tsc_ghz,
+            cpu_ghz: o.cpu_ghz,
+            write_latency_ns: o.write_latency_ns,
+            write_parallelism: o.write_parallelism as usize,
+            pm_file: o.pm_file.clone(),
+            pool_size: o.pool_size,
+            pm_node: o.pm_node,
+            ..Config::default()
         };
-        let num = |var: &str| -> Result<Option<f64>, Error> {
-            get(var)
-                .map(|v| {
-                    v.trim()
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|x| x.is_finite() && *x > 0.0)
-                        .ok_or_else(|| bad(var, &format!("'{v}' is not a positive number")))
-                })
-                .transpose()
-        };
-        c.active = get("PMLAB_ACTIVE").is_some_and(|v| flag(&v));
-        if let Some(s) = get("PMLAB_SOURCE") {
-            c.source = s;
-        }
-        if let Some(v) = dur("PMLAB_PM_LATENCY")? {
-            c.pm_latency_ns = v;
-        }
-        if let Some(v) = dur("PMLAB_DRAM_LATENCY")? {
-            c.dram_latency_ns = v;
-        }
-        c.remote_latency_ns = dur("PMLAB_REMOTE_LATENCY")?;
-        if let Some(v) = num("PMLAB_W")? {
-            c.w = v;
-        }
-        if let Some(v) = get("PMLAB_PM_BANDWIDTH") {
-            let bw = Bandwidth::parse(&v).map_err(|e| bad("PMLAB_PM_BANDWIDTH", &e))?;
-            if bw.bytes_per_ns() <= 0.0 {
-                return Err(bad("PMLAB_PM_BANDWIDTH", &"must be above zero"));
-            }
-            c.pm_bytes_per_ns = Some(bw.bytes_per_ns());
-            c.throttle = Throttle::Software;
-        }
-        if let Some(v) = get("PMLAB_BW_THROTTLE") {
-            c.throttle = match v.as_str() {
-                "software" => Throttle::Software,
-                "mba" => Throttle::Mba,
-                "none" => Throttle::None,
-                _ => {
-                    return Err(bad(
-                        "PMLAB_BW_THROTTLE",
-                        &format!("unknown throttle '{v}': expected software, mba or none"),
-                    ))
-                }
-            };
-            if c.pm_bytes_per_ns.is_none() && c.throttle != Throttle::None {
-                c.throttle = Throttle::None;
-            }
-        }
-        if let Some(v) = dur("PMLAB_EPOCH_MAX")? {
-            c.epoch_max_ns = v;
-        }
-        if let Some(v) = dur("PMLAB_EPOCH_MIN")? {
-            c.epoch_min_ns = v;
-        }
-        c.lock_epoch_min_ns = dur("PMLAB_LOCK_EPOCH_MIN")?;
-        c.no_inject = get("PMLAB_NO_INJECT").is_some_and(|v| flag(&v));
-        c.tsc_ghz = num("PMLAB_TSC_GHZ")?;
-        c.cpu_ghz = num("PMLAB_CPU_GHZ")?;
-        if let Some(v) = dur("PMLAB_WRITE_LATENCY")? {
-            c.write_latency_ns = v;
-        }
-        if let Some(v) = get("PMLAB_WRITE_PARALLELISM") {
-            c.write_parallelism = v
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| (1..=1024).contains(&n))
-                .ok_or_else(|| {
-                    bad(
-                        "PMLAB_WRITE_PARALLELISM",
-                        &format!("'{v}' is not a whole number from 1 to 1024"),
-                    )
-                })?;
-        }
-        c.pm_file = get("PMLAB_PM_FILE").filter(|s| !s.is_empty());
-        if let Some(v) = get("PMLAB_PM_POOL_SIZE") {
-            let b = Bytes::parse(&v).map_err(|e| bad("PMLAB_PM_POOL_SIZE", &e))?;
-            if b.get() < (1 << 20) {
-                return Err(bad("PMLAB_PM_POOL_SIZE", &"must be at least 1MiB"));
-            }
-            c.pool_size = b.get();
-        }
-        if let Some(v) = get("PMLAB_PM_NODE") {
-            c.pm_node =
-                Some(v.trim().parse::<u32>().map_err(|_| {
-                    bad("PMLAB_PM_NODE", &format!("'{v}' is not a NUMA node number"))
-                })?);
-        }
         c.stats_file = get("PMLAB_STATS_FILE").filter(|s| !s.is_empty());
         c.stats_stderr = get("PMLAB_STATS").is_none_or(|v| v != "0");
         if let Some(v) = get("PMLAB_SIGNAL") {
@@ -257,43 +164,7 @@ impl Config {
                 })?;
         }
         c.launcher_pid = get("PMLAB_LAUNCHER_PID").and_then(|v| v.trim().parse().ok());
-        c.validate()?;
         Ok(c)
-    }
-
-    /// Check that the values agree with each other.
-    pub fn validate(&self) -> Result<(), Error> {
-        let e = |m: String| Err(Error::new(ErrorKind::Config, m));
-        let base = self.remote_latency_ns.unwrap_or(self.dram_latency_ns);
-        if self.dram_latency_ns <= 0.0 {
-            return e("PMLAB_DRAM_LATENCY must be above 0".into());
-        }
-        if self.pm_latency_ns < base {
-            return e(format!(
-                "PM latency {} is below the {} latency {}: PM can only be emulated as slower memory",
-                Nanos::new(self.pm_latency_ns),
-                if self.remote_latency_ns.is_some() { "remote" } else { "DRAM" },
-                Nanos::new(base)
-            ));
-        }
-        if self.epoch_max_ns < 1e3 {
-            return e("maximum epoch must be at least 1us".into());
-        }
-        if self.epoch_min_ns > self.epoch_max_ns {
-            return e(format!(
-                "minimum epoch {} is above the maximum epoch {}",
-                Nanos::new(self.epoch_min_ns),
-                Nanos::new(self.epoch_max_ns)
-            ));
-        }
-        if let Some(l) = self.lock_epoch_min_ns.filter(|&l| l > self.epoch_max_ns) {
-            return e(format!(
-                "minimum lock epoch {} is above the maximum epoch {}",
-                Nanos::new(l),
-                Nanos::new(self.epoch_max_ns)
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -346,9 +217,9 @@ mod tests {
         let e = cfg(&[("PMLAB_PM_LATENCY", "50ns")]).unwrap_err();
         assert!(e.message().contains("below the DRAM latency"), "{e}");
         let e = cfg(&[("PMLAB_EPOCH_MIN", "20ms")]).unwrap_err();
-        assert!(e.message().contains("above the maximum"), "{e}");
+        assert!(e.message().contains("above PMLAB_EPOCH_MAX"), "{e}");
         let e = cfg(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
-        assert!(e.message().contains("minimum lock epoch"), "{e}");
+        assert!(e.message().starts_with("PMLAB_LOCK_EPOCH_MIN 20ms"), "{e}");
         let c = cfg(&[("PMLAB_LOCK_EPOCH_MIN", "2us")]).unwrap();
         assert_eq!(c.lock_epoch_min_ns, Some(2e3));
         let e = cfg(&[("PMLAB_EPOCH_MAX", "10 parsecs")]).unwrap_err();

@@ -1,125 +1,157 @@
 //! `pmlab run [options] -- program args`: run a program as if its memory
 //! were slower persistent memory (Quartz's epoch model, issue 2).
 //!
-//! Settings come from flags, else a TOML file (`--config`, same names with
-//! `_` for `-`), else defaults; each is validated here and passed to the
-//! runtime as a `PMLAB_*` variable (see `crates/runtime/src/config.rs`).
-//! Before the program starts, the runtime checks them and the counter
-//! source, so a machine without a PMU fails at once with one line.
+//! The run options are defined once, in `pmlab_model::options` (names,
+//! defaults, checks, `PMLAB_*` variables), and shared with the runtime:
+//! this file builds their flags and `--config` keys from that table, takes
+//! flags over the file over defaults, resolves what only `pmlab run` can
+//! (the calibrated DRAM latency, paths, NUMA nodes) and passes them to the
+//! runtime in the environment. Before the program starts, the runtime
+//! checks them and the counter source, so a machine without a PMU fails at
+//! once with one line.
 
-use crate::launch;
 use anyhow::{anyhow, bail, Context};
-use pmlab_model::units::{Bandwidth, Bytes, Nanos};
-use serde::Deserialize;
+use clap::{Arg, ArgAction, ArgMatches};
+use pmlab_emu::launch;
+use pmlab_model::options::{Kind, Naming, RunOptions, Spec, SPECS};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab run`.
 #[derive(clap::Args, Default)]
+#[command(after_help = "Example:
+  pmlab cc -O2 -o app app.c
+  pmlab run --pm-latency 400ns --json stats.json -- ./app input.txt
+  pmlab run --pm-latency 1us --json /dev/fd/3 -- ./app 3>stats.json   # JSON on a descriptor of its own")]
 pub struct Args {
-    /// Emulated PM read latency (e.g. 400ns, 1us) [default: 300ns].
-    #[arg(long)]
-    pub pm_latency: Option<String>,
-    /// This machine's DRAM latency, or `auto` for the calibration cache
-    /// (measured on first use) [default: auto].
-    #[arg(long)]
-    pub dram_latency: Option<String>,
-    /// Two-memory mode: the remote NUMA node's latency (it plays PM).
-    #[arg(long)]
-    pub remote_latency: Option<String>,
-    /// Target PM bandwidth (e.g. 8GB/s); epochs that move more are stretched.
-    #[arg(long)]
-    pub pm_bandwidth: Option<String>,
-    /// How to enforce --pm-bandwidth: software or mba (Intel RDT resctrl).
-    #[arg(long)]
-    pub bw_throttle: Option<String>,
-    /// Maximum epoch length [default: 10ms].
-    #[arg(long)]
-    pub epoch_max: Option<String>,
-    /// Minimum epoch length before a sync point ends an epoch [default: 100us].
-    #[arg(long)]
-    pub epoch_min: Option<String>,
-    /// Minimum epoch before a lock acquire or release ends it (set it to
-    /// --epoch-max to keep lock points from ending epochs) [default: a
-    /// tenth of --epoch-min, at least 1us].
-    #[arg(long)]
-    pub lock_epoch_min: Option<String>,
-    /// Counter source: auto, hw, instrumented, synthetic:FILE [default: auto].
-    #[arg(long)]
-    pub source: Option<String>,
-    /// PM write latency paid at durability points [default: 0 = off].
-    #[arg(long)]
-    pub write_latency: Option<String>,
-    /// Flushes the write model overlaps [default: 4].
-    #[arg(long)]
-    pub write_parallelism: Option<u32>,
-    /// W of Quartz's equation 3 (DRAM/L3 latency ratio) [default: 6].
-    #[arg(long)]
-    pub w: Option<f64>,
-    /// Back the PM pool (pmalloc) with this file.
-    #[arg(long)]
-    pub pm_file: Option<PathBuf>,
-    /// PM pool size [default: 1GiB].
-    #[arg(long)]
-    pub pm_pool_size: Option<String>,
-    /// NUMA node of the PM pool (two-memory mode).
-    #[arg(long)]
-    pub pm_node: Option<u32>,
-    /// Compute epochs and delays but inject nothing (measures overhead).
-    #[arg(long)]
-    pub no_inject: bool,
+    /// The run options (built from `pmlab_model::options::SPECS`).
+    #[command(flatten)]
+    pub options: OptionFlags,
     /// Write the runtime's statistics (JSON) to this file.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
-    /// Print the statistics as JSON on stdout after the program's output.
-    #[arg(long)]
-    pub json: bool,
+    /// Write the exit code and statistics (JSON: exit_code, stats,
+    /// children, pre_exec) to this file (never to the program's stdout;
+    /// `/dev/fd/N` for a descriptor of its own).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Do not print the statistics summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Read settings from a TOML file (flags win).
-    #[arg(long)]
+    /// Read settings from a TOML file (the flags' names with `_`; flags win).
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The program and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
 }
 
-/// The `--config` file: the flags' names with `_`.
-#[derive(Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    pm_latency: Option<String>,
-    dram_latency: Option<String>,
-    remote_latency: Option<String>,
-    pm_bandwidth: Option<String>,
-    bw_throttle: Option<String>,
-    epoch_max: Option<String>,
-    epoch_min: Option<String>,
-    lock_epoch_min: Option<String>,
-    source: Option<String>,
-    write_latency: Option<String>,
-    write_parallelism: Option<u32>,
-    w: Option<f64>,
-    pm_file: Option<PathBuf>,
-    pm_pool_size: Option<String>,
-    pm_node: Option<u32>,
-    no_inject: Option<bool>,
+/// The run options given as flags: (option name, value), for the options
+/// of [`SPECS`] that users set.
+#[derive(Default, Debug, Clone)]
+pub struct OptionFlags {
+    /// The flags given, by option name.
+    pub given: Vec<(&'static str, String)>,
 }
 
-fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
+impl OptionFlags {
+    fn user_specs() -> impl Iterator<Item = &'static Spec> {
+        SPECS.iter().filter(|s| s.user)
+    }
+
+    /// The clap argument of one option.
+    fn arg(s: &'static Spec) -> Arg {
+        let help = match (s.kind, s.default) {
+            (Kind::Switch, _) | (_, None) => s.help.to_string(),
+            (_, Some(d)) => format!("{} [default: {d}]", s.help),
+        };
+        let a = Arg::new(s.name).long(s.name).help(help);
+        match s.kind {
+            Kind::Switch => a.action(ArgAction::SetTrue),
+            Kind::Duration => a.value_name("TIME"),
+            Kind::Bandwidth => a.value_name("RATE"),
+            Kind::PoolSize => a.value_name("SIZE"),
+            Kind::Path => a.value_name("FILE"),
+            _ => a.value_name("VALUE"),
+        }
+    }
+}
+
+impl clap::FromArgMatches for OptionFlags {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut given = Vec::new();
+        for s in Self::user_specs() {
+            if s.kind == Kind::Switch {
+                if m.get_flag(s.name) {
+                    given.push((s.name, "1".to_string()));
+                }
+            } else if let Some(v) = m.get_one::<String>(s.name) {
+                given.push((s.name, v.clone()));
+            }
+        }
+        Ok(OptionFlags { given })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for OptionFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        Self::user_specs().fold(cmd, |c, s| c.arg(Self::arg(s)))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// The `--config` file's settings, by option name (keys are the flags'
+/// names with `_`; unknown keys are an error naming them).
+fn load_file(path: &Path) -> anyhow::Result<HashMap<&'static str, String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
         let msg = e.message().replace('\n', " ");
         anyhow!("config file {}: {msg}", path.display())
-    })
-}
-
-fn dur(flag: &str, v: &str) -> anyhow::Result<f64> {
-    Nanos::parse(v)
-        .map(|n| n.get())
-        .map_err(|e| anyhow!("--{flag}: {e}"))
+    })?;
+    let mut out = HashMap::new();
+    for (key, value) in table {
+        let Some(s) = OptionFlags::user_specs().find(|s| s.key() == key) else {
+            let keys: Vec<String> = OptionFlags::user_specs().map(|s| s.key()).collect();
+            bail!(
+                "config file {}: unknown field `{key}`, expected one of {}",
+                path.display(),
+                keys.join(", ")
+            );
+        };
+        let v = match value {
+            toml::Value::String(v) => v,
+            toml::Value::Integer(v) => v.to_string(),
+            toml::Value::Float(v) => v.to_string(),
+            toml::Value::Boolean(v) if s.kind == Kind::Switch => {
+                if v {
+                    "1".into()
+                } else {
+                    "0".into()
+                }
+            }
+            other => bail!(
+                "config file {}: `{key}` = {other}: expected a {}",
+                path.display(),
+                if s.kind == Kind::Switch {
+                    "true or false"
+                } else {
+                    "string or number"
+                }
+            ),
+        };
+        out.insert(s.name, v);
+    }
+    Ok(out)
 }
 
 /// Settings resolved and validated, as runtime variables.
@@ -131,127 +163,45 @@ pub struct Resolved {
     pub source: String,
 }
 
-/// Merge flags over the file, validate, build the runtime's environment.
+/// Merge flags over the file over the defaults, check, resolve what only
+/// `pmlab run` can (the DRAM latency, paths, the NUMA node), and build
+/// the runtime's environment.
 pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
-    let f = match &a.config {
+    let file = match &a.config {
         Some(p) => load_file(p)?,
-        None => FileConfig::default(),
+        None => HashMap::new(),
     };
-    macro_rules! pick {
-        ($field:ident) => {
-            a.$field.clone().or(f.$field.clone())
-        };
-    }
-    let mut env: Vec<(String, String)> = vec![("PMLAB_ACTIVE".into(), "1".into())];
-    let mut set = |k: &str, v: String| env.push((k.to_string(), v));
-
-    let pm = dur(
-        "pm-latency",
-        &pick!(pm_latency).unwrap_or_else(|| "300ns".into()),
+    let flags: HashMap<&str, &String> = a.options.given.iter().map(|(k, v)| (*k, v)).collect();
+    let mut o = RunOptions::parse(
+        |s| {
+            flags
+                .get(s.name)
+                .map(|v| v.to_string())
+                .or_else(|| file.get(s.name).cloned())
+        },
+        Naming::Flag,
     )?;
-    let dram_s = pick!(dram_latency).unwrap_or_else(|| "auto".into());
-    let cached = if dram_s == "auto" {
-        Some(crate::cmd::calibrate::cached_or_measure()?)
+    let note = crate::cmd::calibrate::note(false);
+    let cached = if o.dram_latency_ns.is_none() {
+        Some(pmlab_emu::calibrate::cached_or_measure(&note)?)
     } else {
-        crate::cmd::calibrate::load_cache().ok().flatten()
+        pmlab_emu::calibrate::load_cache().ok().flatten()
     };
-    let dram = if dram_s == "auto" {
-        cached.as_ref().map(|c| c.dram_latency_ns).unwrap_or(100.0)
-    } else {
-        dur("dram-latency", &dram_s)?
-    };
-    if dram <= 0.0 {
-        bail!("--dram-latency must be above 0");
-    }
-    let remote = pick!(remote_latency)
-        .map(|v| dur("remote-latency", &v))
-        .transpose()?;
-    let base = remote.unwrap_or(dram);
-    if pm < base {
-        bail!(
-            "--pm-latency {} is below the {} latency {}: PM can only be emulated as slower memory (raise --pm-latency)",
-            Nanos::new(pm),
-            if remote.is_some() { "remote" } else { "DRAM" },
-            Nanos::new(base)
+    if o.dram_latency_ns.is_none() {
+        o.dram_latency_ns = Some(
+            cached
+                .as_ref()
+                .map_or(pmlab_model::options::FALLBACK_DRAM_NS, |c| {
+                    c.dram_latency_ns
+                }),
         );
     }
-    let max = dur(
-        "epoch-max",
-        &pick!(epoch_max).unwrap_or_else(|| "10ms".into()),
-    )?;
-    let min = dur(
-        "epoch-min",
-        &pick!(epoch_min).unwrap_or_else(|| "100us".into()),
-    )?;
-    if max < 1e3 {
-        bail!(
-            "--epoch-max {} is too short: give at least 1us",
-            Nanos::new(max)
-        );
+    if o.tsc_ghz.is_none() {
+        o.tsc_ghz = cached.as_ref().map(|c| c.tsc_ghz);
     }
-    if min > max {
-        bail!(
-            "--epoch-min {} is above --epoch-max {}",
-            Nanos::new(min),
-            Nanos::new(max)
-        );
-    }
-    set("PMLAB_PM_LATENCY", format!("{pm}ns"));
-    set("PMLAB_DRAM_LATENCY", format!("{dram}ns"));
-    if let Some(r) = remote {
-        set("PMLAB_REMOTE_LATENCY", format!("{r}ns"));
-    }
-    set("PMLAB_EPOCH_MAX", format!("{max}ns"));
-    set("PMLAB_EPOCH_MIN", format!("{min}ns"));
-    if let Some(l) = pick!(lock_epoch_min) {
-        let l = dur("lock-epoch-min", &l)?;
-        if l > max {
-            bail!(
-                "--lock-epoch-min {} is above --epoch-max {}",
-                Nanos::new(l),
-                Nanos::new(max)
-            );
-        }
-        set("PMLAB_LOCK_EPOCH_MIN", format!("{l}ns"));
-    }
-    if let Some(c) = &cached {
-        set("PMLAB_TSC_GHZ", format!("{}", c.tsc_ghz));
-    }
-    if let Some(bw) = pick!(pm_bandwidth) {
-        let b = Bandwidth::parse(&bw).map_err(|e| anyhow!("--pm-bandwidth: {e}"))?;
-        if b.bytes_per_sec() <= 0.0 {
-            bail!("--pm-bandwidth must be above 0");
-        }
-        set("PMLAB_PM_BANDWIDTH", bw);
-    }
-    if let Some(t) = pick!(bw_throttle) {
-        if !matches!(t.as_str(), "software" | "mba") {
-            bail!("--bw-throttle '{t}': expected software or mba");
-        }
-        if pick!(pm_bandwidth).is_none() {
-            bail!("--bw-throttle needs --pm-bandwidth");
-        }
-        set("PMLAB_BW_THROTTLE", t);
-    }
-    if let Some(wl) = pick!(write_latency) {
-        set(
-            "PMLAB_WRITE_LATENCY",
-            format!("{}ns", dur("write-latency", &wl)?),
-        );
-    }
-    if let Some(n) = pick!(write_parallelism) {
-        if !(1..=1024).contains(&n) {
-            bail!("--write-parallelism {n}: expected 1 to 1024");
-        }
-        set("PMLAB_WRITE_PARALLELISM", n.to_string());
-    }
-    if let Some(w) = pick!(w) {
-        if !(w.is_finite() && w > 0.0) {
-            bail!("--w {w}: expected a positive ratio (DRAM latency / L3 latency)");
-        }
-        set("PMLAB_W", w.to_string());
-    }
-    if let Some(p) = pick!(pm_file) {
+    o.check(Naming::Flag)?;
+    if let Some(p) = &o.pm_file {
+        let p = PathBuf::from(p);
         let abs = std::path::absolute(&p).unwrap_or(p.clone());
         if let Some(dir) = abs.parent().filter(|d| !d.is_dir()) {
             bail!(
@@ -260,41 +210,28 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
                 dir.display()
             );
         }
-        set("PMLAB_PM_FILE", abs.to_string_lossy().into_owned());
+        o.pm_file = Some(abs.to_string_lossy().into_owned());
     }
-    if let Some(s) = pick!(pm_pool_size) {
-        let b = Bytes::parse(&s).map_err(|e| anyhow!("--pm-pool-size: {e}"))?;
-        if b.get() < (1 << 20) {
-            bail!("--pm-pool-size {b}: give at least 1MiB");
-        }
-        set("PMLAB_PM_POOL_SIZE", s);
-    }
-    if let Some(n) = pick!(pm_node) {
+    if let Some(n) = o.pm_node {
         if !Path::new(&format!("/sys/devices/system/node/node{n}")).is_dir() {
             bail!(
                 "--pm-node {n}: this machine has no NUMA node {n} (see /sys/devices/system/node)"
             );
         }
-        set("PMLAB_PM_NODE", n.to_string());
     }
-    if a.no_inject || f.no_inject == Some(true) {
-        set("PMLAB_NO_INJECT", "1".into());
-    }
-    let source = pick!(source).unwrap_or_else(|| "auto".into());
-    if let Some(p) = source.strip_prefix("synthetic:") {
+    if let Some(p) = o.source.strip_prefix("synthetic:") {
         // The runtime reads it relative to the program's working
         // directory, which is ours; make it absolute for exec'd children.
         let abs = std::fs::canonicalize(p)
             .with_context(|| format!("--source synthetic:{p}: cannot read the script"))?;
-        return Ok(Resolved {
-            env,
-            source: format!("synthetic:{}", abs.display()),
-        });
+        o.source = format!("synthetic:{}", abs.display());
     }
-    if !matches!(source.as_str(), "auto" | "hw" | "instrumented") {
-        bail!("--source '{source}': expected auto, hw, instrumented or synthetic:FILE");
-    }
-    Ok(Resolved { env, source })
+    let mut env: Vec<(String, String)> = vec![("PMLAB_ACTIVE".into(), "1".into())];
+    env.extend(o.to_env().into_iter().filter(|(k, _)| k != "PMLAB_SOURCE"));
+    Ok(Resolved {
+        env,
+        source: o.source,
+    })
 }
 
 /// Pick the counter source and check it with the runtime. For `auto`: hw
@@ -311,7 +248,7 @@ fn choose_source(
         e.push(("PMLAB_SOURCE".into(), s.to_string()));
         e
     };
-    if requested == "instrumented" && !crate::elf::is_instrumented(program)? {
+    if requested == "instrumented" && !pmlab_emu::elf::is_instrumented(program)? {
         bail!(
             "{} was not built by 'pmlab cc', so the instrumented source would count nothing: rebuild it with pmlab cc, or use --source synthetic:FILE",
             program.display()
@@ -324,11 +261,11 @@ fn choose_source(
     match launch::check(runtime, &with("hw")) {
         Ok(ok) => Ok(("hw".into(), ok)),
         Err(hw_err) => {
-            if crate::elf::is_instrumented(program)? {
+            if pmlab_emu::elf::is_instrumented(program)? {
                 let ok = launch::check(runtime, &with("instrumented"))?;
                 Ok(("instrumented".into(), ok))
             } else {
-                Err(hw_err)
+                Err(hw_err.into())
             }
         }
     }
@@ -429,13 +366,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             let v: serde_json::Value = serde_json::from_str(&s).with_context(|| {
                 format!("runtime statistics {} are corrupt", stats_path.display())
             })?;
-            if args.json {
-                // The program's exit code wins over a closed stdout.
-                let _ = writeln!(
-                    std::io::stdout(),
-                    "{}",
-                    serde_json::json!({ "exit_code": code, "stats": v, "children": children, "pre_exec": pre_exec })
-                );
+            if let Some(path) = &args.json {
+                write_json(
+                    path,
+                    &serde_json::json!({ "exit_code": code, "stats": v, "children": children, "pre_exec": pre_exec }),
+                )?;
             }
             if !args.quiet {
                 eprintln!("{}", summary(&v));
@@ -445,16 +380,23 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             eprintln!(
                 "pmlab: warning: the runtime wrote no statistics: the program may be statically linked or setuid (LD_PRELOAD ignored), or it was killed or crashed"
             );
-            if args.json {
-                let _ = writeln!(
-                    std::io::stdout(),
-                    "{}",
-                    serde_json::json!({ "exit_code": code, "stats": null, "children": children, "pre_exec": pre_exec })
-                );
+            if let Some(path) = &args.json {
+                write_json(
+                    path,
+                    &serde_json::json!({ "exit_code": code, "stats": null, "children": children, "pre_exec": pre_exec }),
+                )?;
             }
         }
     }
     Ok(code)
+}
+
+/// Write one JSON document (and a newline) to `path`: a file, or a
+/// descriptor such as `/dev/fd/3` (never the program's stdout).
+pub fn write_json(path: &Path, v: &serde_json::Value) -> anyhow::Result<()> {
+    let mut f = std::fs::File::create(path)
+        .with_context(|| format!("--json {}: cannot write", path.display()))?;
+    writeln!(f, "{v}").with_context(|| format!("--json {}: cannot write", path.display()))
 }
 
 fn summary(v: &serde_json::Value) -> String {
@@ -483,33 +425,78 @@ fn summary(v: &serde_json::Value) -> String {
 mod tests {
     use super::*;
 
-    fn args(f: impl FnOnce(&mut Args)) -> Args {
-        let mut a = Args {
-            dram_latency: Some("100ns".into()),
+    fn args(flags: &[(&'static str, &str)]) -> Args {
+        let mut given = vec![("dram-latency", "100ns".to_string())];
+        given.extend(flags.iter().map(|(k, v)| (*k, v.to_string())));
+        Args {
+            options: OptionFlags { given },
             command: vec!["true".into()],
             ..Default::default()
-        };
-        f(&mut a);
-        a
+        }
     }
 
     #[test]
     fn validation_messages() {
-        let e = resolve(&args(|a| a.pm_latency = Some("50ns".into()))).unwrap_err();
+        let e = resolve(&args(&[("pm-latency", "50ns")])).unwrap_err();
         assert!(e.to_string().contains("below the DRAM latency"), "{e}");
-        let e = resolve(&args(|a| a.epoch_min = Some("20ms".into()))).unwrap_err();
+        let e = resolve(&args(&[("epoch-min", "20ms")])).unwrap_err();
         assert!(e.to_string().contains("above --epoch-max"), "{e}");
-        let e = resolve(&args(|a| a.lock_epoch_min = Some("11ms".into()))).unwrap_err();
+        let e = resolve(&args(&[("lock-epoch-min", "11ms")])).unwrap_err();
         assert!(e.to_string().starts_with("--lock-epoch-min 11ms"), "{e}");
-        let r = resolve(&args(|a| a.lock_epoch_min = Some("10ms".into()))).unwrap();
+        let r = resolve(&args(&[("lock-epoch-min", "10ms")])).unwrap();
         assert!(r
             .env
             .contains(&("PMLAB_LOCK_EPOCH_MIN".into(), "10000000ns".into())));
-        let e = resolve(&args(|a| a.epoch_max = Some("10 fortnights".into()))).unwrap_err();
+        let e = resolve(&args(&[("epoch-max", "10 fortnights")])).unwrap_err();
         assert!(e.to_string().starts_with("--epoch-max:"), "{e}");
-        let e = resolve(&args(|a| a.source = Some("magic".into()))).unwrap_err();
+        let e = resolve(&args(&[("source", "magic")])).unwrap_err();
         assert!(e.to_string().contains("expected auto, hw"), "{e}");
-        let r = resolve(&args(|a| a.pm_latency = Some("0.5us".into()))).unwrap();
+        let r = resolve(&args(&[("pm-latency", "0.5us")])).unwrap();
         assert!(r.env.contains(&("PMLAB_PM_LATENCY".into(), "500ns".into())));
+    }
+
+    #[test]
+    fn flags_are_the_shared_options() {
+        use clap::{CommandFactory, Parser};
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            run: Args,
+        }
+        // Every user option is a flag, and parses into `given`.
+        let cmd = T::command();
+        for s in SPECS.iter().filter(|s| s.user) {
+            assert!(
+                cmd.get_arguments().any(|a| a.get_long() == Some(s.name)),
+                "{}",
+                s.name
+            );
+        }
+        let t = T::try_parse_from([
+            "t",
+            "--pm-latency",
+            "400ns",
+            "--no-inject",
+            "--",
+            "prog",
+            "-x",
+        ])
+        .unwrap();
+        assert_eq!(
+            t.run.options.given,
+            vec![
+                ("pm-latency", "400ns".to_string()),
+                ("no-inject", "1".to_string())
+            ]
+        );
+        assert_eq!(t.run.command, ["prog", "-x"]);
+        // A misspelled option before `--` is an unknown option, not the program.
+        let e = T::try_parse_from(["t", "--pm-latncy", "400ns", "--", "prog"])
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+        // Without `--`, the program's own options after its name stay its own.
+        let t = T::try_parse_from(["t", "prog", "-x", "--y"]).unwrap();
+        assert_eq!(t.run.command, ["prog", "-x", "--y"]);
     }
 }

@@ -18,6 +18,9 @@ use std::time::Instant;
 
 /// Arguments of `pmlab trace`.
 #[derive(clap::Args)]
+#[command(after_help = "Example:
+  pmlab trace -o app.pmt --json app.json -- ./app pool 2 1000
+  pmlab analyze app.pmt")]
 pub struct Args {
     /// The trace file to write (.pmt).
     #[arg(short, long)]
@@ -26,12 +29,13 @@ pub struct Args {
     /// tracing overhead (the program runs twice).
     #[arg(long)]
     pub overhead: bool,
-    /// Print the summary as one JSON line on stdout (after the program's
-    /// own output) instead of a sentence on stderr.
-    #[arg(long)]
-    pub json: bool,
+    /// Write the summary as one JSON line to this file (never to the
+    /// program's stdout; `/dev/fd/N` for a descriptor of its own) instead
+    /// of a sentence on stderr.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// The program and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
 }
 
@@ -49,13 +53,13 @@ fn command(args: &Args, program: &Path, runtime: Option<&Path>, out: Option<&Pat
     }
     if let Some(o) = out {
         env.push(("PMLAB_TRACE_FILE".into(), o.to_string_lossy().into_owned()));
-        if crate::elf::is_instrumented(program).unwrap_or(false) {
+        if pmlab_emu::elf::is_instrumented(program).unwrap_or(false) {
             // Built with `pmlab cc`: its stores into PM are recorded too.
             env.push(("PMLAB_TRACE_STORES".into(), "1".into()));
         }
     }
     let mut c = match runtime {
-        Some(rt) => crate::launch::command(rt, &argv, &env),
+        Some(rt) => pmlab_emu::launch::command(rt, &argv, &env),
         None => {
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]).envs(env.iter().map(|(k, v)| (k, v)));
@@ -80,9 +84,9 @@ fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let runtime = crate::launch::find_runtime()?;
-    let program = crate::launch::resolve_program(&args.command[0])?;
-    crate::launch::check_environment()?;
+    let runtime = pmlab_emu::launch::find_runtime()?;
+    let program = pmlab_emu::launch::resolve_program(&args.command[0])?;
+    pmlab_emu::launch::check_environment()?;
     let out = if args.output.is_absolute() {
         args.output.clone()
     } else {
@@ -96,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         let t = Instant::now();
         let mut c = command(&args, &program, None, None);
         c.stdout(std::process::Stdio::null());
-        let status = crate::launch::spawn_and_wait(c)?;
+        let status = pmlab_emu::launch::spawn_and_wait(c)?;
         if !status.success() {
             bail!(
                 "the untraced run of {} failed ({}); --overhead needs a program that succeeds",
@@ -111,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let t = Instant::now();
     let status =
-        crate::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
+        pmlab_emu::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
     let secs = t.elapsed().as_secs_f64();
     let (code, how) = exit_code(status);
 
@@ -125,7 +129,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let summary = inspect(&out)?;
     let children = child_traces(&out);
     let overhead = baseline.map(|b| secs / b.max(1e-9));
-    if args.json {
+    let why_empty = (summary.records == 0 && summary.dropped == 0)
+        .then(|| why_no_records(&program, &args.command[0]));
+    if let Some(path) = &args.json {
         let v = json!({
             "trace": out.display().to_string(),
             "records": summary.records,
@@ -138,8 +144,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             "baseline_seconds": baseline,
             "overhead": overhead,
             "child_traces": children.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "why_no_records": why_empty,
         });
-        println!("{v}");
+        crate::cmd::run::write_json(path, &v)?;
+        if let Some(why) = &why_empty {
+            eprintln!("pmlab: trace: warning: {why}");
+        }
     } else {
         let mut msg = format!(
             "pmlab: trace: {} records from {} threads in {} ({how}, {secs:.3} s)",
@@ -169,8 +179,41 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         for c in &children {
             eprintln!("pmlab: trace: an exec'd child wrote {}", c.display());
         }
+        if let Some(why) = &why_empty {
+            eprintln!("pmlab: trace: warning: {why}");
+        }
     }
     Ok(code)
+}
+
+/// Why a trace holds no record: the program made no PM operation the
+/// tracer sees. Says which of the ways in the program lacks, from its
+/// ELF file: pmlab's PM API (`pmalloc`), `pmlab cc`'s instrumentation,
+/// libpmem or libpmemobj.
+fn why_no_records(program: &Path, name: &str) -> String {
+    use pmlab_emu::elf;
+    let imports = |prefix: &str| elf::imports_symbol(program, prefix).unwrap_or(false);
+    let needs = |lib: &str| elf::needs_library(program, lib).unwrap_or(false);
+    let mut has = Vec::new();
+    if imports("pmalloc") || imports("pflush") || imports("pm_") {
+        has.push("calls pmlab's PM API");
+    }
+    if elf::is_instrumented(program).unwrap_or(false) {
+        has.push("was built by pmlab cc");
+    }
+    if needs("libpmem.so") || needs("libpmemobj.so") {
+        has.push("links libpmem/libpmemobj");
+    }
+    if has.is_empty() {
+        format!(
+            "no records: {name} made no PM operations that pmlab sees: it never calls pmalloc (pmlab.h), was not built with pmlab cc, and links neither libpmem nor libpmemobj"
+        )
+    } else {
+        format!(
+            "no records: {name} {} but made no PM operations in this run (no pmem mapping, flush or fence was reached)",
+            has.join(" and ")
+        )
+    }
 }
 
 /// What a trace file holds.

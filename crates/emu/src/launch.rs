@@ -4,7 +4,7 @@
 //! program's exit status and the signals pmlab receives meanwhile.
 //! `pmlab run` uses it; so can any command that runs a program.
 
-use anyhow::{bail, Context};
+use crate::error::{fail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -12,13 +12,14 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Where libpmlab.so is: `$PMLAB_RUNTIME`, else next to the running pmlab
 /// executable (cargo's target directory), else `../lib/` from it.
-pub fn find_runtime() -> anyhow::Result<PathBuf> {
+pub fn find_runtime() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("PMLAB_RUNTIME") {
         let p = PathBuf::from(p);
         if p.is_file() {
             return Ok(p);
         }
-        bail!(
+        fail!(
+            NotFound,
             "PMLAB_RUNTIME={} is not a file: point it at libpmlab.so",
             p.display()
         );
@@ -30,7 +31,8 @@ pub fn find_runtime() -> anyhow::Result<PathBuf> {
             return Ok(cand.canonicalize().unwrap_or(cand));
         }
     }
-    bail!(
+    fail!(
+            NotFound,
         "libpmlab.so not found next to {}: run `cargo build --release --workspace` (or set PMLAB_RUNTIME)",
         exe.display()
     )
@@ -49,11 +51,12 @@ pub fn preload_value(runtime: &Path, existing: Option<OsString>) -> OsString {
 /// Check the runtime's settings that come from the caller's environment
 /// rather than from flags (`PMLAB_FLUSH`), so that a typo is a one-line
 /// error here instead of being ignored inside the program.
-pub fn check_environment() -> anyhow::Result<()> {
+pub fn check_environment() -> Result<()> {
     if let Some(v) = std::env::var_os("PMLAB_FLUSH") {
         let s = v.to_string_lossy().trim().to_ascii_lowercase();
         if !["clwb", "clflushopt", "clflush"].contains(&s.as_str()) {
-            bail!(
+            fail!(
+                Invalid,
                 "PMLAB_FLUSH={}: expected clwb, clflushopt or clflush (or unset it)",
                 v.to_string_lossy()
             );
@@ -65,10 +68,11 @@ pub fn check_environment() -> anyhow::Result<()> {
 /// Resolve a program name like the shell: a path if it has a `/`, else
 /// searched in `$PATH`. One-line error when it does not exist, or when it
 /// carries ThreadSanitizer's runtime, which libpmlab cannot run beside.
-pub fn resolve_program(name: &str) -> anyhow::Result<PathBuf> {
+pub fn resolve_program(name: &str) -> Result<PathBuf> {
     let p = find_program(name)?;
     if crate::elf::uses_tsan_runtime(&p).unwrap_or(false) {
-        bail!(
+        fail!(
+            Invalid,
             "{} carries ThreadSanitizer's runtime (built with -fsanitize=thread), which libpmlab's callbacks and interposers would fight: rebuild it without -fsanitize=thread (pmlab gcc uses gcc's ThreadSanitizer hooks without that runtime)",
             p.display()
         );
@@ -76,13 +80,13 @@ pub fn resolve_program(name: &str) -> anyhow::Result<PathBuf> {
     Ok(p)
 }
 
-fn find_program(name: &str) -> anyhow::Result<PathBuf> {
+fn find_program(name: &str) -> Result<PathBuf> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         if p.is_file() {
             return Ok(p);
         }
-        bail!("program '{name}' not found");
+        fail!(NotFound, "program '{name}' not found");
     }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
@@ -92,7 +96,10 @@ fn find_program(name: &str) -> anyhow::Result<PathBuf> {
             }
         }
     }
-    bail!("program '{name}' not found in $PATH (give a path such as ./{name})")
+    fail!(
+        NotFound,
+        "program '{name}' not found in $PATH (give a path such as ./{name})"
+    )
 }
 
 /// A command for `argv` under the runtime with `env` set.
@@ -114,7 +121,7 @@ pub fn command(runtime: &Path, argv: &[String], env: &[(String, String)]) -> Com
 /// source) without starting the program: the runtime is loaded into a
 /// copy of pmlab itself with `PMLAB_CHECK=1`, checks, and exits before
 /// `main`. Returns the runtime's "ok ..." line, or its one-line reason.
-pub fn check(runtime: &Path, env: &[(String, String)]) -> anyhow::Result<String> {
+pub fn check(runtime: &Path, env: &[(String, String)]) -> Result<String> {
     let exe = std::env::current_exe().context("cannot locate the pmlab executable")?;
     let mut c = command(
         runtime,
@@ -131,7 +138,8 @@ pub fn check(runtime: &Path, env: &[(String, String)]) -> anyhow::Result<String>
         if let Some(line) = stdout.lines().find(|l| l.starts_with("ok ")) {
             return Ok(line.to_string());
         }
-        bail!(
+        fail!(
+            Failed,
             "libpmlab at {} did not load (is it a libpmlab.so built for this machine?)",
             runtime.display()
         );
@@ -141,7 +149,7 @@ pub fn check(runtime: &Path, env: &[(String, String)]) -> anyhow::Result<String>
         .find_map(|l| l.strip_prefix("pmlab: runtime: error: "))
         .map(str::to_string)
         .unwrap_or_else(|| stderr.trim().to_string());
-    bail!("{reason}")
+    fail!(Failed, "{reason}")
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -167,7 +175,7 @@ pub fn exit_code(status: ExitStatus) -> u8 {
 
 /// Spawn `cmd`, forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to it while it runs,
 /// wait for it. Returns its status.
-pub fn spawn_and_wait(mut cmd: Command) -> anyhow::Result<ExitStatus> {
+pub fn spawn_and_wait(mut cmd: Command) -> Result<ExitStatus> {
     let prog = cmd.get_program().to_string_lossy().into_owned();
     let mut child = cmd
         .spawn()

@@ -1,0 +1,634 @@
+//! The emulator's run options, defined once: their names (flag, config
+//! key, `PMLAB_*` variable), defaults, units, checks and the environment
+//! they travel in from `pmlab run` to the runtime.
+//!
+//! [`SPECS`] lists every option. `pmlab run` builds its flags and its
+//! `--config` keys from it, parses what it is given with
+//! [`RunOptions::parse`] (errors name the flag), resolves what only it can
+//! (the calibration's DRAM latency, paths, NUMA nodes) and passes
+//! [`RunOptions::to_env`] to the program. The runtime reads the same
+//! variables once with [`RunOptions::from_env`] (errors name the
+//! variable). Pure: no I/O here; the caller supplies the lookup.
+
+use crate::units::{Bandwidth, Bytes, Nanos};
+use crate::{Error, ErrorKind};
+
+/// How an option's value is written and checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A duration (`400ns`, `1us`, a bare number is ns).
+    Duration,
+    /// A bandwidth (`8GB/s`), above zero.
+    Bandwidth,
+    /// A size (`1GiB`), at least 1 MiB.
+    PoolSize,
+    /// A whole number from `min` to `max`.
+    Count {
+        /// Smallest value accepted.
+        min: u32,
+        /// Largest value accepted.
+        max: u32,
+    },
+    /// A positive finite number.
+    Ratio,
+    /// One of a fixed list of words.
+    Choice(&'static [&'static str]),
+    /// `auto`, `hw`, `instrumented` or `synthetic:FILE`.
+    Source,
+    /// A file path.
+    Path,
+    /// On or off: a flag without a value (`1`/`true`/`yes`/`on` in the
+    /// environment and the config file).
+    Switch,
+}
+
+/// One run option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    /// The flag's name without `--` (`pm-latency`); the config file's key
+    /// is the same with `_` for `-`.
+    pub name: &'static str,
+    /// The environment variable the runtime reads.
+    pub env: &'static str,
+    /// The default as a user would type it (`None`: unset, off).
+    pub default: Option<&'static str>,
+    /// What it means (the flag's help).
+    pub help: &'static str,
+    /// How its value is written and checked.
+    pub kind: Kind,
+    /// A user option (flag and config key); false for the variables only
+    /// `pmlab run` itself sets.
+    pub user: bool,
+}
+
+impl Spec {
+    /// The config file's key: the flag's name with `_` for `-`.
+    pub fn key(&self) -> String {
+        self.name.replace('-', "_")
+    }
+}
+
+/// Who gave the values: it decides how errors name an option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// Flags and config keys: `--pm-latency`.
+    Flag,
+    /// The environment: `PMLAB_PM_LATENCY`.
+    Env,
+}
+
+impl Naming {
+    fn of(self, s: &Spec) -> String {
+        match self {
+            Naming::Flag => format!("--{}", s.name),
+            Naming::Env => s.env.to_string(),
+        }
+    }
+}
+
+/// The DRAM latency the runtime assumes when none is given (`pmlab run`
+/// always gives one: measured, cached or from `--dram-latency`), ns.
+pub const FALLBACK_DRAM_NS: f64 = 100.0;
+
+/// Every run option, in the order `pmlab run --help` lists them.
+pub const SPECS: &[Spec] = &[
+    Spec { name: "pm-latency", env: "PMLAB_PM_LATENCY", default: Some("300ns"), kind: Kind::Duration, user: true,
+        help: "Emulated PM read latency (e.g. 400ns, 1us)" },
+    Spec { name: "dram-latency", env: "PMLAB_DRAM_LATENCY", default: Some("auto"), kind: Kind::Duration, user: true,
+        help: "This machine's DRAM latency, or `auto` for the calibration cache (measured on first use)" },
+    Spec { name: "remote-latency", env: "PMLAB_REMOTE_LATENCY", default: None, kind: Kind::Duration, user: true,
+        help: "Two-memory mode: the remote NUMA node's latency (it plays PM)" },
+    Spec { name: "pm-bandwidth", env: "PMLAB_PM_BANDWIDTH", default: None, kind: Kind::Bandwidth, user: true,
+        help: "Target PM bandwidth (e.g. 8GB/s); epochs that move more are stretched" },
+    Spec { name: "bw-throttle", env: "PMLAB_BW_THROTTLE", default: Some("software"), kind: Kind::Choice(&["software", "mba"]), user: true,
+        help: "How to enforce --pm-bandwidth: software or mba (Intel RDT resctrl)" },
+    Spec { name: "epoch-max", env: "PMLAB_EPOCH_MAX", default: Some("10ms"), kind: Kind::Duration, user: true,
+        help: "Maximum epoch length" },
+    Spec { name: "epoch-min", env: "PMLAB_EPOCH_MIN", default: Some("100us"), kind: Kind::Duration, user: true,
+        help: "Minimum epoch length before a sync point ends an epoch" },
+    Spec { name: "lock-epoch-min", env: "PMLAB_LOCK_EPOCH_MIN", default: None, kind: Kind::Duration, user: true,
+        help: "Minimum epoch before a lock acquire or release ends it (set it to --epoch-max to keep lock points from ending epochs) [default: a tenth of --epoch-min, at least 1us]" },
+    Spec { name: "source", env: "PMLAB_SOURCE", default: Some("auto"), kind: Kind::Source, user: true,
+        help: "Counter source: auto, hw, instrumented, synthetic:FILE" },
+    Spec { name: "write-latency", env: "PMLAB_WRITE_LATENCY", default: Some("0ns"), kind: Kind::Duration, user: true,
+        help: "PM write latency paid at durability points (0 = off)" },
+    Spec { name: "write-parallelism", env: "PMLAB_WRITE_PARALLELISM", default: Some("4"), kind: Kind::Count { min: 1, max: 1024 }, user: true,
+        help: "Flushes the write model overlaps" },
+    Spec { name: "w", env: "PMLAB_W", default: Some("6"), kind: Kind::Ratio, user: true,
+        help: "W of Quartz's equation 3 (DRAM/L3 latency ratio)" },
+    Spec { name: "pm-file", env: "PMLAB_PM_FILE", default: None, kind: Kind::Path, user: true,
+        help: "Back the PM pool (pmalloc) with this file" },
+    Spec { name: "pm-pool-size", env: "PMLAB_PM_POOL_SIZE", default: Some("1GiB"), kind: Kind::PoolSize, user: true,
+        help: "PM pool size" },
+    Spec { name: "pm-node", env: "PMLAB_PM_NODE", default: None, kind: Kind::Count { min: 0, max: 1023 }, user: true,
+        help: "NUMA node of the PM pool (two-memory mode)" },
+    Spec { name: "no-inject", env: "PMLAB_NO_INJECT", default: None, kind: Kind::Switch, user: true,
+        help: "Compute epochs and delays but inject nothing (measures overhead)" },
+    Spec { name: "tsc-ghz", env: "PMLAB_TSC_GHZ", default: None, kind: Kind::Ratio, user: false,
+        help: "TSC frequency (from the calibration cache; else measured at start)" },
+    Spec { name: "cpu-ghz", env: "PMLAB_CPU_GHZ", default: None, kind: Kind::Ratio, user: false,
+        help: "Core cycles per ns, for stall cycles [default: the TSC's]" },
+];
+
+/// The spec named `name` (flag name).
+pub fn spec(name: &str) -> &'static Spec {
+    SPECS
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no run option '{name}'"))
+}
+
+/// How a target bandwidth is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttle {
+    /// No bandwidth target.
+    None,
+    /// Stretch epochs (Quartz-style, in software).
+    Software,
+    /// Intel RDT memory-bandwidth allocation through resctrl.
+    Mba,
+}
+
+impl Throttle {
+    /// Name used in the stats and the environment.
+    pub fn name(self) -> &'static str {
+        match self {
+            Throttle::None => "none",
+            Throttle::Software => "software",
+            Throttle::Mba => "mba",
+        }
+    }
+}
+
+/// Every run option, parsed and checked (see [`SPECS`] for each one's
+/// meaning and default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// PM read latency, ns.
+    pub pm_latency_ns: f64,
+    /// DRAM latency, ns; `None` (`auto`) until resolved: `pmlab run` looks
+    /// it up in the calibration, [`RunOptions::from_env`] takes
+    /// [`FALLBACK_DRAM_NS`].
+    pub dram_latency_ns: Option<f64>,
+    /// Remote latency in two-memory mode, ns.
+    pub remote_latency_ns: Option<f64>,
+    /// Target PM bandwidth.
+    pub pm_bandwidth: Option<Bandwidth>,
+    /// How the bandwidth target is enforced ([`Throttle::None`] without one).
+    pub throttle: Throttle,
+    /// Maximum epoch, ns.
+    pub epoch_max_ns: f64,
+    /// Minimum epoch, ns.
+    pub epoch_min_ns: f64,
+    /// Minimum epoch at lock acquires and releases, ns (`None`: derived
+    /// from `epoch_min_ns` by the runtime).
+    pub lock_epoch_min_ns: Option<f64>,
+    /// Counter source: `auto`, `hw`, `instrumented` or `synthetic:FILE`.
+    pub source: String,
+    /// Write latency, ns.
+    pub write_latency_ns: f64,
+    /// Flushes in flight in the write model.
+    pub write_parallelism: u32,
+    /// W of equation 3.
+    pub w: f64,
+    /// PM pool file.
+    pub pm_file: Option<String>,
+    /// PM pool size, bytes.
+    pub pool_size: u64,
+    /// NUMA node of the pool.
+    pub pm_node: Option<u32>,
+    /// Compute but do not inject.
+    pub no_inject: bool,
+    /// TSC GHz, when known.
+    pub tsc_ghz: Option<f64>,
+    /// Core GHz, when given.
+    pub cpu_ghz: Option<f64>,
+}
+
+impl Default for RunOptions {
+    /// Every option at its default (as [`SPECS`] says).
+    fn default() -> RunOptions {
+        RunOptions::parse(|_| None, Naming::Flag).expect("the defaults are valid")
+    }
+}
+
+fn is_on(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "1" | "yes" | "true" | "on"
+    )
+}
+
+impl RunOptions {
+    /// Parse every option from `get` (the given value of a spec, or
+    /// `None` for its default) and check them one by one and together.
+    /// Errors name the option as `naming` says.
+    pub fn parse(
+        get: impl Fn(&Spec) -> Option<String>,
+        naming: Naming,
+    ) -> Result<RunOptions, Error> {
+        let value = |name: &str| -> (&'static Spec, Option<String>) {
+            let s = spec(name);
+            (s, get(s).or_else(|| s.default.map(str::to_string)))
+        };
+        let bad = |s: &Spec, kind: ErrorKind, why: String| {
+            Error::new(kind, format!("{}: {why}", naming.of(s)))
+        };
+        let dur = |name: &str| -> Result<Option<f64>, Error> {
+            let (s, v) = value(name);
+            v.map(|v| {
+                Nanos::parse(&v)
+                    .map(Nanos::get)
+                    .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))
+            })
+            .transpose()
+        };
+        let ratio = |name: &str| -> Result<Option<f64>, Error> {
+            let (s, v) = value(name);
+            v.map(|v| {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| {
+                        bad(
+                            s,
+                            ErrorKind::OutOfRange,
+                            format!("'{v}' is not a positive number"),
+                        )
+                    })
+            })
+            .transpose()
+        };
+        let count = |name: &str| -> Result<Option<u32>, Error> {
+            let (s, v) = value(name);
+            let Kind::Count { min, max } = s.kind else {
+                unreachable!("{name} is a count")
+            };
+            v.map(|v| {
+                v.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (min..=max).contains(n))
+                    .ok_or_else(|| {
+                        bad(
+                            s,
+                            ErrorKind::OutOfRange,
+                            format!("'{v}' is not a whole number from {min} to {max}"),
+                        )
+                    })
+            })
+            .transpose()
+        };
+        let dram = {
+            let (s, v) = value("dram-latency");
+            match v.as_deref().map(str::trim) {
+                None | Some("auto") => None,
+                Some(v) => Some(
+                    Nanos::parse(v)
+                        .map(Nanos::get)
+                        .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))?,
+                ),
+            }
+        };
+        let pm_bandwidth = {
+            let (s, v) = value("pm-bandwidth");
+            v.map(|v| Bandwidth::parse(&v).map_err(|e| bad(s, ErrorKind::Parse, e.to_string())))
+                .transpose()?
+        };
+        let throttle = {
+            let (s, given) = (spec("bw-throttle"), get(spec("bw-throttle")));
+            if let Some(t) = &given {
+                if pm_bandwidth.is_none() {
+                    return Err(Error::new(
+                        ErrorKind::Inconsistent,
+                        format!("{} needs {}", naming.of(s), naming.of(spec("pm-bandwidth"))),
+                    ));
+                }
+                match t.trim() {
+                    "software" => Throttle::Software,
+                    "mba" => Throttle::Mba,
+                    _ => {
+                        return Err(bad(
+                            s,
+                            ErrorKind::Parse,
+                            format!("'{t}': expected software or mba"),
+                        ))
+                    }
+                }
+            } else if pm_bandwidth.is_some() {
+                Throttle::Software
+            } else {
+                Throttle::None
+            }
+        };
+        let source = {
+            let (s, v) = value("source");
+            let v = v.unwrap_or_default();
+            let ok = matches!(v.as_str(), "auto" | "hw" | "instrumented")
+                || v.strip_prefix("synthetic:").is_some_and(|f| !f.is_empty());
+            if !ok {
+                return Err(bad(
+                    s,
+                    ErrorKind::Parse,
+                    format!("'{v}': expected auto, hw, instrumented or synthetic:FILE"),
+                ));
+            }
+            v
+        };
+        let pool_size = {
+            let (s, v) = value("pm-pool-size");
+            let b = Bytes::parse(v.as_deref().unwrap_or("1GiB"))
+                .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))?;
+            if b.get() < (1 << 20) {
+                return Err(bad(
+                    s,
+                    ErrorKind::OutOfRange,
+                    format!("{b} is too small: give at least 1MiB"),
+                ));
+            }
+            b.get()
+        };
+        let o = RunOptions {
+            pm_latency_ns: dur("pm-latency")?.unwrap_or(300.0),
+            dram_latency_ns: dram,
+            remote_latency_ns: dur("remote-latency")?,
+            pm_bandwidth,
+            throttle,
+            epoch_max_ns: dur("epoch-max")?.unwrap_or(10e6),
+            epoch_min_ns: dur("epoch-min")?.unwrap_or(100e3),
+            lock_epoch_min_ns: dur("lock-epoch-min")?,
+            source,
+            write_latency_ns: dur("write-latency")?.unwrap_or(0.0),
+            write_parallelism: count("write-parallelism")?.unwrap_or(4),
+            w: ratio("w")?.unwrap_or(6.0),
+            pm_file: value("pm-file").1.filter(|p| !p.is_empty()),
+            pool_size,
+            pm_node: count("pm-node")?,
+            no_inject: value("no-inject").1.is_some_and(|v| is_on(&v)),
+            tsc_ghz: ratio("tsc-ghz")?,
+            cpu_ghz: ratio("cpu-ghz")?,
+        };
+        o.check(naming)?;
+        Ok(o)
+    }
+
+    /// Read the options from `PMLAB_*` variables (`get` looks one up):
+    /// the runtime's side. An unset (or `auto`) DRAM latency is
+    /// [`FALLBACK_DRAM_NS`].
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<RunOptions, Error> {
+        let mut o = RunOptions::parse(|s| get(s.env), Naming::Env)?;
+        o.dram_latency_ns.get_or_insert(FALLBACK_DRAM_NS);
+        o.check(Naming::Env)?;
+        Ok(o)
+    }
+
+    /// The DRAM latency in force: the given one, else [`FALLBACK_DRAM_NS`].
+    pub fn dram_ns(&self) -> f64 {
+        self.dram_latency_ns.unwrap_or(FALLBACK_DRAM_NS)
+    }
+
+    /// Check that the values agree with each other (the PM latency
+    /// against the DRAM latency only once that is known: call it again
+    /// after resolving `auto`).
+    pub fn check(&self, naming: Naming) -> Result<(), Error> {
+        let n = |name: &str| naming.of(spec(name));
+        let e = |m: String| Err(Error::new(ErrorKind::Inconsistent, m));
+        if self.dram_latency_ns.is_some_and(|d| d <= 0.0) {
+            return e(format!("{} must be above 0", n("dram-latency")));
+        }
+        let base = self.remote_latency_ns.or(self.dram_latency_ns);
+        if let Some(base) = base.filter(|&b| self.pm_latency_ns < b) {
+            return e(format!(
+                "{} {} is below the {} latency {}: PM can only be emulated as slower memory (raise {})",
+                n("pm-latency"),
+                Nanos::new(self.pm_latency_ns),
+                if self.remote_latency_ns.is_some() { "remote" } else { "DRAM" },
+                Nanos::new(base),
+                n("pm-latency"),
+            ));
+        }
+        if self.epoch_max_ns < 1e3 {
+            return e(format!(
+                "{} {} is too short: give at least 1us",
+                n("epoch-max"),
+                Nanos::new(self.epoch_max_ns)
+            ));
+        }
+        for (name, v) in [
+            ("epoch-min", Some(self.epoch_min_ns)),
+            ("lock-epoch-min", self.lock_epoch_min_ns),
+        ] {
+            if let Some(v) = v.filter(|&v| v > self.epoch_max_ns) {
+                return e(format!(
+                    "{} {} is above {} {}",
+                    n(name),
+                    Nanos::new(v),
+                    n("epoch-max"),
+                    Nanos::new(self.epoch_max_ns)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The options as `PMLAB_*` variables, each in a form
+    /// [`RunOptions::from_env`] reads back to the same value; options at
+    /// no value (unset, off) are left out.
+    pub fn to_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        let mut set = |name: &str, v: String| env.push((spec(name).env.to_string(), v));
+        let ns = |v: f64| format!("{v}ns");
+        set("pm-latency", ns(self.pm_latency_ns));
+        if let Some(d) = self.dram_latency_ns {
+            set("dram-latency", ns(d));
+        }
+        if let Some(r) = self.remote_latency_ns {
+            set("remote-latency", ns(r));
+        }
+        set("epoch-max", ns(self.epoch_max_ns));
+        set("epoch-min", ns(self.epoch_min_ns));
+        if let Some(l) = self.lock_epoch_min_ns {
+            set("lock-epoch-min", ns(l));
+        }
+        if let Some(t) = self.tsc_ghz {
+            set("tsc-ghz", t.to_string());
+        }
+        if let Some(c) = self.cpu_ghz {
+            set("cpu-ghz", c.to_string());
+        }
+        if let Some(b) = self.pm_bandwidth {
+            set("pm-bandwidth", format!("{}B/s", b.bytes_per_sec()));
+            set("bw-throttle", self.throttle.name().to_string());
+        }
+        if self.write_latency_ns > 0.0 {
+            set("write-latency", ns(self.write_latency_ns));
+        }
+        set("write-parallelism", self.write_parallelism.to_string());
+        set("w", self.w.to_string());
+        if let Some(p) = &self.pm_file {
+            set("pm-file", p.clone());
+        }
+        set("pm-pool-size", self.pool_size.to_string());
+        if let Some(n) = self.pm_node {
+            set("pm-node", n.to_string());
+        }
+        if self.no_inject {
+            set("no-inject", "1".into());
+        }
+        set("source", self.source.clone());
+        env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn flags(pairs: &[(&str, &str)]) -> Result<RunOptions, Error> {
+        let m: HashMap<&str, &str> = pairs.iter().copied().collect();
+        RunOptions::parse(|s| m.get(s.name).map(|v| v.to_string()), Naming::Flag)
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Result<RunOptions, Error> {
+        let m: HashMap<&str, &str> = pairs.iter().copied().collect();
+        RunOptions::from_env(|k| m.get(k).map(|v| v.to_string()))
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let o = RunOptions::default();
+        assert_eq!(o.pm_latency_ns, 300.0);
+        assert_eq!(o.dram_latency_ns, None);
+        assert_eq!(o.dram_ns(), 100.0);
+        assert_eq!((o.epoch_max_ns, o.epoch_min_ns), (10e6, 100e3));
+        assert_eq!((o.write_parallelism, o.w), (4, 6.0));
+        assert_eq!(o.pool_size, 1 << 30);
+        assert_eq!(o.source, "auto");
+        assert_eq!(o.throttle, Throttle::None);
+        assert!(!o.no_inject);
+        // Every spec's name and variable are unique, and the variables
+        // are the runtime's namespace.
+        for (i, a) in SPECS.iter().enumerate() {
+            assert!(a.env.starts_with("PMLAB_"), "{}", a.env);
+            for b in &SPECS[i + 1..] {
+                assert!(a.name != b.name && a.env != b.env, "{}", a.name);
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_parsed_with_units_from_flags_and_env() {
+        let o = flags(&[
+            ("pm-latency", "0.4us"),
+            ("epoch-max", "1ms"),
+            ("epoch-min", "10us"),
+            ("pm-bandwidth", "2GB/s"),
+        ])
+        .unwrap();
+        assert_eq!(o.pm_latency_ns, 400.0);
+        assert_eq!(o.epoch_min_ns, 10e3);
+        assert_eq!(o.pm_bandwidth.map(|b| b.bytes_per_ns()), Some(2.0));
+        assert_eq!(o.throttle, Throttle::Software);
+        let e = env(&[
+            ("PMLAB_PM_LATENCY", "400"),
+            ("PMLAB_NO_INJECT", "yes"),
+            ("PMLAB_PM_POOL_SIZE", "64MiB"),
+        ])
+        .unwrap();
+        assert_eq!(e.pm_latency_ns, 400.0);
+        assert!(e.no_inject);
+        assert_eq!(e.pool_size, 64 << 20);
+    }
+
+    #[test]
+    fn errors_name_the_option_as_it_was_given() {
+        let e = flags(&[("pm-latency", "50ns"), ("dram-latency", "100ns")]).unwrap_err();
+        assert_eq!(e.to_string(), "--pm-latency 50ns is below the DRAM latency 100ns: PM can only be emulated as slower memory (raise --pm-latency)");
+        // Before the DRAM latency is known (auto) there is nothing to
+        // compare with; the runtime's fallback is 100 ns.
+        assert!(flags(&[("pm-latency", "50ns")]).is_ok());
+        let e = env(&[("PMLAB_PM_LATENCY", "50ns")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("PMLAB_PM_LATENCY 50ns is below the DRAM latency 100ns"),
+            "{e}"
+        );
+        let e = flags(&[("epoch-min", "20ms")]).unwrap_err();
+        assert_eq!(e.to_string(), "--epoch-min 20ms is above --epoch-max 10ms");
+        let e = env(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PMLAB_LOCK_EPOCH_MIN 20ms is above PMLAB_EPOCH_MAX 10ms"
+        );
+        assert!(flags(&[("lock-epoch-min", "10ms")]).is_ok());
+        let e = flags(&[("epoch-max", "10 fortnights")]).unwrap_err();
+        assert!(e.to_string().starts_with("--epoch-max: "), "{e}");
+        let e = flags(&[("source", "magic")]).unwrap_err();
+        assert!(e.to_string().contains("expected auto, hw"), "{e}");
+        let e = flags(&[("bw-throttle", "mba")]).unwrap_err();
+        assert_eq!(e.to_string(), "--bw-throttle needs --pm-bandwidth");
+        let e = env(&[
+            ("PMLAB_PM_BANDWIDTH", "1GB/s"),
+            ("PMLAB_BW_THROTTLE", "magic"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("PMLAB_BW_THROTTLE: 'magic'"),
+            "{e}"
+        );
+        let e = env(&[("PMLAB_WRITE_PARALLELISM", "0")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PMLAB_WRITE_PARALLELISM: '0' is not a whole number from 1 to 1024"
+        );
+        let e = flags(&[("w", "-1")]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("--w: '-1' is not a positive"),
+            "{e}"
+        );
+        let e = flags(&[("pm-pool-size", "4KiB")]).unwrap_err();
+        assert!(e.to_string().contains("at least 1MiB"), "{e}");
+        let e = flags(&[("remote-latency", "500ns"), ("pm-latency", "400ns")]).unwrap_err();
+        assert!(
+            e.to_string().contains("below the remote latency 500ns"),
+            "{e}"
+        );
+        let e = flags(&[("epoch-max", "500ns"), ("epoch-min", "100ns")]).unwrap_err();
+        assert!(e.to_string().contains("at least 1us"), "{e}");
+    }
+
+    #[test]
+    fn the_environment_round_trips() {
+        let o = flags(&[
+            ("pm-latency", "1.5us"),
+            ("dram-latency", "87.25ns"),
+            ("remote-latency", "140ns"),
+            ("pm-bandwidth", "6.5GiB/s"),
+            ("bw-throttle", "mba"),
+            ("epoch-max", "3ms"),
+            ("epoch-min", "50us"),
+            ("lock-epoch-min", "2us"),
+            ("source", "synthetic:/tmp/s.txt"),
+            ("write-latency", "700ns"),
+            ("write-parallelism", "8"),
+            ("w", "4.5"),
+            ("pm-file", "/tmp/pool"),
+            ("pm-pool-size", "256MiB"),
+            ("pm-node", "1"),
+            ("no-inject", "true"),
+        ])
+        .unwrap();
+        let env: HashMap<String, String> = o.to_env().into_iter().collect();
+        let back = RunOptions::from_env(|k| env.get(k).cloned()).unwrap();
+        assert_eq!(back, o);
+        assert_eq!(env["PMLAB_PM_LATENCY"], "1500ns");
+        assert_eq!(env["PMLAB_LOCK_EPOCH_MIN"], "2000ns");
+        // Unset options stay out of the environment.
+        let d = RunOptions::default().to_env();
+        assert!(!d.iter().any(|(k, _)| k == "PMLAB_DRAM_LATENCY"
+            || k == "PMLAB_PM_BANDWIDTH"
+            || k == "PMLAB_NO_INJECT"));
+    }
+}
