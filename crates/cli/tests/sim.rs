@@ -98,13 +98,12 @@ fn replays_a_text_trace_on_every_preset_and_mode() {
             ));
             assert_eq!(v["requests"], 7, "{preset} {mode}");
             assert_eq!(v["skipped"], 1);
+            // One key path per value (issue 15), with its unit beside.
             let stats = &v["stats"];
-            assert_eq!(stats["name"], "system");
-            let text = stats.to_string();
-            assert!(
-                text.contains("\"read\"") && text.contains("\"fence\""),
-                "{text}"
-            );
+            assert_eq!(stats["latency"]["read"]["count"], 2.0, "{stats}");
+            assert!(stats["latency"]["read"]["p99"].as_f64().unwrap() > 0.0);
+            assert!(stats["latency"]["fence"]["count"].as_f64().is_some());
+            assert_eq!(v["units"]["latency.read.p99"], "ns");
         }
     }
     let table = ok(&pmlab(
@@ -445,10 +444,7 @@ fn cached_stores_write_back_at_flushes() {
         let mut args = vec!["sim", "--preset", "optane-1dimm", "--json", "c.txt"];
         args.extend_from_slice(extra);
         let v = json(&pmlab(&d.0, &args));
-        let flat = v["stats"]["values"].as_array().unwrap().clone();
-        flat.iter().find(|s| s["name"] == "bytes_written").unwrap()["value"]
-            .as_f64()
-            .unwrap()
+        v["stats"]["bytes_written"].as_f64().unwrap()
     };
     assert_eq!(bytes(&[]), 128.0, "each W is a memory write");
     assert_eq!(
@@ -505,4 +501,50 @@ fn replays_real_lackey_output() {
         &["sim", "--preset", "optane-1dimm", "--json", "true.lackey"],
     ));
     assert!(v["requests"].as_u64().unwrap() > 1000, "{}", v["requests"]);
+}
+
+/// An empty or zero-record trace is one error line (exit 2), never a table
+/// of NaN (issue 15), for the replay, the persistency replay and analyze.
+#[test]
+fn empty_traces_are_errors() {
+    let d = TempDir::new("empty");
+    d.write("e.txt", b"");
+    d.write("c.txt", b"# a header and nothing else\n\n");
+    let w = pmlab_trace::binary::Writer::new(Vec::new()).unwrap();
+    d.write("e.pmt", w.finish().unwrap());
+    for t in ["e.txt", "c.txt", "e.pmt"] {
+        for args in [
+            vec!["sim", "--preset", "ddr4-2666", t],
+            vec!["sim", "--preset", "ddr4-2666", "--json", t],
+            vec!["sim", "--preset", "optane-1dimm", "--persistency", "all", t],
+            vec!["analyze", t],
+            vec!["analyze", "--json", t],
+        ] {
+            let o = pmlab(&d.0, &args);
+            assert_one_line_error(&o, &format!("{t}: the trace holds no records"));
+            assert!(o.stdout.is_empty(), "{args:?}");
+        }
+    }
+    // Records, but no request to the simulated memory.
+    d.write("m.txt", b"0 0 TXBEGIN 1 0\n1 0 R 0x40 64 dram\n");
+    assert_one_line_error(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "m.txt"]),
+        "none of its 2 records is a request to the simulated memory",
+    );
+}
+
+/// Files in no known format get one error naming the formats and the
+/// override.
+#[test]
+fn unknown_trace_formats_are_one_error() {
+    let d = TempDir::new("unknown");
+    d.write("t.csv", b"time,op,addr\n1,R,0x40\n");
+    assert_one_line_error(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "t.csv"]),
+        "t.csv: not a trace in a format pmlab knows (pmt, text, lackey, dramsim, whisper)",
+    );
+    assert_one_line_error(
+        &pmlab(&d.0, &["analyze", "t.csv"]),
+        "pass --trace-format NAME",
+    );
 }

@@ -115,7 +115,13 @@ pub struct Stat {
 
 /// A node of the statistics tree: the stats of one component and those of
 /// its children.
-#[derive(Debug, Clone, Serialize, Default)]
+///
+/// It serialises as one object per node, keyed by name, so that a script
+/// reads a value with one key path (`stats["latency"]["read"]["p99"]`, the
+/// same path as [`Stats::get`]): each value is a number under its name and
+/// each child an object under its name. Units are not part of that object:
+/// [`Stats::units`] lists them by dotted path.
+#[derive(Debug, Clone, Default)]
 pub struct Stats {
     /// Component name (`controller`, `dimm0`, `rmw_buffer`…).
     pub name: String,
@@ -123,6 +129,20 @@ pub struct Stats {
     pub values: Vec<Stat>,
     /// Child components.
     pub children: Vec<Stats>,
+}
+
+impl Serialize for Stats {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(Some(self.values.len() + self.children.len()))?;
+        for v in &self.values {
+            m.serialize_entry(&v.name, &v.value)?;
+        }
+        for c in &self.children {
+            m.serialize_entry(&c.name, c)?;
+        }
+        m.end()
+    }
 }
 
 impl Stats {
@@ -160,6 +180,12 @@ impl Stats {
                 child.get(rest)
             }
         }
+    }
+
+    /// The unit of every value by dotted path (`latency.read.p99` → `ns`),
+    /// depth first.
+    pub fn units(&self) -> Vec<(String, &'static str)> {
+        self.flatten().into_iter().map(|(p, _, u)| (p, u)).collect()
     }
 
     /// Every value as (dotted path, value, unit), depth first.
@@ -215,5 +241,21 @@ mod tests {
         assert_eq!(root.get("dimm0.hits"), Some(3.0));
         assert_eq!(root.get("dimm0.misses"), None);
         assert_eq!(root.flatten()[0].0, "dimm0.hits");
+        assert_eq!(root.units(), vec![("dimm0.hits".to_string(), "count")]);
+    }
+
+    #[test]
+    fn stats_serialise_as_objects_keyed_by_name() {
+        let mut root = Stats::new("system");
+        root.set("requests", 2.0, "count");
+        let mut lat = Stats::new("latency");
+        let mut read = Stats::new("read");
+        read.set("p99", 120.5, "ns");
+        lat.push(read);
+        root.push(lat);
+        let v: serde_json::Value = serde_json::to_value(&root).unwrap();
+        assert_eq!(v["latency"]["read"]["p99"], 120.5);
+        assert_eq!(v["requests"], 2.0);
+        assert!(v.get("name").is_none() && v.get("values").is_none());
     }
 }

@@ -7,10 +7,9 @@
 use anyhow::{bail, Context};
 use pmlab_model::units::Nanos;
 use pmlab_trace::analyze::{Analyzer, Config, Histogram, Report};
-use pmlab_trace::{binary, Format, RecordStream};
+use pmlab_trace::Format;
 use serde_json::json;
-use std::fs::File;
-use std::io::{BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -19,8 +18,9 @@ use std::time::Instant;
 pub struct Args {
     /// The trace (.pmt, pmlab text, or a WHISPER text trace with --format whisper).
     pub trace: PathBuf,
-    /// Trace format: pmt, text or whisper (default: recognised from the content).
-    #[arg(long)]
+    /// Trace format: pmt, text, whisper, lackey or dramsim (default:
+    /// recognised from the content).
+    #[arg(long, alias = "trace-format")]
     pub format: Option<String>,
     /// Dependency window (WHISPER: 50us).
     #[arg(long, default_value = "50us")]
@@ -53,11 +53,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(f) => Some(Format::from_name(f).map_err(|e| anyhow::anyhow!("--format: {e}"))?),
         None => None,
     };
-    let (stream, meta) = open(&args.trace, format)?;
+    let (header, stream) = pmlab_trace::open(&args.trace, format)?.into_parts();
+    let meta: Meta = header.meta.clone();
     let flushes_as_stores = match args.infer_stores.as_str() {
         "on" => true,
         "off" => false,
-        "auto" => stores_unseen(&meta),
+        "auto" => header.stores_unseen(),
         other => bail!("--infer-stores '{other}': expected on, off or auto"),
     };
     let cfg = Config {
@@ -78,6 +79,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     if show_progress && n >= 1 << 22 {
         eprintln!();
+    }
+    if n == 0 {
+        bail!(
+            "{}: the trace holds no records (an empty file, or comments only): nothing to analyse",
+            args.trace.display()
+        );
     }
     let report = a.finish();
     let secs = started.elapsed().as_secs_f64();
@@ -102,46 +109,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 }
 
 pub(crate) type Meta = Vec<(String, String)>;
-
-/// True when a trace's header says the program's plain stores were not
-/// recorded (libpmlab without `pmlab cc` instrumentation): only flushes and
-/// library copies were, so flushed lines stand for stores.
-pub(crate) fn stores_unseen(meta: &Meta) -> bool {
-    let get = |key: &str| meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-    match get("stores") {
-        Some(v) => v == "flushes-only",
-        None => get("pmdk") == Some("interposed"),
-    }
-}
-
-/// Open a trace; for binary traces also return the header's metadata.
-pub(crate) fn open(path: &Path, format: Option<Format>) -> anyhow::Result<(RecordStream, Meta)> {
-    let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
-    let mut head = [0u8; 8];
-    let is_binary = {
-        use std::io::Read;
-        let mut f = &file;
-        let n = f.read(&mut head).unwrap_or(0);
-        n == 8 && &head == binary::MAGIC
-    };
-    drop(file);
-    if matches!(format, None | Some(Format::Binary)) && is_binary {
-        let file = File::open(path)?;
-        let r = binary::Reader::new(BufReader::with_capacity(1 << 16, file))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-            .with_name(path.display().to_string());
-        let meta = r.meta().to_vec();
-        return Ok((Box::new(r), meta));
-    }
-    if format == Some(Format::Binary) {
-        bail!(
-            "{}: not a pmlab binary trace (bad magic); pass --format text or --format whisper",
-            path.display()
-        );
-    }
-    let stream = pmlab_trace::open(path, format).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((stream, Vec::new()))
-}
 
 fn pct(v: Option<f64>) -> String {
     match v {

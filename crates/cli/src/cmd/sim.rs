@@ -234,6 +234,19 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     if show && summary.requests + summary.skipped >= 1 << 20 {
         eprintln!();
     }
+    if summary.requests + summary.skipped == 0 {
+        bail!(
+            "{}: the trace holds no records (an empty file, or comments only): nothing to simulate",
+            trace.display()
+        );
+    }
+    if summary.requests == 0 {
+        bail!(
+            "{}: none of its {} records is a request to the simulated memory (all are DRAM accesses or markers): nothing to simulate",
+            trace.display(),
+            summary.skipped
+        );
+    }
     let wall = start.elapsed().as_secs_f64();
     // Let buffered writes reach the media so that media statistics count
     // every write of the trace.
@@ -256,6 +269,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
             "requests_per_second": summary.requests as f64 / wall.max(1e-9),
             "peak_rss_kib": peak_rss_kib(),
             "stats": stats,
+            "units": stats.units().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
@@ -325,83 +339,14 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
-/// Trace formats `pmlab sim` reads.
-pub const FORMATS: &str = "pmt, text, lackey, dramsim";
-
-/// Open a trace in any supported format.
-pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_trace::RecordStream> {
-    use pmlab_trace::import::{dramsim, lackey};
-    let text_reader = || -> anyhow::Result<std::io::BufReader<std::fs::File>> {
-        let f = std::fs::File::open(path)
-            .with_context(|| format!("cannot open trace {}", path.display()))?;
-        Ok(std::io::BufReader::with_capacity(1 << 16, f))
+/// Open a trace in any supported format (`--trace-format` names one;
+/// otherwise `pmlab_trace::open` recognises it from the content).
+pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_trace::Trace> {
+    let format = match format {
+        Some(f) => Some(pmlab_trace::Format::from_name(f)?),
+        None => None,
     };
-    let name = path.display().to_string();
-    let sniffed = match format {
-        None => sniff(path),
-        Some(f) => Some(f),
-    };
-    match sniffed {
-        None => Ok(pmlab_trace::open(path, None)?),
-        Some("lackey") => Ok(Box::new(
-            lackey::Reader::new(text_reader()?).with_name(name),
-        )),
-        Some("dramsim") | Some("ramulator") => Ok(Box::new(
-            dramsim::Reader::new(text_reader()?).with_name(name),
-        )),
-        Some(f) => {
-            let fmt = pmlab_trace::Format::from_name(f).map_err(|_| {
-                anyhow::anyhow!("unknown trace format '{f}': expected one of {FORMATS}")
-            })?;
-            Ok(pmlab_trace::open(path, Some(fmt))?)
-        }
-    }
-}
-
-/// Recognise lackey and DRAM-simulator text from the first data line
-/// (None: let `pmlab_trace::open` choose between pmt and pmlab text).
-fn sniff(path: &Path) -> Option<&'static str> {
-    use std::io::Read;
-    // Reading a pipe would consume what the real reader needs.
-    if !std::fs::metadata(path).ok()?.is_file() {
-        return None;
-    }
-    let mut head = vec![0u8; 4096];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
-    let text = std::str::from_utf8(&head[..n]).ok().or_else(|| {
-        // A cut in the middle of a character at the end of the sample.
-        std::str::from_utf8(&head[..n.saturating_sub(3)]).ok()
-    })?;
-    let line = text.lines().find(|l| {
-        let t = l.trim();
-        !t.is_empty() && !t.starts_with('#') && !t.starts_with("==")
-    })?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let hexish = |s: &str| {
-        let h = s.strip_prefix("0x").unwrap_or(s);
-        !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit())
-    };
-    let lackey_kind = ["I", "L", "S", "M"];
-    if f.len() == 2
-        && lackey_kind.contains(&f[0])
-        && f[1]
-            .split_once(',')
-            .is_some_and(|(a, b)| hexish(a) && b.parse::<u32>().is_ok())
-    {
-        return Some("lackey");
-    }
-    let dram_op = |s: &str| {
-        [
-            "READ", "WRITE", "RD", "WR", "R", "W", "LD", "ST", "P_MEM_RD", "P_MEM_WR", "P_FETCH",
-        ]
-        .contains(&s.to_ascii_uppercase().as_str())
-    };
-    if (2..=3).contains(&f.len())
-        && ((hexish(f[0]) && dram_op(f[1])) || (dram_op(f[0]) && hexish(f[1])))
-    {
-        return Some("dramsim");
-    }
-    None
+    Ok(pmlab_trace::open(path, format)?)
 }
 
 /// Peak resident memory of this process in KiB (Linux; 0 elsewhere).
