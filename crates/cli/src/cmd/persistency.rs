@@ -24,11 +24,8 @@ struct Choice {
 }
 
 fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
-    let spec = if spec == "all" {
-        "x86-nvm,x86-adr,hops,hops-adr,ideal"
-    } else {
-        spec
-    };
+    let every = Model::all().map(Model::name).collect::<Vec<_>>().join(",");
+    let spec = if spec == "all" { every.as_str() } else { spec };
     let mut v = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, drain) = match part.split_once('@') {
@@ -52,7 +49,7 @@ fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
         });
     }
     if v.is_empty() {
-        bail!("--persistency needs a model: {} or all", Model::NAMES);
+        bail!("--persistency needs a model: {} or all", Model::names());
     }
     Ok(v)
 }
@@ -148,7 +145,7 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
     }
     let base = results
         .iter()
-        .find(|(_, r)| r.model == Model::X86Nvm)
+        .find(|(_, r)| r.model.name() == "x86-nvm")
         .map(|(_, r)| r.run_ns)
         .filter(|x| *x > 0.0);
     let mut out = std::io::stdout().lock();
@@ -279,7 +276,7 @@ mod tests {
     fn model_lists_parse_and_reject_nonsense() {
         let v = parse_models("all").unwrap();
         assert_eq!(v.len(), 5);
-        assert!(v.iter().any(|c| c.model == Model::HopsAdr));
+        assert!(v.iter().any(|c| c.model.name() == "hops-adr"));
         let v = parse_models("hops@1,x86-adr").unwrap();
         assert_eq!(v[0].drain_at, Some(1));
         assert!(parse_models("hops@0").is_err());
