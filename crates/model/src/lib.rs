@@ -16,6 +16,8 @@
 //!   write-backs) for the instrumented counter source.
 //! * [`mlp`]: the memory-level-parallelism estimate that turns misses into
 //!   serial accesses.
+//! * [`tails`]: long tails of a latency series (slower than a factor times
+//!   the median) and the interval between them.
 //! * [`Error`]: the one error type, whose [`ErrorKind`] names what was wrong.
 //!
 //! # Example
@@ -36,6 +38,7 @@ pub mod cache;
 mod error;
 pub mod mlp;
 pub mod quartz;
+pub mod tails;
 pub mod units;
 
 pub use error::{Error, ErrorKind};

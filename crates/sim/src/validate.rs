@@ -265,23 +265,15 @@ pub fn overwrite(preset: &str, region: u64, iterations: u64) -> Result<Vec<f32>,
 }
 
 /// Median, count of iterations above 100x the median, and the mean
-/// interval between them.
+/// interval between them (NaN with fewer than two), by
+/// `pmlab_model::tails`.
 pub fn tails(lat: &[f32]) -> (f64, usize, f64) {
-    let mut s = lat.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let median = s[s.len() / 2] as f64;
-    let idx: Vec<usize> = lat
-        .iter()
-        .enumerate()
-        .filter(|(_, &v)| v as f64 > 100.0 * median)
-        .map(|(i, _)| i)
-        .collect();
-    let interval = if idx.len() >= 2 {
-        (idx[idx.len() - 1] - idx[0]) as f64 / (idx.len() - 1) as f64
-    } else {
-        f64::NAN
-    };
-    (median, idx.len(), interval)
+    let t = pmlab_model::tails::tails(lat, 100.0);
+    (
+        t.median,
+        t.index.len(),
+        t.mean_interval().unwrap_or(f64::NAN),
+    )
 }
 
 const YANG: &str = "Yang et al., FAST'20";
