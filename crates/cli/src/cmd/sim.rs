@@ -300,15 +300,15 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     writeln!(out)?;
     writeln!(
         out,
-        "{:<9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
-        "latency", "count", "mean", "p50", "p90", "p99", "p999", "max"
+        "{:<9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "latency", "count", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "p99.999", "max"
     )?;
     if let Some(lat) = stats.children.iter().find(|c| c.name == "latency") {
         for c in &lat.children {
             let g = |k: &str| c.get(k).unwrap_or(0.0);
             writeln!(
                 out,
-                "{:<9} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
+                "{:<9} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
                 c.name,
                 g("count"),
                 g("mean"),
@@ -316,6 +316,8 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
                 g("p90"),
                 g("p99"),
                 g("p999"),
+                g("p9999"),
+                g("p99999"),
                 g("max")
             )?;
         }
@@ -596,10 +598,12 @@ fn tail_plot(sys: &System, path: &Path) -> anyhow::Result<()> {
         if h.count() == 0 || h.max() <= 0.0 {
             continue; // nothing to show on a log axis
         }
-        let pts: Vec<(f64, f64)> = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
-            .iter()
-            .map(|p| (100.0 - p, h.percentile(*p).max(0.01)))
-            .collect();
+        let pts: Vec<(f64, f64)> = [
+            50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999,
+        ]
+        .iter()
+        .map(|p| (100.0 - p, h.percentile(*p).max(0.01)))
+        .collect();
         chart = chart.series(Series::new(class, pts).dots(true));
         any = true;
     }
