@@ -127,6 +127,25 @@ fn replays_a_text_trace_on_every_preset_and_mode() {
     ));
     let svg = std::fs::read_to_string(d.0.join("tail.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("read"), "{svg}");
+    // The plot convention: --plot DIR, SVG and PNG.
+    ok(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            t.to_str().unwrap(),
+            "--plot",
+            "plots",
+        ],
+    ));
+    let svg = std::fs::read_to_string(d.0.join("plots/latency-tail.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Request latency"),
+        "{svg}"
+    );
+    let png = std::fs::read(d.0.join("plots/latency-tail.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
 }
 
 #[test]
@@ -401,14 +420,17 @@ fn validation_meets_the_goal() {
     ok(&pmlab(
         &d.0,
         &[
-            "sim", "validate", "--quick", "--write", "v.md", "--svg", "img",
+            "sim", "validate", "--quick", "--write", "v.md", "--plot", "img",
         ],
     ));
     let md = std::fs::read_to_string(d.0.join("v.md")).unwrap();
     assert!(md.contains("| pointer chase, 16 KiB region"), "{md}");
     assert!(md.contains("(img/pointer-chase.svg)"), "{md}");
+    assert!(md.contains("--plot img"), "{md}");
     let svg = std::fs::read_to_string(d.0.join("img/pointer-chase.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("LENS (real Optane)"));
+    let png = std::fs::read(d.0.join("img/pointer-chase.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
 }
 
 #[test]
@@ -547,4 +569,28 @@ fn unknown_trace_formats_are_one_error() {
         &pmlab(&d.0, &["analyze", "t.csv"]),
         "pass --trace-format NAME",
     );
+}
+
+/// Every `--help` of sim, its subcommands and analyze ends with a worked
+/// example (issue 15).
+#[test]
+fn help_ends_with_a_worked_example() {
+    let d = TempDir::new("help");
+    for cmd in [
+        &["sim", "--help"][..],
+        &["sim", "presets", "--help"],
+        &["sim", "show", "--help"],
+        &["sim", "validate", "--help"],
+        &["sim", "gen", "--help"],
+        &["analyze", "--help"],
+    ] {
+        let out = ok(&pmlab(&d.0, cmd));
+        let tail = out.rsplit_once("Example").map(|(_, t)| t).unwrap_or("");
+        assert!(
+            tail.lines().any(|l| l.trim_start().starts_with("pmlab ")),
+            "{cmd:?}: no example at the end:\n{out}"
+        );
+        assert!(!out.contains("--svg"), "{cmd:?}: --svg is hidden now");
+    }
+    assert!(ok(&pmlab(&d.0, &["sim", "--help"])).contains("--plot <DIR>"));
 }

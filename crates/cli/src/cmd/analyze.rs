@@ -15,6 +15,13 @@ use std::time::Instant;
 
 /// Arguments of `pmlab analyze`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  pmlab trace -o app.pmt -- ./app
+  pmlab analyze app.pmt --window 50us --plot out/
+      WHISPER's metrics (epochs, epoch sizes, singletons, dependencies within
+      50 us, write amplification); out/ gets epoch_size, epochs_per_tx and
+      singleton_bytes as SVG and PNG
+  pmlab analyze --format whisper whisper-trace.txt --json | jq .epochs")]
 pub struct Args {
     /// The trace (.pmt, pmlab text, or a WHISPER text trace with --format whisper).
     pub trace: PathBuf,
@@ -30,8 +37,8 @@ pub struct Args {
     /// without `pmlab cc` instrumentation).
     #[arg(long, default_value = "auto")]
     pub infer_stores: String,
-    /// Write the distributions as SVG charts into this directory.
-    #[arg(long)]
+    /// Draw the distributions into this directory (SVG and PNG).
+    #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// Print JSON instead of the table.
     #[arg(long)]
@@ -298,12 +305,13 @@ fn grouped(h: &Histogram, groups: &[(u64, u64, &str)]) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Write the distributions as SVG bar charts into `dir`.
+/// Draw the distributions as bar charts into `dir`, SVG and PNG.
 fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
     use pmlab_plot::{Axis, BarChart};
     std::fs::create_dir_all(dir)
         .with_context(|| format!("--plot: cannot create directory {}", dir.display()))?;
-    /// File, title, x label, data, bar groups (inclusive ranges).
+    /// File name (without extension), title, x label, data, bar groups
+    /// (inclusive ranges).
     type Chart<'a> = (
         &'a str,
         &'a str,
@@ -313,7 +321,7 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
     );
     let charts: [Chart; 3] = [
         (
-            "epoch_size.svg",
+            "epoch_size",
             "Epoch size (WHISPER fig. 4)",
             "unique 64 B lines per epoch",
             &r.epoch_lines,
@@ -331,7 +339,7 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
             ],
         ),
         (
-            "epochs_per_tx.svg",
+            "epochs_per_tx",
             "Epochs per transaction (WHISPER fig. 3)",
             "epochs",
             &r.epochs_per_tx,
@@ -351,7 +359,7 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
             ],
         ),
         (
-            "singleton_bytes.svg",
+            "singleton_bytes",
             "Bytes stored by singleton epochs",
             "bytes",
             &r.singleton_bytes,
@@ -375,10 +383,12 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
         for (label, v) in grouped(h, &groups) {
             chart = chart.bar(label, v);
         }
-        let path = dir.join(file);
-        chart
-            .save(&path)
-            .map_err(|e| anyhow::anyhow!("--plot: cannot write {}: {e}", path.display()))?;
+        for ext in ["svg", "png"] {
+            let path = dir.join(format!("{file}.{ext}"));
+            chart
+                .save(&path)
+                .map_err(|e| anyhow::anyhow!("--plot: cannot write {}: {e}", path.display()))?;
+        }
     }
     Ok(())
 }

@@ -6,8 +6,10 @@
 //! pmlab sim --config my.toml --trace-format text trace.txt
 //! pmlab sim presets
 //! pmlab sim show optane-6dimm
-//! pmlab sim validate --write docs/validation.md
+//! pmlab sim validate --write docs/validation.md --plot docs/validation
 //! ```
+//!
+//! Every plotting option is `--plot DIR` (SVG and PNG of each chart).
 
 use anyhow::{bail, Context};
 use pmlab_sim::drive::{Driver, Mode};
@@ -17,7 +19,18 @@ use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab sim`.
 #[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:
+  pmlab sim gen random-read r.pmt --count 1000000 --span 1GiB
+  pmlab sim --preset optane-1dimm --mode open:64 r.pmt --plot out/
+      replays 1 M random reads with 64 in flight; prints latency percentiles
+      (p50 to p99.999) and every component's statistics; out/ gets
+      latency-tail.svg and .png
+  pmlab sim --preset optane-1dimm --persistency all app.pmt
+      compares x86-nvm, x86-adr, hops, hops-adr and ideal on a traced program
+  pmlab sim --preset ddr4-2666 --json r.pmt | jq .stats.latency.read.p99"
+)]
 pub struct Args {
     #[command(subcommand)]
     sub: Option<Sub>,
@@ -34,8 +47,8 @@ pub struct Args {
     #[arg(long, default_value = "closed")]
     mode: String,
     /// Trace format: pmt, text, lackey (valgrind --tool=lackey
-    /// --trace-mem=yes), dramsim (address op cycle lines). Default:
-    /// recognised from the content.
+    /// --trace-mem=yes), dramsim (address op cycle lines) or whisper.
+    /// Default: recognised from the content.
     #[arg(long)]
     trace_format: Option<String>,
     /// memory: each W record is a memory write (DRAM-simulator traces);
@@ -69,14 +82,21 @@ pub struct Args {
     #[arg(long)]
     parse_only: bool,
     /// Also draw the latency distribution of each operation class (a tail
-    /// plot) to this SVG or PNG file.
-    #[arg(long)]
+    /// plot) into this directory, as latency-tail.svg and latency-tail.png.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// The tail plot to one file, SVG or PNG after its extension (the
+    /// flag before --plot).
+    #[arg(long, hide = true, value_name = "FILE")]
     svg: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
 enum Sub {
     /// List the bundled presets.
+    #[command(after_help = "Example:
+  pmlab sim presets --json | jq -r '.[].name'
+      the names to pass to --preset")]
     Presets {
         /// Print JSON.
         #[arg(long)]
@@ -84,6 +104,11 @@ enum Sub {
     },
     /// Show every parameter of a preset (or of --config FILE) with its
     /// unit and source.
+    #[command(after_help = "Examples:
+  pmlab sim show optane-1dimm
+      every parameter (controller.dimm.rmw_bytes  16KiB ...) with the
+      paper and figure it comes from
+  pmlab sim show --config my-device.toml --json")]
     Show {
         /// Preset name.
         name: Option<String>,
@@ -96,6 +121,10 @@ enum Sub {
     },
     /// Run the validation experiments (LENS, Yang et al.) and print or
     /// write the report.
+    #[command(after_help = "Example:
+  pmlab sim validate --quick --write v.md --plot v/
+      compares the simulator with 15 published Optane and DRAM figures and
+      7 curve shapes; v.md holds the table, v/ the curves (SVG and PNG)")]
     Validate {
         /// Write the Markdown report to this file (docs/validation.md).
         #[arg(long)]
@@ -103,15 +132,19 @@ enum Sub {
         /// Shorter wear-leveling runs (skips the tail-frequency sweep).
         #[arg(long)]
         quick: bool,
-        /// Also write the curves as SVG files into this directory.
-        #[arg(long)]
-        svg: Option<PathBuf>,
+        /// Also draw the curves into this directory (SVG and PNG).
+        #[arg(long, alias = "svg", value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Write a synthetic trace (64 B requests, 1 ns apart) for benchmarks
     /// and experiments.
+    #[command(after_help = "Example:
+  pmlab sim gen random-write w.trc --count 100000 --span 64MiB --format dramsim
+      100,000 random 64 B writes over 64 MiB as DRAMsim3 lines, for pmlab sim
+      and for other simulators")]
     Gen(GenArgs),
 }
 
@@ -154,9 +187,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(Sub::Validate {
             ref write,
             quick,
-            ref svg,
+            ref plot,
             json,
-        }) => validate(write.as_deref(), quick, svg.as_deref(), json, args.progress),
+        }) => validate(
+            write.as_deref(),
+            quick,
+            plot.as_deref(),
+            json,
+            args.progress,
+        ),
         Some(Sub::Gen(ref g)) => gen(g),
         None => replay(&args),
     }
@@ -253,7 +292,14 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     let drained = sys.drain(summary.end_ns);
     let stats = sys.stats();
     if let Some(path) = &args.svg {
-        tail_plot(&sys, path)?;
+        tail_plot(&sys, path, "--svg")?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--plot: cannot create directory {}", dir.display()))?;
+        for ext in ["svg", "png"] {
+            tail_plot(&sys, &dir.join(format!("latency-tail.{ext}")), "--plot")?;
+        }
     }
     let mode_name = args.mode.clone();
     if args.json {
@@ -431,7 +477,7 @@ fn show(name: Option<&str>, config: Option<&Path>, json: bool) -> anyhow::Result
 fn validate(
     write: Option<&Path>,
     quick: bool,
-    svg: Option<&Path>,
+    plot: Option<&Path>,
     json: bool,
     progress: bool,
 ) -> anyhow::Result<u8> {
@@ -447,13 +493,13 @@ fn validate(
         "pmlab sim validate --write docs/validation.md"
     };
     // Link the SVGs relative to the Markdown file when both are written.
-    let images = svg.map(|dir| {
+    let images = plot.map(|dir| {
         let base = write.and_then(|w| w.parent()).unwrap_or(Path::new(""));
         dir.strip_prefix(base).unwrap_or(dir).display().to_string()
     });
-    let command = match (svg, write) {
+    let command = match (plot, write) {
         (Some(d), Some(w)) => format!(
-            "pmlab sim validate{} --write {} --svg {}",
+            "pmlab sim validate{} --write {} --plot {}",
             if quick { " --quick" } else { "" },
             w.display(),
             d.display()
@@ -461,10 +507,12 @@ fn validate(
         _ => command.to_string(),
     };
     let md = report.markdown(&command, images.as_deref());
-    if let Some(dir) = svg {
+    if let Some(dir) = plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for c in &report.curves {
-            write_curve(c, &dir.join(format!("{}.svg", c.id)))?;
+            for ext in ["svg", "png"] {
+                write_curve(c, &dir.join(format!("{}.{ext}", c.id)))?;
+            }
         }
     }
     if let Some(path) = write {
@@ -585,11 +633,14 @@ fn write_curve(c: &pmlab_sim::validate::Curve, path: &Path) -> anyhow::Result<()
 }
 
 /// Latency against the share of requests slower than it, per class.
-fn tail_plot(sys: &System, path: &Path) -> anyhow::Result<()> {
+fn tail_plot(sys: &System, path: &Path, flag: &str) -> anyhow::Result<()> {
     use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
-    let mut chart = LineChart::new(format!("latency distribution, {}", sys.name()))
-        .x_axis(Axis::new("requests slower (%)").scale(Scale::Log))
-        .y_axis(Axis::new("latency").scale(Scale::Log).format(Format::Nanos));
+    let mut chart = LineChart::new(format!(
+        "Request latency by share of slower requests, {}",
+        sys.name()
+    ))
+    .x_axis(Axis::new("requests slower (%)").scale(Scale::Log))
+    .y_axis(Axis::new("latency").scale(Scale::Log).format(Format::Nanos));
     let mut any = false;
     for class in ["read", "write", "nt_write", "flush", "fence"] {
         let Some(h) = sys.latency(class) else {
@@ -608,7 +659,7 @@ fn tail_plot(sys: &System, path: &Path) -> anyhow::Result<()> {
         any = true;
     }
     if !any {
-        bail!("--svg: the trace has no timed requests to plot");
+        bail!("{flag}: the trace has no timed requests to plot");
     }
     chart
         .save(path)
