@@ -417,6 +417,21 @@ fn validation_meets_the_goal() {
     for s in v["shapes"].as_array().unwrap() {
         assert_eq!(s["reproduced"], true, "{s}");
     }
+    // Each published figure within its own tolerance, named when not.
+    for f in v["figures"].as_array().unwrap() {
+        let (sim, publ) = (
+            f["simulated"].as_f64().unwrap(),
+            f["published"].as_f64().unwrap(),
+        );
+        let err = (sim - publ).abs() / publ * 100.0;
+        let tol = f["tolerance_pct"].as_f64().unwrap();
+        assert!(
+            err <= tol,
+            "{} on {}: error {err:.1}% > {tol}%",
+            f["name"],
+            f["preset"]
+        );
+    }
     ok(&pmlab(
         &d.0,
         &[
