@@ -207,6 +207,7 @@ fn imports_lackey_and_dram_simulator_traces() {
         ],
     ));
     assert_eq!(v["requests"], 4);
+    assert_eq!(v["trace_format"], "lackey");
     let t = d.write("t.trc", b"0x1f40 READ 12\n0x1f80 WRITE 15\nLD 0x2040\n");
     let v = json(&pmlab(
         &d.0,
@@ -244,6 +245,7 @@ fn imports_lackey_and_dram_simulator_traces() {
         ],
     ));
     assert_eq!(v["requests"], 3);
+    assert_eq!(v["trace_format"], "dramsim");
     ok(&pmlab(
         &d.0,
         &[

@@ -102,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.json {
         let mut v = to_json(&report);
         v["trace"] = json!(args.trace.display().to_string());
+        v["trace_format"] = json!(header.format.name());
         v["meta"] = json!(meta
             .iter()
             .cloned()

@@ -235,6 +235,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     }
     let mode = Mode::parse(&args.mode)?;
     let records = open_trace(trace, args.trace_format.as_deref())?;
+    let format = records.header().format.name();
     let show = progress_on(args.progress);
     let start = std::time::Instant::now();
     if args.parse_only {
@@ -306,6 +307,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
         let v = serde_json::json!({
             "system": sys.name(),
             "trace": trace.display().to_string(),
+            "trace_format": format,
             "mode": mode_name,
             "requests": summary.requests,
             "skipped": summary.skipped,
@@ -324,7 +326,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     writeln!(out, "system    {} ({})", sys.name(), sys.description())?;
     writeln!(
         out,
-        "trace     {} ({} requests, {} skipped: DRAM records and markers)",
+        "trace     {} ({format}; {} requests, {} skipped: DRAM records and markers)",
         trace.display(),
         summary.requests,
         summary.skipped
