@@ -222,6 +222,11 @@ pub fn recognise(head: &[u8], name: &str) -> Result<Format, Error> {
             ),
         )
     };
+    if head.contains(&0) {
+        return Err(unknown(
+            "binary data without the .pmt magic 'PMLABTRC'".to_string(),
+        ));
+    }
     // A sample cut in the middle of a character loses its last line only.
     let text = match std::str::from_utf8(head) {
         Ok(t) => t,
@@ -258,7 +263,12 @@ pub fn recognise(head: &[u8], name: &str) -> Result<Format, Error> {
     {
         return Ok(Format::Whisper);
     }
-    let shown: String = line.trim().chars().take(60).collect();
+    let shown: String = line
+        .trim()
+        .chars()
+        .take(60)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
     let why = match as_text {
         Err(e) => format!(" (as pmlab text: {e})"),
         _ => String::new(),
@@ -402,6 +412,8 @@ mod tests {
         for (name, bytes) in [
             ("u.csv", &b"time,op,addr\n1,R,0x40\n"[..]),
             ("u.bin", &[0x7f, b'E', b'L', b'F', 0xff, 0xfe, 0, 1][..]),
+            ("u.nul", &b"\x00\x01\x02garbage\n"[..]),
+            ("u.ctl", &b"\x01\x02 garbage\n"[..]),
         ] {
             let t = Tmp::new(name, bytes);
             let e = open(&t.0, None).err().expect("an error");
@@ -411,6 +423,7 @@ mod tests {
             assert!(msg.contains(name), "{msg}");
             assert!(msg.contains(Format::NAMES), "{msg}");
             assert!(msg.contains("--trace-format"), "{msg}");
+            assert!(!msg.chars().any(char::is_control), "{msg:?}");
         }
     }
 
