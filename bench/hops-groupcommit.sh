@@ -77,7 +77,7 @@ print("%-14s %5s %7s %7s %11s %9s %8s %8s %11s %11s" % ("workload", "N", "tx", "
 for w in wls:
     for n in ns:
         a = [load(w, n, r, "analyze") for r in range(1, reps + 1)]
-        h = [next(m for m in load(w, n, r, presets[0] + "." + invals[0])["models"] if m["model"] == "hops") for r in range(1, reps + 1)]
+        h = [load(w, n, r, presets[0] + "." + invals[0])["models"]["hops"] for r in range(1, reps + 1)]
         print("%-14s %5s %7d %7s %11s %9s %8s %8s %11s %11s" % (w, n, a[0]["transactions"],
               rng([x["epochs_per_tx"]["median"] for x in a], "%d"),
               rng([x["epochs_per_tx"]["mean"] for x in a], "%.1f"),
@@ -99,9 +99,9 @@ for p, f in [(p, f) for p in presets for f in invals]:
             rfo = []
             for r in range(1, reps + 1):
                 j = load(w, n, r, p + "." + f)
-                v = {m["model"]: m["normalised_to_x86_nvm"] for m in j["models"]}
+                v = {k: m["normalised_to_x86_nvm"] for k, m in j["models"].items()}
                 rows.append(v)
-                nvm = next(m for m in j["models"] if m["model"] == "x86-nvm")
+                nvm = j["models"]["x86-nvm"]
                 rfo.append(nvm["rfo_reads"] / max(load(w, n, r, "analyze")["transactions"], 1))
                 for var in variants:
                     ok = (v["x86-adr"] < v["x86-nvm"] - TIE and v[var] < v["x86-adr"] - TIE

@@ -45,7 +45,7 @@ PY
 import json, sys
 j = json.load(sys.stdin)
 e = int(sys.argv[1])
-print("%-9d %-9d" % (e, 2 * e) + "".join(" %9.3f" % m["normalised_to_x86_nvm"] for m in j["models"]))' "$e"
+print("%-9d %-9d" % (e, 2 * e) + "".join(" %9.3f" % m["normalised_to_x86_nvm"] for m in (j["models"][k] for k in j["order"])))' "$e"
     done
     echo
 done

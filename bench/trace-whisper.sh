@@ -63,9 +63,9 @@ for preset in $PRESETS; do
             python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-n = next(m for m in j["models"] if m["model"] == "x86-nvm")
+n = j["models"]["x86-nvm"]
 tot = n["compute_ns"] + n["read_ns"] + n["durability_ns"] + n["buffer_full_ns"] + n["issue_ns"]
-print("%-14s" % sys.argv[1] + "".join(" %10.3f" % m["normalised_to_x86_nvm"] for m in j["models"])
+print("%-14s" % sys.argv[1] + "".join(" %10.3f" % m["normalised_to_x86_nvm"] for m in (j["models"][k] for k in j["order"]))
       + " %10.2f %9.1f%%" % (n["rfo_reads"] / max(int(sys.argv[2]), 1), 100 * n["rfo_wait_ns"] / max(tot, 1e-9)))' "$w" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["transactions"])' "$dir/$w.json")"
     done
   done

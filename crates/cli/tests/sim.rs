@@ -98,13 +98,12 @@ fn replays_a_text_trace_on_every_preset_and_mode() {
             ));
             assert_eq!(v["requests"], 7, "{preset} {mode}");
             assert_eq!(v["skipped"], 1);
+            // One key path per value (issue 15), with its unit beside.
             let stats = &v["stats"];
-            assert_eq!(stats["name"], "system");
-            let text = stats.to_string();
-            assert!(
-                text.contains("\"read\"") && text.contains("\"fence\""),
-                "{text}"
-            );
+            assert_eq!(stats["latency"]["read"]["count"], 2.0, "{stats}");
+            assert!(stats["latency"]["read"]["p99"].as_f64().unwrap() > 0.0);
+            assert!(stats["latency"]["fence"]["count"].as_f64().is_some());
+            assert_eq!(v["units"]["latency.read.p99"], "ns");
         }
     }
     let table = ok(&pmlab(
@@ -128,6 +127,25 @@ fn replays_a_text_trace_on_every_preset_and_mode() {
     ));
     let svg = std::fs::read_to_string(d.0.join("tail.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("read"), "{svg}");
+    // The plot convention: --plot DIR, SVG and PNG.
+    ok(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "--preset",
+            "optane-1dimm",
+            t.to_str().unwrap(),
+            "--plot",
+            "plots",
+        ],
+    ));
+    let svg = std::fs::read_to_string(d.0.join("plots/latency-tail.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Request latency"),
+        "{svg}"
+    );
+    let png = std::fs::read(d.0.join("plots/latency-tail.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
 }
 
 #[test]
@@ -189,6 +207,7 @@ fn imports_lackey_and_dram_simulator_traces() {
         ],
     ));
     assert_eq!(v["requests"], 4);
+    assert_eq!(v["trace_format"], "lackey");
     let t = d.write("t.trc", b"0x1f40 READ 12\n0x1f80 WRITE 15\nLD 0x2040\n");
     let v = json(&pmlab(
         &d.0,
@@ -226,6 +245,7 @@ fn imports_lackey_and_dram_simulator_traces() {
         ],
     ));
     assert_eq!(v["requests"], 3);
+    assert_eq!(v["trace_format"], "dramsim");
     ok(&pmlab(
         &d.0,
         &[
@@ -399,17 +419,35 @@ fn validation_meets_the_goal() {
     for s in v["shapes"].as_array().unwrap() {
         assert_eq!(s["reproduced"], true, "{s}");
     }
+    // Each published figure within its own tolerance, named when not.
+    for f in v["figures"].as_array().unwrap() {
+        let (sim, publ) = (
+            f["simulated"].as_f64().unwrap(),
+            f["published"].as_f64().unwrap(),
+        );
+        let err = (sim - publ).abs() / publ * 100.0;
+        let tol = f["tolerance_pct"].as_f64().unwrap();
+        assert!(
+            err <= tol,
+            "{} on {}: error {err:.1}% > {tol}%",
+            f["name"],
+            f["preset"]
+        );
+    }
     ok(&pmlab(
         &d.0,
         &[
-            "sim", "validate", "--quick", "--write", "v.md", "--svg", "img",
+            "sim", "validate", "--quick", "--write", "v.md", "--plot", "img",
         ],
     ));
     let md = std::fs::read_to_string(d.0.join("v.md")).unwrap();
     assert!(md.contains("| pointer chase, 16 KiB region"), "{md}");
     assert!(md.contains("(img/pointer-chase.svg)"), "{md}");
+    assert!(md.contains("--plot img"), "{md}");
     let svg = std::fs::read_to_string(d.0.join("img/pointer-chase.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("LENS (real Optane)"));
+    let png = std::fs::read(d.0.join("img/pointer-chase.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
 }
 
 #[test]
@@ -445,10 +483,7 @@ fn cached_stores_write_back_at_flushes() {
         let mut args = vec!["sim", "--preset", "optane-1dimm", "--json", "c.txt"];
         args.extend_from_slice(extra);
         let v = json(&pmlab(&d.0, &args));
-        let flat = v["stats"]["values"].as_array().unwrap().clone();
-        flat.iter().find(|s| s["name"] == "bytes_written").unwrap()["value"]
-            .as_f64()
-            .unwrap()
+        v["stats"]["bytes_written"].as_f64().unwrap()
     };
     assert_eq!(bytes(&[]), 128.0, "each W is a memory write");
     assert_eq!(
@@ -500,4 +535,74 @@ fn replays_real_lackey_output() {
         &["sim", "--preset", "optane-1dimm", "--json", "true.lackey"],
     ));
     assert!(v["requests"].as_u64().unwrap() > 1000, "{}", v["requests"]);
+}
+
+/// An empty or zero-record trace is one error line (exit 2), never a table
+/// of NaN (issue 15), for the replay, the persistency replay and analyze.
+#[test]
+fn empty_traces_are_errors() {
+    let d = TempDir::new("empty");
+    d.write("e.txt", b"");
+    d.write("c.txt", b"# a header and nothing else\n\n");
+    let w = pmlab_trace::binary::Writer::new(Vec::new()).unwrap();
+    d.write("e.pmt", w.finish().unwrap());
+    for t in ["e.txt", "c.txt", "e.pmt"] {
+        for args in [
+            vec!["sim", "--preset", "ddr4-2666", t],
+            vec!["sim", "--preset", "ddr4-2666", "--json", t],
+            vec!["sim", "--preset", "optane-1dimm", "--persistency", "all", t],
+            vec!["analyze", t],
+            vec!["analyze", "--json", t],
+        ] {
+            let o = pmlab(&d.0, &args);
+            assert_one_line_error(&o, &format!("{t}: the trace holds no records"));
+            assert!(o.stdout.is_empty(), "{args:?}");
+        }
+    }
+    // Records, but no request to the simulated memory.
+    d.write("m.txt", b"0 0 TXBEGIN 1 0\n1 0 R 0x40 64 dram\n");
+    assert_one_line_error(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "m.txt"]),
+        "none of its 2 records is a request to the simulated memory",
+    );
+}
+
+/// Files in no known format get one error naming the formats and the
+/// override.
+#[test]
+fn unknown_trace_formats_are_one_error() {
+    let d = TempDir::new("unknown");
+    d.write("t.csv", b"time,op,addr\n1,R,0x40\n");
+    assert_one_line_error(
+        &pmlab(&d.0, &["sim", "--preset", "ddr4-2666", "t.csv"]),
+        "t.csv: not a trace in a format pmlab knows (pmt, text, lackey, dramsim, whisper)",
+    );
+    assert_one_line_error(
+        &pmlab(&d.0, &["analyze", "t.csv"]),
+        "pass --trace-format NAME",
+    );
+}
+
+/// Every `--help` of sim, its subcommands and analyze ends with a worked
+/// example (issue 15).
+#[test]
+fn help_ends_with_a_worked_example() {
+    let d = TempDir::new("help");
+    for cmd in [
+        &["sim", "--help"][..],
+        &["sim", "presets", "--help"],
+        &["sim", "show", "--help"],
+        &["sim", "validate", "--help"],
+        &["sim", "gen", "--help"],
+        &["analyze", "--help"],
+    ] {
+        let out = ok(&pmlab(&d.0, cmd));
+        let tail = out.rsplit_once("Example").map(|(_, t)| t).unwrap_or("");
+        assert!(
+            tail.lines().any(|l| l.trim_start().starts_with("pmlab ")),
+            "{cmd:?}: no example at the end:\n{out}"
+        );
+        assert!(!out.contains("--svg"), "{cmd:?}: --svg is hidden now");
+    }
+    assert!(ok(&pmlab(&d.0, &["sim", "--help"])).contains("--plot <DIR>"));
 }

@@ -18,6 +18,8 @@
 //!   serial accesses.
 //! * [`options`]: the emulator's run options, defined once for `pmlab run`
 //!   (flags, config file) and the runtime (`PMLAB_*` variables).
+//! * [`tails`]: long tails of a latency series (slower than a factor times
+//!   the median) and the interval between them.
 //! * [`Error`]: the one error type, whose [`ErrorKind`] names what was wrong.
 //!
 //! # Example
@@ -39,6 +41,7 @@ mod error;
 pub mod mlp;
 pub mod options;
 pub mod quartz;
+pub mod tails;
 pub mod units;
 
 pub use error::{Error, ErrorKind};

@@ -166,55 +166,9 @@ pub fn entry_knee(points: &[Point], base: &[f64], knee: f64) -> Option<f64> {
     None
 }
 
-/// Long-tail iterations of an overwrite run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tails {
-    /// Indices of the slow iterations.
-    pub index: Vec<usize>,
-    /// Median time of all iterations.
-    pub median: f64,
-    /// Median time of the slow iterations (0 without any).
-    pub tail_median: f64,
-}
-
-/// The iterations slower than `factor` times the median.
-pub fn tails(times: &[f64], factor: f64) -> Tails {
-    let mut sorted = times.to_vec();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let median = if sorted.is_empty() {
-        0.0
-    } else {
-        sorted[sorted.len() / 2]
-    };
-    let index: Vec<usize> = times
-        .iter()
-        .enumerate()
-        .filter(|(_, &t)| t > factor * median && median > 0.0)
-        .map(|(i, _)| i)
-        .collect();
-    let mut slow: Vec<f64> = index.iter().map(|&i| times[i]).collect();
-    slow.sort_by(|a, b| a.total_cmp(b));
-    let tail_median = if slow.is_empty() {
-        0.0
-    } else {
-        slow[slow.len() / 2]
-    };
-    Tails {
-        index,
-        median,
-        tail_median,
-    }
-}
-
-/// The median gap between consecutive tails, in iterations.
-pub fn tail_interval(t: &Tails) -> Option<f64> {
-    if t.index.len() < 2 {
-        return None;
-    }
-    let mut gaps: Vec<f64> = t.index.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-    gaps.sort_by(|a, b| a.total_cmp(b));
-    Some(gaps[gaps.len() / 2])
-}
+/// Long-tail iterations of an overwrite run: the one implementation is
+/// `pmlab_model::tails` (the simulator's validation uses it too).
+pub use pmlab_model::tails::{tail_interval, tails, Tails};
 
 /// The migration block: the smallest region whose tail frequency falls
 /// below `drop` times the frequency at the smallest region.

@@ -20,7 +20,9 @@
 //!   with one file per implementation; [`registry`] builds them by name.
 //! * [`presets`]: the bundled configurations (`configs/*.toml`).
 //! * [`persistency`]: trace replay under persistency models (x86-nvm,
-//!   x86-adr, HOPS, ideal) on top of [`System`].
+//!   x86-adr, hops, hops-adr, ideal) on top of [`System`]: each model one
+//!   implementation of [`persistency::Persistency`], one file each,
+//!   registered by name in [`registry::PERSISTENCY`].
 //! * [`validate`]: the validation experiments behind `docs/validation.md`.
 //! * [`Error`]: the one error type; messages name the parameter, component,
 //!   preset or file.

@@ -1,11 +1,12 @@
 //! The one registry of component implementations: for each component kind,
-//! a table of (name, description, constructor). Configurations name an
+//! a table of (name, description, constructor); persistency models too. Configurations name an
 //! implementation with their `impl` key; an unknown name is an error that
 //! lists the valid ones.
 
 use crate::config::{ParamInfo, Params};
 use crate::controller::{self, Controller};
 use crate::device::{self, Device};
+use crate::persistency;
 use crate::{Error, ErrorKind};
 
 /// One registered implementation.
@@ -89,3 +90,49 @@ pub fn build_device(
     let d = (e.build)(&mut p)?;
     Ok((d, p.finish()?))
 }
+
+/// One registered persistency model ([`crate::persistency`]).
+pub struct PersistencyEntry {
+    /// Name used on command lines (`--persistency NAME`).
+    pub name: &'static str,
+    /// One line about it.
+    pub about: &'static str,
+    /// It has HOPS's persist buffers (and so takes a drain threshold).
+    pub buffered: bool,
+    /// Constructor, for a replay with the given parameters.
+    pub build: fn(&persistency::Config) -> Box<dyn persistency::Persistency>,
+}
+
+/// Persistency models, in the order reports list them.
+pub const PERSISTENCY: &[PersistencyEntry] = &[
+    PersistencyEntry {
+        name: "x86-nvm",
+        about: "clwb/clflush + sfence, durable on the media",
+        buffered: false,
+        build: |c| Box::new(persistency::X86Nvm::new(c)),
+    },
+    PersistencyEntry {
+        name: "x86-adr",
+        about: "clwb/clflush + sfence, durable in the controller's write pending queue (ADR)",
+        buffered: false,
+        build: |c| Box::new(persistency::X86Adr::new(c)),
+    },
+    PersistencyEntry {
+        name: "hops",
+        about: "HOPS persist buffers, ofence/dfence, epochs acknowledged on the media",
+        buffered: true,
+        build: |c| Box::new(persistency::Hops::new(c)),
+    },
+    PersistencyEntry {
+        name: "hops-adr",
+        about: "HOPS persist buffers, epochs acknowledged by the controller's write queue",
+        buffered: true,
+        build: |c| Box::new(persistency::HopsAdr::new(c)),
+    },
+    PersistencyEntry {
+        name: "ideal",
+        about: "no ordering, no durability: flushes and fences cost nothing",
+        buffered: false,
+        build: |c| Box::new(persistency::Ideal::new(c)),
+    },
+];

@@ -429,6 +429,8 @@ impl System {
             n.set("p90", h.percentile(90.0), "ns");
             n.set("p99", h.percentile(99.0), "ns");
             n.set("p999", h.percentile(99.9), "ns");
+            n.set("p9999", h.percentile(99.99), "ns");
+            n.set("p99999", h.percentile(99.999), "ns");
             n.set("max", h.max(), "ns");
             lat.push(n);
         }

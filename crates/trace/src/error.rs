@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Truncated,
     /// The file is a pmlab trace of a version this build cannot read.
     Version,
+    /// The content is none of the formats this crate reads.
+    Unrecognised,
     /// A caller passed an invalid argument (unknown format name…).
     Usage,
 }

@@ -14,7 +14,10 @@
 //!   use is constant in trace length.
 //! * [`text::Reader`] / [`text::write_record`]: one record per line, for
 //!   people and for hand-made tests.
-//! * [`open`]: opens a file of any supported format, guessing from content.
+//! * [`open`]: opens a file of any supported format (`.pmt`, pmlab text,
+//!   valgrind lackey, DRAM-simulator lines, WHISPER), recognised from its
+//!   content unless named, and returns a [`Trace`]: its [`Header`] (format,
+//!   version, metadata) and its records. No caller sniffs formats itself.
 //! * [`whisper::Reader`]: imports the text traces of the WHISPER suite.
 //! * [`analyze::Analyzer`]: WHISPER's metrics (epochs, singletons,
 //!   dependencies, amplification…) in one streaming pass.
@@ -46,78 +49,16 @@ pub mod analyze;
 pub mod binary;
 mod error;
 pub mod import;
+mod open;
 mod record;
 pub mod text;
 pub mod whisper;
 
 pub use error::{Error, ErrorKind};
+pub use open::{open, recognise, Format, Header, RecordStream, Trace, SNIFF_BYTES};
 pub use record::{Op, Record, Space};
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-
-/// The formats [`open`] understands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Format {
-    /// pmlab's binary format (`.pmt`).
-    Binary,
-    /// pmlab's text format.
-    Text,
-    /// The text traces of the WHISPER suite ([`whisper`]).
-    Whisper,
-}
-
-impl Format {
-    /// Names accepted on command lines.
-    pub const NAMES: &'static str = "pmt, text, whisper";
-
-    /// Parse a format name as given on a command line.
-    pub fn from_name(name: &str) -> Result<Format, Error> {
-        match name {
-            "pmt" | "binary" => Ok(Format::Binary),
-            "text" | "txt" => Ok(Format::Text),
-            "whisper" => Ok(Format::Whisper),
-            _ => Err(Error::new(
-                ErrorKind::Usage,
-                format!(
-                    "unknown trace format '{name}': expected one of {}",
-                    Format::NAMES
-                ),
-            )),
-        }
-    }
-}
-
-/// A boxed stream of records from any format.
-pub type RecordStream = Box<dyn Iterator<Item = Result<Record, Error>>>;
-
-/// Open a trace file. With `format` None the format is recognised from the
-/// file's first bytes (the binary magic, or else text).
-pub fn open(path: &Path, format: Option<Format>) -> Result<RecordStream, Error> {
-    let file = File::open(path).map_err(|e| Error::io(path.display().to_string(), e))?;
-    let mut reader = BufReader::with_capacity(1 << 16, file);
-    let format = match format {
-        Some(f) => f,
-        None => {
-            let head = reader
-                .fill_buf()
-                .map_err(|e| Error::io(path.display().to_string(), e))?;
-            if head.starts_with(binary::MAGIC) {
-                Format::Binary
-            } else {
-                Format::Text
-            }
-        }
-    };
-    let name = path.display().to_string();
-    Ok(match format {
-        Format::Binary => Box::new(binary::Reader::new(reader)?.with_name(name)),
-        Format::Text => Box::new(text::Reader::new(reader).with_name(name)),
-        Format::Whisper => Box::new(whisper::Reader::new(reader).with_name(name)),
-    })
-}
+use std::io::Read;
 
 /// Read all of `input` as a binary trace (convenience for tests and tools).
 pub fn read_all_binary<R: Read>(input: R) -> Result<Vec<Record>, Error> {

@@ -7,20 +7,27 @@
 use anyhow::{bail, Context};
 use pmlab_model::units::Nanos;
 use pmlab_trace::analyze::{Analyzer, Config, Histogram, Report};
-use pmlab_trace::{binary, Format, RecordStream};
+use pmlab_trace::Format;
 use serde_json::json;
-use std::fs::File;
-use std::io::{BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Arguments of `pmlab analyze`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  pmlab trace -o app.pmt -- ./app
+  pmlab analyze app.pmt --window 50us --plot out/
+      WHISPER's metrics (epochs, epoch sizes, singletons, dependencies within
+      50 us, write amplification); out/ gets epoch_size, epochs_per_tx and
+      singleton_bytes as SVG and PNG
+  pmlab analyze --format whisper whisper-trace.txt --json | jq .epochs")]
 pub struct Args {
     /// The trace (.pmt, pmlab text, or a WHISPER text trace with --format whisper).
     pub trace: PathBuf,
-    /// Trace format: pmt, text or whisper (default: recognised from the content).
-    #[arg(long)]
+    /// Trace format: pmt, text, whisper, lackey or dramsim (default:
+    /// recognised from the content).
+    #[arg(long, alias = "trace-format")]
     pub format: Option<String>,
     /// Dependency window (WHISPER: 50us).
     #[arg(long, default_value = "50us")]
@@ -30,8 +37,8 @@ pub struct Args {
     /// without `pmlab cc` instrumentation).
     #[arg(long, default_value = "auto")]
     pub infer_stores: String,
-    /// Write the distributions as SVG charts into this directory.
-    #[arg(long)]
+    /// Draw the distributions into this directory (SVG and PNG).
+    #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// Print JSON instead of the table.
     #[arg(long)]
@@ -53,11 +60,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(f) => Some(Format::from_name(f).map_err(|e| anyhow::anyhow!("--format: {e}"))?),
         None => None,
     };
-    let (stream, meta) = open(&args.trace, format)?;
+    let (header, stream) = pmlab_trace::open(&args.trace, format)?.into_parts();
+    let meta: Meta = header.meta.clone();
     let flushes_as_stores = match args.infer_stores.as_str() {
         "on" => true,
         "off" => false,
-        "auto" => stores_unseen(&meta),
+        "auto" => header.stores_unseen(),
         other => bail!("--infer-stores '{other}': expected on, off or auto"),
     };
     let cfg = Config {
@@ -79,6 +87,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if show_progress && n >= 1 << 22 {
         eprintln!();
     }
+    if n == 0 {
+        bail!(
+            "{}: the trace holds no records (an empty file, or comments only): nothing to analyse",
+            args.trace.display()
+        );
+    }
     let report = a.finish();
     let secs = started.elapsed().as_secs_f64();
     if let Some(dir) = &args.plot {
@@ -88,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.json {
         let mut v = to_json(&report);
         v["trace"] = json!(args.trace.display().to_string());
+        v["trace_format"] = json!(header.format.name());
         v["meta"] = json!(meta
             .iter()
             .cloned()
@@ -102,46 +117,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 }
 
 pub(crate) type Meta = Vec<(String, String)>;
-
-/// True when a trace's header says the program's plain stores were not
-/// recorded (libpmlab without `pmlab cc` instrumentation): only flushes and
-/// library copies were, so flushed lines stand for stores.
-pub(crate) fn stores_unseen(meta: &Meta) -> bool {
-    let get = |key: &str| meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-    match get("stores") {
-        Some(v) => v == "flushes-only",
-        None => get("pmdk") == Some("interposed"),
-    }
-}
-
-/// Open a trace; for binary traces also return the header's metadata.
-pub(crate) fn open(path: &Path, format: Option<Format>) -> anyhow::Result<(RecordStream, Meta)> {
-    let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
-    let mut head = [0u8; 8];
-    let is_binary = {
-        use std::io::Read;
-        let mut f = &file;
-        let n = f.read(&mut head).unwrap_or(0);
-        n == 8 && &head == binary::MAGIC
-    };
-    drop(file);
-    if matches!(format, None | Some(Format::Binary)) && is_binary {
-        let file = File::open(path)?;
-        let r = binary::Reader::new(BufReader::with_capacity(1 << 16, file))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-            .with_name(path.display().to_string());
-        let meta = r.meta().to_vec();
-        return Ok((Box::new(r), meta));
-    }
-    if format == Some(Format::Binary) {
-        bail!(
-            "{}: not a pmlab binary trace (bad magic); pass --format text or --format whisper",
-            path.display()
-        );
-    }
-    let stream = pmlab_trace::open(path, format).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((stream, Vec::new()))
-}
 
 fn pct(v: Option<f64>) -> String {
     match v {
@@ -331,12 +306,13 @@ fn grouped(h: &Histogram, groups: &[(u64, u64, &str)]) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Write the distributions as SVG bar charts into `dir`.
+/// Draw the distributions as bar charts into `dir`, SVG and PNG.
 fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
     use pmlab_plot::{Axis, BarChart};
     std::fs::create_dir_all(dir)
         .with_context(|| format!("--plot: cannot create directory {}", dir.display()))?;
-    /// File, title, x label, data, bar groups (inclusive ranges).
+    /// File name (without extension), title, x label, data, bar groups
+    /// (inclusive ranges).
     type Chart<'a> = (
         &'a str,
         &'a str,
@@ -346,7 +322,7 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
     );
     let charts: [Chart; 3] = [
         (
-            "epoch_size.svg",
+            "epoch_size",
             "Epoch size (WHISPER fig. 4)",
             "unique 64 B lines per epoch",
             &r.epoch_lines,
@@ -364,7 +340,7 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
             ],
         ),
         (
-            "epochs_per_tx.svg",
+            "epochs_per_tx",
             "Epochs per transaction (WHISPER fig. 3)",
             "epochs",
             &r.epochs_per_tx,
@@ -384,7 +360,7 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
             ],
         ),
         (
-            "singleton_bytes.svg",
+            "singleton_bytes",
             "Bytes stored by singleton epochs",
             "bytes",
             &r.singleton_bytes,
@@ -408,10 +384,12 @@ fn plot(r: &Report, dir: &Path) -> anyhow::Result<()> {
         for (label, v) in grouped(h, &groups) {
             chart = chart.bar(label, v);
         }
-        let path = dir.join(file);
-        chart
-            .save(&path)
-            .map_err(|e| anyhow::anyhow!("--plot: cannot write {}: {e}", path.display()))?;
+        for ext in ["svg", "png"] {
+            let path = dir.join(format!("{file}.{ext}"));
+            chart
+                .save(&path)
+                .map_err(|e| anyhow::anyhow!("--plot: cannot write {}: {e}", path.display()))?;
+        }
     }
     Ok(())
 }

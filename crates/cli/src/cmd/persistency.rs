@@ -24,11 +24,8 @@ struct Choice {
 }
 
 fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
-    let spec = if spec == "all" {
-        "x86-nvm,x86-adr,hops,hops-adr,ideal"
-    } else {
-        spec
-    };
+    let every = Model::all().map(Model::name).collect::<Vec<_>>().join(",");
+    let spec = if spec == "all" { every.as_str() } else { spec };
     let mut v = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, drain) = match part.split_once('@') {
@@ -52,7 +49,7 @@ fn parse_models(spec: &str) -> anyhow::Result<Vec<Choice>> {
         });
     }
     if v.is_empty() {
-        bail!("--persistency needs a model: {} or all", Model::NAMES);
+        bail!("--persistency needs a model: {} or all", Model::names());
     }
     Ok(v)
 }
@@ -127,9 +124,9 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
         system_name = sys.name().to_string();
         let mut probe = build(preset, config)?;
         let media = media_write_ns(&mut probe);
-        let (stream, meta) = super::analyze::open(trace, format)?;
+        let (header, stream) = pmlab_trace::open(trace, format)?.into_parts();
         let mut cfg = Config::new(c.model, media);
-        cfg.flushes_as_stores = infer.unwrap_or_else(|| super::analyze::stores_unseen(&meta));
+        cfg.flushes_as_stores = infer.unwrap_or_else(|| header.stores_unseen());
         cfg.flush_invalidates = invalidation;
         if let Some(d) = c.drain_at {
             cfg.pb_drain_at = d;
@@ -138,19 +135,28 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
             eprintln!("pmlab sim: replaying {} under {}", trace.display(), c.label);
         }
         let (report, _) = Replay::new(sys, cfg).run(stream)?;
+        if report.records == 0 {
+            bail!(
+                "{}: the trace holds no records (an empty file, or comments only): nothing to replay",
+                trace.display()
+            );
+        }
         results.push((c.label.clone(), report));
     }
     let base = results
         .iter()
-        .find(|(_, r)| r.model == Model::X86Nvm)
-        .map(|(_, r)| r.run_ns);
+        .find(|(_, r)| r.model.name() == "x86-nvm")
+        .map(|(_, r)| r.run_ns)
+        .filter(|x| *x > 0.0);
     let mut out = std::io::stdout().lock();
     if json_out {
-        let rows: Vec<_> = results
+        // Keyed by model, so that a script reads one key path
+        // (`models["hops"]["run_ns"]`); `order` keeps the command line's.
+        let rows: serde_json::Map<String, serde_json::Value> = results
             .iter()
             .map(|(label, r)| {
                 let b = &r.breakdown;
-                json!({
+                let row = json!({
                     "model": label,
                     "run_ns": r.run_ns,
                     "normalised_to_x86_nvm": base.map(|x| r.run_ns / x),
@@ -171,14 +177,16 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
                     "cross_deps": r.cross_deps,
                     "cross_waits": r.cross_waits,
                     "media_write_ns": r.media_write_ns,
-                })
+                });
+                (label.clone(), row)
             })
             .collect();
         let v = json!({
             "system": system_name,
             "trace": trace.display().to_string(),
             "flush_invalidates": invalidation.name(),
-            "models": rows
+            "models": rows,
+            "order": results.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
@@ -268,7 +276,7 @@ mod tests {
     fn model_lists_parse_and_reject_nonsense() {
         let v = parse_models("all").unwrap();
         assert_eq!(v.len(), 5);
-        assert!(v.iter().any(|c| c.model == Model::HopsAdr));
+        assert!(v.iter().any(|c| c.model.name() == "hops-adr"));
         let v = parse_models("hops@1,x86-adr").unwrap();
         assert_eq!(v[0].drain_at, Some(1));
         assert!(parse_models("hops@0").is_err());

@@ -6,8 +6,10 @@
 //! pmlab sim --config my.toml --trace-format text trace.txt
 //! pmlab sim presets
 //! pmlab sim show optane-6dimm
-//! pmlab sim validate --write docs/validation.md
+//! pmlab sim validate --write docs/validation.md --plot docs/validation
 //! ```
+//!
+//! Every plotting option is `--plot DIR` (SVG and PNG of each chart).
 
 use anyhow::{bail, Context};
 use pmlab_sim::drive::{Driver, Mode};
@@ -17,7 +19,18 @@ use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab sim`.
 #[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:
+  pmlab sim gen random-read r.pmt --count 1000000 --span 1GiB
+  pmlab sim --preset optane-1dimm --mode open:64 r.pmt --plot out/
+      replays 1 M random reads with 64 in flight; prints latency percentiles
+      (p50 to p99.999) and every component's statistics; out/ gets
+      latency-tail.svg and .png
+  pmlab sim --preset optane-1dimm --persistency all app.pmt
+      compares x86-nvm, x86-adr, hops, hops-adr and ideal on a traced program
+  pmlab sim --preset ddr4-2666 --json r.pmt | jq .stats.latency.read.p99"
+)]
 pub struct Args {
     #[command(subcommand)]
     sub: Option<Sub>,
@@ -34,8 +47,8 @@ pub struct Args {
     #[arg(long, default_value = "closed")]
     mode: String,
     /// Trace format: pmt, text, lackey (valgrind --tool=lackey
-    /// --trace-mem=yes), dramsim (address op cycle lines). Default:
-    /// recognised from the content.
+    /// --trace-mem=yes), dramsim (address op cycle lines) or whisper.
+    /// Default: recognised from the content.
     #[arg(long)]
     trace_format: Option<String>,
     /// memory: each W record is a memory write (DRAM-simulator traces);
@@ -69,14 +82,21 @@ pub struct Args {
     #[arg(long)]
     parse_only: bool,
     /// Also draw the latency distribution of each operation class (a tail
-    /// plot) to this SVG or PNG file.
-    #[arg(long)]
+    /// plot) into this directory, as latency-tail.svg and latency-tail.png.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// The tail plot to one file, SVG or PNG after its extension (the
+    /// flag before --plot).
+    #[arg(long, hide = true, value_name = "FILE")]
     svg: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
 enum Sub {
     /// List the bundled presets.
+    #[command(after_help = "Example:
+  pmlab sim presets --json | jq -r '.[].name'
+      the names to pass to --preset")]
     Presets {
         /// Print JSON.
         #[arg(long)]
@@ -84,6 +104,11 @@ enum Sub {
     },
     /// Show every parameter of a preset (or of --config FILE) with its
     /// unit and source.
+    #[command(after_help = "Examples:
+  pmlab sim show optane-1dimm
+      every parameter (controller.dimm.rmw_bytes  16KiB ...) with the
+      paper and figure it comes from
+  pmlab sim show --config my-device.toml --json")]
     Show {
         /// Preset name.
         name: Option<String>,
@@ -96,6 +121,10 @@ enum Sub {
     },
     /// Run the validation experiments (LENS, Yang et al.) and print or
     /// write the report.
+    #[command(after_help = "Example:
+  pmlab sim validate --quick --write v.md --plot v/
+      compares the simulator with 15 published Optane and DRAM figures and
+      7 curve shapes; v.md holds the table, v/ the curves (SVG and PNG)")]
     Validate {
         /// Write the Markdown report to this file (docs/validation.md).
         #[arg(long)]
@@ -103,15 +132,19 @@ enum Sub {
         /// Shorter wear-leveling runs (skips the tail-frequency sweep).
         #[arg(long)]
         quick: bool,
-        /// Also write the curves as SVG files into this directory.
-        #[arg(long)]
-        svg: Option<PathBuf>,
+        /// Also draw the curves into this directory (SVG and PNG).
+        #[arg(long, alias = "svg", value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Write a synthetic trace (64 B requests, 1 ns apart) for benchmarks
     /// and experiments.
+    #[command(after_help = "Example:
+  pmlab sim gen random-write w.trc --count 100000 --span 64MiB --format dramsim
+      100,000 random 64 B writes over 64 MiB as DRAMsim3 lines, for pmlab sim
+      and for other simulators")]
     Gen(GenArgs),
 }
 
@@ -154,9 +187,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(Sub::Validate {
             ref write,
             quick,
-            ref svg,
+            ref plot,
             json,
-        }) => validate(write.as_deref(), quick, svg.as_deref(), json, args.progress),
+        }) => validate(
+            write.as_deref(),
+            quick,
+            plot.as_deref(),
+            json,
+            args.progress,
+        ),
         Some(Sub::Gen(ref g)) => gen(g),
         None => replay(&args),
     }
@@ -196,6 +235,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     }
     let mode = Mode::parse(&args.mode)?;
     let records = open_trace(trace, args.trace_format.as_deref())?;
+    let format = records.header().format.name();
     let show = progress_on(args.progress);
     let start = std::time::Instant::now();
     if args.parse_only {
@@ -234,19 +274,40 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     if show && summary.requests + summary.skipped >= 1 << 20 {
         eprintln!();
     }
+    if summary.requests + summary.skipped == 0 {
+        bail!(
+            "{}: the trace holds no records (an empty file, or comments only): nothing to simulate",
+            trace.display()
+        );
+    }
+    if summary.requests == 0 {
+        bail!(
+            "{}: none of its {} records is a request to the simulated memory (all are DRAM accesses or markers): nothing to simulate",
+            trace.display(),
+            summary.skipped
+        );
+    }
     let wall = start.elapsed().as_secs_f64();
     // Let buffered writes reach the media so that media statistics count
     // every write of the trace.
     let drained = sys.drain(summary.end_ns);
     let stats = sys.stats();
     if let Some(path) = &args.svg {
-        tail_plot(&sys, path)?;
+        tail_plot(&sys, path, "--svg")?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--plot: cannot create directory {}", dir.display()))?;
+        for ext in ["svg", "png"] {
+            tail_plot(&sys, &dir.join(format!("latency-tail.{ext}")), "--plot")?;
+        }
     }
     let mode_name = args.mode.clone();
     if args.json {
         let v = serde_json::json!({
             "system": sys.name(),
             "trace": trace.display().to_string(),
+            "trace_format": format,
             "mode": mode_name,
             "requests": summary.requests,
             "skipped": summary.skipped,
@@ -256,6 +317,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
             "requests_per_second": summary.requests as f64 / wall.max(1e-9),
             "peak_rss_kib": peak_rss_kib(),
             "stats": stats,
+            "units": stats.units().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
@@ -264,7 +326,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     writeln!(out, "system    {} ({})", sys.name(), sys.description())?;
     writeln!(
         out,
-        "trace     {} ({} requests, {} skipped: DRAM records and markers)",
+        "trace     {} ({format}; {} requests, {} skipped: DRAM records and markers)",
         trace.display(),
         summary.requests,
         summary.skipped
@@ -286,15 +348,15 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     writeln!(out)?;
     writeln!(
         out,
-        "{:<9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
-        "latency", "count", "mean", "p50", "p90", "p99", "p999", "max"
+        "{:<9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "latency", "count", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "p99.999", "max"
     )?;
     if let Some(lat) = stats.children.iter().find(|c| c.name == "latency") {
         for c in &lat.children {
             let g = |k: &str| c.get(k).unwrap_or(0.0);
             writeln!(
                 out,
-                "{:<9} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
+                "{:<9} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
                 c.name,
                 g("count"),
                 g("mean"),
@@ -302,6 +364,8 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
                 g("p90"),
                 g("p99"),
                 g("p999"),
+                g("p9999"),
+                g("p99999"),
                 g("max")
             )?;
         }
@@ -325,83 +389,14 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
-/// Trace formats `pmlab sim` reads.
-pub const FORMATS: &str = "pmt, text, lackey, dramsim";
-
-/// Open a trace in any supported format.
-pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_trace::RecordStream> {
-    use pmlab_trace::import::{dramsim, lackey};
-    let text_reader = || -> anyhow::Result<std::io::BufReader<std::fs::File>> {
-        let f = std::fs::File::open(path)
-            .with_context(|| format!("cannot open trace {}", path.display()))?;
-        Ok(std::io::BufReader::with_capacity(1 << 16, f))
+/// Open a trace in any supported format (`--trace-format` names one;
+/// otherwise `pmlab_trace::open` recognises it from the content).
+pub fn open_trace(path: &Path, format: Option<&str>) -> anyhow::Result<pmlab_trace::Trace> {
+    let format = match format {
+        Some(f) => Some(pmlab_trace::Format::from_name(f)?),
+        None => None,
     };
-    let name = path.display().to_string();
-    let sniffed = match format {
-        None => sniff(path),
-        Some(f) => Some(f),
-    };
-    match sniffed {
-        None => Ok(pmlab_trace::open(path, None)?),
-        Some("lackey") => Ok(Box::new(
-            lackey::Reader::new(text_reader()?).with_name(name),
-        )),
-        Some("dramsim") | Some("ramulator") => Ok(Box::new(
-            dramsim::Reader::new(text_reader()?).with_name(name),
-        )),
-        Some(f) => {
-            let fmt = pmlab_trace::Format::from_name(f).map_err(|_| {
-                anyhow::anyhow!("unknown trace format '{f}': expected one of {FORMATS}")
-            })?;
-            Ok(pmlab_trace::open(path, Some(fmt))?)
-        }
-    }
-}
-
-/// Recognise lackey and DRAM-simulator text from the first data line
-/// (None: let `pmlab_trace::open` choose between pmt and pmlab text).
-fn sniff(path: &Path) -> Option<&'static str> {
-    use std::io::Read;
-    // Reading a pipe would consume what the real reader needs.
-    if !std::fs::metadata(path).ok()?.is_file() {
-        return None;
-    }
-    let mut head = vec![0u8; 4096];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
-    let text = std::str::from_utf8(&head[..n]).ok().or_else(|| {
-        // A cut in the middle of a character at the end of the sample.
-        std::str::from_utf8(&head[..n.saturating_sub(3)]).ok()
-    })?;
-    let line = text.lines().find(|l| {
-        let t = l.trim();
-        !t.is_empty() && !t.starts_with('#') && !t.starts_with("==")
-    })?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let hexish = |s: &str| {
-        let h = s.strip_prefix("0x").unwrap_or(s);
-        !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit())
-    };
-    let lackey_kind = ["I", "L", "S", "M"];
-    if f.len() == 2
-        && lackey_kind.contains(&f[0])
-        && f[1]
-            .split_once(',')
-            .is_some_and(|(a, b)| hexish(a) && b.parse::<u32>().is_ok())
-    {
-        return Some("lackey");
-    }
-    let dram_op = |s: &str| {
-        [
-            "READ", "WRITE", "RD", "WR", "R", "W", "LD", "ST", "P_MEM_RD", "P_MEM_WR", "P_FETCH",
-        ]
-        .contains(&s.to_ascii_uppercase().as_str())
-    };
-    if (2..=3).contains(&f.len())
-        && ((hexish(f[0]) && dram_op(f[1])) || (dram_op(f[0]) && hexish(f[1])))
-    {
-        return Some("dramsim");
-    }
-    None
+    Ok(pmlab_trace::open(path, format)?)
 }
 
 /// Peak resident memory of this process in KiB (Linux; 0 elsewhere).
@@ -484,7 +479,7 @@ fn show(name: Option<&str>, config: Option<&Path>, json: bool) -> anyhow::Result
 fn validate(
     write: Option<&Path>,
     quick: bool,
-    svg: Option<&Path>,
+    plot: Option<&Path>,
     json: bool,
     progress: bool,
 ) -> anyhow::Result<u8> {
@@ -500,13 +495,13 @@ fn validate(
         "pmlab sim validate --write docs/validation.md"
     };
     // Link the SVGs relative to the Markdown file when both are written.
-    let images = svg.map(|dir| {
+    let images = plot.map(|dir| {
         let base = write.and_then(|w| w.parent()).unwrap_or(Path::new(""));
         dir.strip_prefix(base).unwrap_or(dir).display().to_string()
     });
-    let command = match (svg, write) {
+    let command = match (plot, write) {
         (Some(d), Some(w)) => format!(
-            "pmlab sim validate{} --write {} --svg {}",
+            "pmlab sim validate{} --write {} --plot {}",
             if quick { " --quick" } else { "" },
             w.display(),
             d.display()
@@ -514,10 +509,12 @@ fn validate(
         _ => command.to_string(),
     };
     let md = report.markdown(&command, images.as_deref());
-    if let Some(dir) = svg {
+    if let Some(dir) = plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for c in &report.curves {
-            write_curve(c, &dir.join(format!("{}.svg", c.id)))?;
+            for ext in ["svg", "png"] {
+                write_curve(c, &dir.join(format!("{}.{ext}", c.id)))?;
+            }
         }
     }
     if let Some(path) = write {
@@ -638,11 +635,14 @@ fn write_curve(c: &pmlab_sim::validate::Curve, path: &Path) -> anyhow::Result<()
 }
 
 /// Latency against the share of requests slower than it, per class.
-fn tail_plot(sys: &System, path: &Path) -> anyhow::Result<()> {
+fn tail_plot(sys: &System, path: &Path, flag: &str) -> anyhow::Result<()> {
     use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
-    let mut chart = LineChart::new(format!("latency distribution, {}", sys.name()))
-        .x_axis(Axis::new("requests slower (%)").scale(Scale::Log))
-        .y_axis(Axis::new("latency").scale(Scale::Log).format(Format::Nanos));
+    let mut chart = LineChart::new(format!(
+        "Request latency by share of slower requests, {}",
+        sys.name()
+    ))
+    .x_axis(Axis::new("requests slower (%)").scale(Scale::Log))
+    .y_axis(Axis::new("latency").scale(Scale::Log).format(Format::Nanos));
     let mut any = false;
     for class in ["read", "write", "nt_write", "flush", "fence"] {
         let Some(h) = sys.latency(class) else {
@@ -651,15 +651,17 @@ fn tail_plot(sys: &System, path: &Path) -> anyhow::Result<()> {
         if h.count() == 0 || h.max() <= 0.0 {
             continue; // nothing to show on a log axis
         }
-        let pts: Vec<(f64, f64)> = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
-            .iter()
-            .map(|p| (100.0 - p, h.percentile(*p).max(0.01)))
-            .collect();
+        let pts: Vec<(f64, f64)> = [
+            50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999,
+        ]
+        .iter()
+        .map(|p| (100.0 - p, h.percentile(*p).max(0.01)))
+        .collect();
         chart = chart.series(Series::new(class, pts).dots(true));
         any = true;
     }
     if !any {
-        bail!("--svg: the trace has no timed requests to plot");
+        bail!("{flag}: the trace has no timed requests to plot");
     }
     chart
         .save(path)

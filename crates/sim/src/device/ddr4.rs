@@ -287,6 +287,18 @@ impl Device for Ddr4 {
 mod tests {
     use super::*;
 
+    // DDR4-2666, speed bin 19-19-19, worked by hand from JESD79-4 (not
+    // read back from the model): tCK = 1 / 1333.33 MHz = 0.75 ns, so
+    // CL = tRCD = tRP = 19 x 0.75 = 14.25 ns; a 64 B line is a BL8 burst
+    // of 4 clocks = 3 ns; tRAS 32 ns; tREFI 7.8 us; tRFC 350 ns (8 Gb).
+    const CL: f64 = 14.25;
+    const RCD: f64 = 14.25;
+    const RP: f64 = 14.25;
+    const RAS: f64 = 32.0;
+    const BURST: f64 = 3.0;
+    const REFI: f64 = 7800.0;
+    const RFC: f64 = 350.0;
+
     fn dimm() -> Ddr4 {
         let mut t = toml::Table::new();
         t.insert("impl".into(), "ddr4".into());
@@ -295,52 +307,52 @@ mod tests {
     }
 
     #[test]
+    fn defaults_are_jedec_ddr4_2666() {
+        let tm = dimm().timing();
+        let got = [tm.cl, tm.rcd, tm.rp, tm.ras, tm.burst, tm.refi, tm.rfc];
+        assert_eq!(got, [CL, RCD, RP, RAS, BURST, REFI, RFC]);
+        assert_eq!(tm.cwl, 10.5, "CWL 14 clocks");
+    }
+
+    #[test]
     fn row_hit_costs_cl_plus_burst() {
         let mut d = dimm();
-        let tm = d.timing();
-        let first = d.read(0, 100.0);
-        assert!((first - (100.0 + tm.rcd + tm.cl + tm.burst)).abs() < 1e-9);
-        let t = 200.0;
-        let hit = d.read(64, t);
-        assert!((hit - (t + tm.cl + tm.burst)).abs() < 1e-9);
+        // Empty bank: activate, then read: 100 + 14.25 + 14.25 + 3.
+        assert_eq!(d.read(0, 100.0), 131.5);
+        // Same row: 200 + 14.25 + 3.
+        assert_eq!(d.read(64, 200.0), 217.25);
     }
 
     #[test]
     fn row_conflict_adds_trp_and_trcd() {
         let mut d = dimm();
-        let tm = d.timing();
         d.read(0, 100.0);
-        // Same bank (16 banks x 8 KiB rows), next row.
-        let t = 300.0;
-        let done = d.read(16 * 8192, t);
-        assert!((done - (t + tm.rp + tm.rcd + tm.cl + tm.burst)).abs() < 1e-9);
+        // Same bank (16 banks x 8 KiB rows), next row: precharge,
+        // activate, read: 300 + 14.25 x 3 + 3.
+        assert_eq!(d.read(16 * 8192, 300.0), 345.75);
     }
 
     #[test]
     fn precharge_respects_tras() {
         let mut d = dimm();
-        let tm = d.timing();
         d.read(0, 100.0); // activate at 100
-                          // A conflicting access right away must wait for act + tRAS.
-        let done = d.read(16 * 8192, 101.0);
-        let pre = 100.0 + tm.ras;
-        assert!((done - (pre + tm.rp + tm.rcd + tm.cl + tm.burst)).abs() < 1e-9);
-        // One ns later than tRAS allows would not be earlier.
-        assert!(done >= 100.0 + tm.ras + tm.rp);
+                          // A conflicting read right away precharges at 100 + tRAS = 132
+                          // (tRAS - 1 ns would be 131: not allowed), then tRP, tRCD, CL and
+                          // the burst: 132 + 14.25 x 3 + 3.
+        assert_eq!(d.read(16 * 8192, 101.0), 177.75);
+        // Offered at tRAS exactly, the same cost from then on.
+        let mut d = dimm();
+        d.read(0, 100.0);
+        assert_eq!(d.read(16 * 8192, 132.0), 177.75);
     }
 
     #[test]
     fn commands_wait_out_refresh() {
         let mut d = dimm();
-        let tm = d.timing();
-        let t = tm.refi + 1.0; // inside the refresh window
-        let done = d.read(0, t);
-        assert!((done - (tm.refi + tm.rfc + tm.rcd + tm.cl + tm.burst)).abs() < 1e-9);
-        let after = tm.refi + tm.rfc + 1000.0;
-        let d2 = d.read(64, after);
-        assert!(
-            (d2 - (after + tm.cl + tm.burst)).abs() < 1e-9,
-            "row stays open after the refresh"
-        );
+        // At 7801 ns a refresh (7800..8150) is under way: the read
+        // activates at 8150: 8150 + 14.25 + 14.25 + 3.
+        assert_eq!(d.read(0, REFI + 1.0), 8181.5);
+        // Well after it, the row is still open: a row hit.
+        assert_eq!(d.read(64, 9150.0), 9150.0 + 14.25 + 3.0);
     }
 }

@@ -51,3 +51,60 @@ impl Device for Fixed {
         self.inner.reset_stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::stub::stub;
+
+    #[test]
+    fn reads_pay_the_fixed_extra_on_top_of_the_device() {
+        let (inner, log) = stub(80.0, 10.0);
+        let mut f = Fixed {
+            inner,
+            read_extra: 200.0,
+            write_extra: 0.0,
+        };
+        // Quartz: 80 ns of DRAM plus 200 ns.
+        assert_eq!(f.read(0x40, 1000.0), 1280.0);
+        assert_eq!(log.borrow().reads, vec![(0x40, 1000.0)]);
+        // Without a write extra, writes pass straight through.
+        assert_eq!(f.write(0x80, 5.0, 7), 15.0);
+        assert_eq!(log.borrow().writes, vec![(0x80, 5.0, 7)]);
+    }
+
+    #[test]
+    fn writes_arrive_late_by_the_write_extra() {
+        let (inner, log) = stub(80.0, 10.0);
+        let mut f = Fixed {
+            inner,
+            read_extra: 0.0,
+            write_extra: 30.0,
+        };
+        assert_eq!(f.write(0x80, 5.0, 1), 45.0);
+        assert_eq!(log.borrow().writes, vec![(0x80, 35.0, 1)]);
+        assert_eq!(f.read(0, 0.0), 80.0);
+        // Drain and statistics are the device's.
+        assert_eq!(f.drain(100.0), 105.0);
+        let mut s = Stats::new("dimm");
+        f.stats(&mut s);
+        assert_eq!(s.get("inner.stub_reads"), Some(1.0));
+        f.reset_stats();
+        assert_eq!(log.borrow().resets, 1);
+    }
+
+    #[test]
+    fn builds_from_parameters() {
+        let t: toml::Table = toml::from_str(
+            "impl = \"fixed-latency\"\nread_extra_ns = 200.0\n[inner]\nimpl = \"ddr4\"\n",
+        )
+        .unwrap();
+        let f = Fixed::build(&mut Params::new("dimm", t).unwrap()).unwrap();
+        assert_eq!((f.read_extra, f.write_extra), (200.0, 0.0));
+        let t: toml::Table = toml::from_str(
+            "impl = \"fixed-latency\"\nread_extra_ns = -1.0\n[inner]\nimpl = \"ddr4\"\n",
+        )
+        .unwrap();
+        assert!(Fixed::build(&mut Params::new("dimm", t).unwrap()).is_err());
+    }
+}

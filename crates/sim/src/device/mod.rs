@@ -38,3 +38,66 @@ pub trait Device {
     /// Zero the statistics (not the state).
     fn reset_stats(&mut self);
 }
+
+/// A device of fixed latencies that records what it was offered, for the
+/// unit tests of devices that wrap another.
+#[cfg(test)]
+pub(crate) mod stub {
+    use super::Device;
+    use crate::stats::Stats;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// What a [`Stub`] was offered.
+    #[derive(Default, Debug)]
+    pub(crate) struct Log {
+        /// (address, arrival time) of every read.
+        pub(crate) reads: Vec<(u64, f64)>,
+        /// (address, arrival time, epoch) of every write.
+        pub(crate) writes: Vec<(u64, f64, u64)>,
+        /// Arrival time of every drain.
+        pub(crate) drains: Vec<f64>,
+        /// Calls of `reset_stats`.
+        pub(crate) resets: u32,
+    }
+
+    /// Reads take `read_ns`; writes are accepted `write_ns` after they
+    /// arrive; `drain` returns its time plus 5 ns.
+    pub(crate) struct Stub {
+        read_ns: f64,
+        write_ns: f64,
+        log: Rc<RefCell<Log>>,
+    }
+
+    /// A boxed stub and a handle on its log.
+    pub(crate) fn stub(read_ns: f64, write_ns: f64) -> (Box<dyn Device>, Rc<RefCell<Log>>) {
+        let log = Rc::new(RefCell::new(Log::default()));
+        let s = Stub {
+            read_ns,
+            write_ns,
+            log: log.clone(),
+        };
+        (Box::new(s), log)
+    }
+
+    impl Device for Stub {
+        fn read(&mut self, addr: u64, t: f64) -> f64 {
+            self.log.borrow_mut().reads.push((addr, t));
+            t + self.read_ns
+        }
+        fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
+            self.log.borrow_mut().writes.push((addr, t, epoch));
+            t + self.write_ns
+        }
+        fn drain(&mut self, t: f64) -> f64 {
+            self.log.borrow_mut().drains.push(t);
+            t + 5.0
+        }
+        fn stats(&self, into: &mut Stats) {
+            into.set("stub_reads", self.log.borrow().reads.len() as f64, "count");
+        }
+        fn reset_stats(&mut self) {
+            self.log.borrow_mut().resets += 1;
+        }
+    }
+}
