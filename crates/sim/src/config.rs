@@ -10,6 +10,14 @@
 use crate::{Error, ErrorKind};
 use pmlab_model::{Bandwidth, Bytes, Nanos};
 
+/// The largest size any parameter may take (1 PiB): far above any real
+/// buffer or capacity, low enough that sizes and their products stay exact.
+pub const MAX_BYTES: u64 = 1 << 50;
+
+/// The longest duration any parameter may take, in ns (1000 s), so that
+/// completion times stay finite.
+pub const MAX_NS: f64 = 1e12;
+
 /// One resolved parameter, for listings.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ParamInfo {
@@ -109,6 +117,12 @@ impl Params {
                 }
             },
         };
+        if v > MAX_NS {
+            return Err(self.err(
+                name,
+                format!("{v} ns is above the maximum of {MAX_NS} ns (1000 s)"),
+            ));
+        }
         self.record(name, format!("{v} ns"), doc, given);
         Ok(v)
     }
@@ -140,6 +154,12 @@ impl Params {
         };
         if v < min {
             return Err(self.err(name, format!("{v} bytes is below the minimum of {min}")));
+        }
+        if v > MAX_BYTES {
+            return Err(self.err(
+                name,
+                format!("{v} bytes is above the maximum of {}", Bytes(MAX_BYTES)),
+            ));
         }
         self.record(name, Bytes(v).to_string(), doc, given);
         Ok(v)

@@ -182,12 +182,10 @@ fn damaged_configurations_never_panic() {
     assert!(built > 0 && built < 600, "{built} of 600 built");
 }
 
-/// Sizes have no upper bound yet: `lsq_bytes = 2^63-1` makes the NVRAM
-/// model allocate 1.4 EB and abort the process (found by the test above,
-/// which leaves such values out so that it can run). Remove the `ignore`
-/// once crates/sim bounds its sizes.
+/// A size far beyond any device (`2^63-1` bytes) is refused in one line
+/// naming the key, rather than sizing an allocation that aborts the
+/// process; a large one within the bound (1 TiB) still builds.
 #[test]
-#[ignore = "known bug: crates/sim does not bound sizes; lsq_bytes = 2^63-1 aborts on allocation"]
 fn a_huge_size_is_refused_in_one_line() {
     let p = presets::find("optane-1dimm").unwrap();
     for (i, _, key) in keyed_lines(p.toml) {
@@ -195,7 +193,13 @@ fn a_huge_size_is_refused_in_one_line() {
             continue;
         }
         let edited = with_line(p.toml, i, &format!("{key} = 9223372036854775807"));
+        match System::from_toml(&edited, p.name) {
+            Err(e) => assert!(e.to_string().contains(&key), "{e}"),
+            Ok(_) => panic!("{key} = 2^63-1 was accepted"),
+        }
+        let edited = with_line(p.toml, i, &format!("{key} = \"1TiB\""));
         if let Err(e) = System::from_toml(&edited, p.name) {
+            // Only a key's own rule (a power of two, a ratio) may refuse it.
             assert!(e.to_string().contains(&key), "{e}");
         }
     }

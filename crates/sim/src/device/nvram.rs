@@ -235,7 +235,7 @@ impl Nvram {
             } else {
                 (1u32 << lines) - 1
             },
-            lsq: VecDeque::with_capacity((lsq / xp) as usize),
+            lsq: VecDeque::with_capacity(((lsq / xp) as usize).min(1 << 16)),
             lsq_cap: (lsq / xp) as usize,
             combine_ns,
             rmw: Lru::new((rmw / xp) as usize),
