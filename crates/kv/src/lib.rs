@@ -361,6 +361,39 @@ pub fn open(path: &Path, kind: EngineKind, opts: &Options) -> Result<Box<dyn Eng
     }
 }
 
+/// The engine a pool file holds, from its first bytes: a pmkv header names
+/// it, a libpmemobj pool is `anchor`.
+pub fn detect(path: &Path) -> Result<EngineKind> {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
+    let n = f
+        .read(&mut head)
+        .map_err(|e| Error::io(path.display(), e))?;
+    if n >= 16 && head[..8] == pool::MAGIC {
+        let code = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+        return EngineKind::from_code(code).ok_or_else(|| {
+            Error::new(
+                ErrorKind::BadPool,
+                format!(
+                    "{}: the header names engine code {code}, unknown to this build",
+                    path.display()
+                ),
+            )
+        });
+    }
+    if n >= 7 && &head[..7] == b"PMEMOBJ" {
+        return Ok(EngineKind::Anchor);
+    }
+    Err(Error::new(
+        ErrorKind::BadPool,
+        format!(
+            "{}: neither a pmkv pool nor a libpmemobj pool",
+            path.display()
+        ),
+    ))
+}
+
 /// Compare an engine's whole retained state with a model; the error names
 /// the first difference.
 pub fn compare(engine: &dyn Engine, model: &Model) -> Result<()> {
@@ -383,6 +416,13 @@ pub fn compare(engine: &dyn Engine, model: &Model) -> Result<()> {
     for (i, w) in want.iter().enumerate() {
         match got.get(i) {
             Some(g) if g == w => {}
+            Some(g) if g.key == w.key && g.version == w.version => {
+                return Err(Error::inconsistent(format!(
+                    "version {} of key {}: the value differs from the model's",
+                    w.version,
+                    show(&w.key)
+                )))
+            }
             Some(g) => {
                 return Err(Error::inconsistent(format!(
                     "version {} of key {} differs from the model (engine has version {} of key {})",

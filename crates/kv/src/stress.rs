@@ -136,12 +136,17 @@ impl Target for Box<dyn Engine> {
 
 /// The child's loop: open the pool, print `start S`, then run `count`
 /// operations acknowledging each group once durable.
+///
+/// With `plant_early_ack` the child acknowledges each operation before
+/// syncing it: a deliberate bug, so that a test shows [`crash_runs`]
+/// catches lost acknowledged writes.
 pub fn child(
     path: &Path,
     kind: EngineKind,
     seed: u64,
     group: u32,
     count: u64,
+    plant_early_ack: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
     let opts = Options {
@@ -158,8 +163,10 @@ pub fn child(
     for v in start..start + count {
         e.apply(&op(seed, v), v)?;
         unacked.push(v);
-        if unacked.len() as u32 >= group.max(1) {
-            e.sync()?;
+        if plant_early_ack || unacked.len() as u32 >= group.max(1) {
+            if !plant_early_ack {
+                e.sync()?;
+            }
             let mut s = String::new();
             for a in unacked.drain(..) {
                 s.push_str(&format!("ack {a}\n"));
@@ -190,7 +197,8 @@ pub struct CrashReport {
 /// The parent: create a pool of `kind` in `dir`, then `runs` times start
 /// `exe stress ...` on it, kill it after a seeded delay, and check the
 /// reopened pool against the model. The error names the seed, run and
-/// the first broken invariant or difference.
+/// the first broken invariant or difference. `plant_early_ack` passes the
+/// deliberate bug of [`child`] on to the children.
 pub fn crash_runs(
     exe: &Path,
     kind: EngineKind,
@@ -198,6 +206,7 @@ pub fn crash_runs(
     runs: u64,
     seed: u64,
     group: u32,
+    plant_early_ack: bool,
 ) -> Result<CrashReport> {
     let path = dir.join(format!("crash-{}.pool", kind.name()));
     let _ = std::fs::remove_file(&path);
@@ -231,6 +240,11 @@ pub fn crash_runs(
                 "--group",
                 &group.to_string(),
             ])
+            .args(if plant_early_ack {
+                &["--plant-early-ack"][..]
+            } else {
+                &[]
+            })
             .arg(&path)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
