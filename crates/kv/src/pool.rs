@@ -363,6 +363,15 @@ impl Pool {
             dirty: Vec::new(),
             path: shown.to_string(),
         };
+        if &h[0..7] == b"PMEMOBJ" {
+            return Err(Error::new(
+                ErrorKind::WrongEngine,
+                format!(
+                    "{shown}: the pool holds anchor (libpmemobj), not {} (pass --engine anchor)",
+                    engine.name()
+                ),
+            ));
+        }
         if h[0..8] != MAGIC {
             return Err(Error::new(
                 ErrorKind::BadPool,

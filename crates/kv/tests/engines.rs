@@ -269,3 +269,18 @@ fn twenty_thousand_keys_survive_reopen_in_each_engine() {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+#[test]
+fn the_anchor_engine_is_built_when_libpmemobj_is_installed() {
+    let header = std::path::Path::new("/usr/include/libpmemobj.h").exists();
+    let off = std::env::var("PMKV_NO_ANCHOR").is_ok_and(|v| v == "1");
+    assert_eq!(EngineKind::Anchor.available(), header && !off);
+    if !EngineKind::Anchor.available() {
+        let d = dir("no-anchor");
+        let err = create(&d.join("pool"), EngineKind::Anchor, &Options::default())
+            .err()
+            .unwrap();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        assert!(err.to_string().contains("libpmemobj"), "{err}");
+    }
+}
