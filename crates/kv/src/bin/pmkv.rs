@@ -686,8 +686,8 @@ fn bench(
         print_json(r);
     } else {
         println!(
-            "{:<7} insert {:>8.0} ns  read {:>7.0} ns  delete {:>8.0} ns  open({} x {} B) {:>8.1} ms  PM bytes per stored byte {:.2}  (group {}, {})",
-            kind.name(),
+            "{:<10} insert {:>8.0} ns  read {:>7.0} ns  delete {:>8.0} ns  open({} x {} B) {:>8.1} ms  PM bytes per stored byte {:.2}  (group {}, {})",
+            if kind == EngineKind::BTree { format!("btree/{fanout}") } else { kind.name().to_string() },
             r["insert_ns"].as_f64().unwrap_or(0.0),
             r["read_ns"].as_f64().unwrap_or(0.0),
             r["delete_ns"].as_f64().unwrap_or(0.0),
