@@ -511,7 +511,12 @@ impl BTreeEngine {
         self.fresh.clear();
         self.pending = 0;
         if self.pool.cur.used_pages > 2 * self.base_pages + 64 {
-            self.compact()?;
+            let r = self.compact();
+            if r.is_err() {
+                // Too full to rebuild now: try again when the pool has grown by half.
+                self.base_pages = self.pool.cur.used_pages * 3 / 4;
+            }
+            crate::auto_compact(r)?;
         }
         Ok(())
     }
@@ -713,6 +718,10 @@ impl Engine for BTreeEngine {
 
     fn last_version(&self) -> u64 {
         self.last
+    }
+
+    fn durable_version(&self) -> u64 {
+        self.pool.committed().last
     }
 
     fn floor(&self) -> u64 {

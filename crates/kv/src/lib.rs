@@ -205,6 +205,9 @@ pub struct Usage {
 
 /// A versioned key-value storage engine.
 ///
+/// Writes take `&mut self` and reads `&self`: share an engine between
+/// threads behind a lock.
+///
 /// Versions are log indices: each write carries one above [`Engine::last_version`]
 /// (else [`ErrorKind::VersionOrder`]). Reads below [`Engine::floor`] fail
 /// with [`ErrorKind::Discarded`]. A write that changes nothing (deleting an
@@ -224,6 +227,13 @@ pub trait Engine: Send {
 
     /// The highest version written (0 for an empty engine).
     fn last_version(&self) -> u64;
+
+    /// The highest version known durable: [`Engine::last_version`] once
+    /// the current group is committed (a replication log acknowledges up
+    /// to here).
+    fn durable_version(&self) -> u64 {
+        self.last_version()
+    }
 
     /// The discard floor: reads below it fail.
     fn floor(&self) -> u64;
@@ -299,6 +309,15 @@ pub trait Engine: Send {
         }
         self.put(key, Some(new), version)?;
         Ok(true)
+    }
+}
+
+/// Run an automatic compaction after a commit: a pool too full to compact
+/// is not an error of the write that triggered it (which is durable).
+pub(crate) fn auto_compact(r: Result<()>) -> Result<()> {
+    match r {
+        Err(e) if e.kind() == ErrorKind::Full => Ok(()),
+        r => r,
     }
 }
 

@@ -44,6 +44,8 @@ pub(crate) struct LogEngine {
     pending: u32,
     /// Record bytes of the retained versions (for the compaction trigger).
     live: u64,
+    /// No automatic compaction below this many bytes in use (after one failed).
+    retry_at: u64,
 }
 
 fn record(kind: u8, key: &[u8], value: &[u8], version: u64) -> Vec<u8> {
@@ -115,6 +117,7 @@ impl LogEngine {
             group,
             pending: 0,
             live,
+            retry_at: 0,
         }
     }
 
@@ -168,8 +171,13 @@ impl LogEngine {
         self.pool.commit();
         self.pending = 0;
         let page = self.pool.page_size();
-        if self.pool.used_bytes() > 2 * self.live + 16 * page {
-            self.compact()?;
+        if self.pool.used_bytes() > (2 * self.live + 16 * page).max(self.retry_at) {
+            let r = self.compact();
+            if r.is_err() {
+                // Too full to compact now: try again when the pool has grown by half.
+                self.retry_at = self.pool.used_bytes() * 3 / 2;
+            }
+            crate::auto_compact(r)?;
         }
         Ok(())
     }
@@ -393,6 +401,10 @@ impl Engine for LogEngine {
 
     fn last_version(&self) -> u64 {
         self.index.last
+    }
+
+    fn durable_version(&self) -> u64 {
+        self.pool.committed().last
     }
 
     fn floor(&self) -> u64 {

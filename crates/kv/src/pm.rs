@@ -179,9 +179,10 @@ pub const REGISTER_SYMBOL: &str = "pmlab_pm_register";
 /// slows its accesses and `pmlab trace` records its stores.
 ///
 /// The runtime's entry point is `void pmlab_pm_register(void *base, size_t
-/// len)`, looked up with `dlsym(RTLD_DEFAULT, ...)` at each call; when no
-/// loaded object defines it (a plain run, or a runtime without the hook)
-/// this does nothing and returns false. Returns whether the hook was called.
+/// len)`, looked up once with `dlsym(RTLD_DEFAULT, ...)`, at the first
+/// pool opened; when no loaded object defines it (a plain run, or a runtime
+/// without the hook) this does nothing and returns false. Returns whether
+/// the hook was called. Every pool calls it when it maps its file.
 pub fn register_pm(base: *const u8, len: usize) -> bool {
     static HOOK: OnceLock<usize> = OnceLock::new();
     let addr = *HOOK.get_or_init(|| {

@@ -165,6 +165,11 @@ fn run(kind: EngineKind, seed: u64, ops: u32) {
             unsynced = 0;
         }
         assert_eq!(e.last_version(), m.last_version(), "{at}");
+        assert_eq!(
+            e.durable_version(),
+            durable.last_version(),
+            "{at}: durable version"
+        );
         if step % 25 == 0 || committed_now {
             compare(e.as_ref(), &m).unwrap_or_else(|err| panic!("{at}: {err}"));
             if unsynced == 0 {
@@ -283,4 +288,79 @@ fn the_anchor_engine_is_built_when_libpmemobj_is_installed() {
         assert_eq!(err.kind(), ErrorKind::Unsupported);
         assert!(err.to_string().contains("libpmemobj"), "{err}");
     }
+}
+
+#[test]
+fn a_full_pool_refuses_the_write_and_keeps_every_earlier_one() {
+    for kind in engines() {
+        let d = dir(&format!("full-{}", kind.name()));
+        let path = d.join("pool");
+        let size = if kind == EngineKind::Anchor {
+            8 << 20
+        } else {
+            256 << 10
+        };
+        let opts = Options {
+            size,
+            page_size: 1024,
+            ..Options::default()
+        };
+        let mut e = create(&path, kind, &opts).unwrap();
+        let mut m = Model::new();
+        let big = vec![7u8; 20_000];
+        let mut full = false;
+        for v in 1..2000u64 {
+            let key = format!("k{v}");
+            match e.set(key.as_bytes(), &big, v) {
+                Ok(()) => m.put(key.as_bytes(), Some(&big), v).unwrap(),
+                Err(err) => {
+                    assert_eq!(err.kind(), ErrorKind::Full, "{kind:?}: {err}");
+                    full = true;
+                    break;
+                }
+            }
+        }
+        assert!(full, "{kind:?}: the pool never filled");
+        compare(e.as_ref(), &m).unwrap();
+        drop(e);
+        let e = open(&path, kind, &opts).unwrap();
+        compare(e.as_ref(), &m).unwrap_or_else(|err| panic!("{kind:?} after reopen: {err}"));
+        e.check().unwrap();
+        drop(e);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn damaged_records_and_nodes_are_reported_inconsistent() {
+    let d = dir("damage");
+    // list: the first record after the base record gets an unknown kind
+    let path = d.join("list");
+    let mut e = create(&path, EngineKind::List, &Options::default()).unwrap();
+    e.set(b"a", b"1", 1).unwrap();
+    drop(e);
+    let mut b = std::fs::read(&path).unwrap();
+    let rec = 4096 + 16 + 24; // first page, control block, base record
+    assert_eq!(b[rec], 1, "the set record is where the layout says");
+    b[rec] = 9;
+    std::fs::write(&path, &b).unwrap();
+    let err = open(&path, EngineKind::List, &Options::default())
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::Inconsistent, "{err}");
+    assert!(err.to_string().contains("kind 9"), "{err}");
+    // btree: a leaf loses its magic
+    let path = d.join("btree");
+    let mut e = create(&path, EngineKind::BTree, &Options::default()).unwrap();
+    e.set(b"a", b"1", 1).unwrap();
+    drop(e);
+    let mut b = std::fs::read(&path).unwrap();
+    let at = b.windows(4).position(|w| w == b"LEAF").unwrap();
+    b[at] = b'X';
+    std::fs::write(&path, &b).unwrap();
+    let e = open(&path, EngineKind::BTree, &Options::default()).unwrap();
+    let err = e.check().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Inconsistent, "{err}");
+    assert!(err.to_string().contains("magic"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
 }
