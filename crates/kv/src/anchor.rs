@@ -288,7 +288,7 @@ mod imp {
                         len: vlen,
                     },
                 });
-                if out.len() as u64 > root.count {
+                if out.len() as u64 > root.count || out.len() as u64 > self.len / HDR {
                     return Err(Error::inconsistent(format!(
                         "anchor: more records than the root's count {}",
                         root.count

@@ -34,6 +34,9 @@ const INNER: u32 = 0x524e_4e49;
 const DATA: u8 = 1;
 const VIDX: u8 = 0;
 
+/// No tree of fan-out 3 or more holding fewer than 2^64 entries is deeper.
+const MAX_DEPTH: usize = 48;
+
 /// Smallest and largest fan-out accepted.
 pub const FANOUT: std::ops::RangeInclusive<u32> = 3..=64;
 
@@ -183,6 +186,17 @@ impl BTreeEngine {
         Ok(Node { leaf, slots })
     }
 
+    /// [`BTreeEngine::load`] of a node `depth` levels below the root: a
+    /// damaged tree with a cycle is reported, not followed forever.
+    fn load_at(&self, ptr: u64, depth: usize) -> Result<Node> {
+        if depth > MAX_DEPTH {
+            return Err(Error::inconsistent(format!(
+                "btree: deeper than {MAX_DEPTH} levels at node {ptr:#x} (a cycle)"
+            )));
+        }
+        self.load(ptr)
+    }
+
     fn encode(&self, node: &Node) -> Vec<u8> {
         let mut b = vec![0u8; self.node_size() as usize];
         b[0..4].copy_from_slice(&(if node.leaf { LEAF } else { INNER }).to_le_bytes());
@@ -263,13 +277,14 @@ impl BTreeEngine {
 
     fn ins(
         &mut self,
+        depth: usize,
         ptr: u64,
         key: &[u8],
         ver: u64,
         val: u64,
         kr: &mut Option<u64>,
     ) -> Result<Ins> {
-        let mut node = self.load(ptr)?;
+        let mut node = self.load_at(ptr, depth)?;
         if node.leaf {
             let (mut lo, mut hi) = (0usize, node.slots.len());
             let mut exact = None;
@@ -311,7 +326,7 @@ impl BTreeEngine {
             }
         } else {
             let c = self.child(&node, key, ver)?;
-            match self.ins(node.slots[c].ptr, key, ver, val, kr)? {
+            match self.ins(depth + 1, node.slots[c].ptr, key, ver, val, kr)? {
                 Ins::One(p) => node.slots[c].ptr = p,
                 Ins::Split(l, sep, r) => {
                     node.slots[c].ptr = l;
@@ -347,7 +362,7 @@ impl BTreeEngine {
             self.root = self.store(0, &leaf)?;
             return Ok(());
         }
-        match self.ins(self.root, key, ver, val, &mut kr)? {
+        match self.ins(0, self.root, key, ver, val, &mut kr)? {
             Ins::One(p) => self.root = p,
             Ins::Split(l, sep, r) => {
                 let node = Node {
@@ -367,8 +382,8 @@ impl BTreeEngine {
         Ok(())
     }
 
-    fn rem(&mut self, ptr: u64, key: &[u8], ver: u64) -> Result<Rem> {
-        let mut node = self.load(ptr)?;
+    fn rem(&mut self, depth: usize, ptr: u64, key: &[u8], ver: u64) -> Result<Rem> {
+        let mut node = self.load_at(ptr, depth)?;
         if node.leaf {
             let mut found = None;
             for (i, s) in node.slots.iter().enumerate() {
@@ -383,7 +398,7 @@ impl BTreeEngine {
             node.slots.remove(i);
         } else {
             let c = self.child(&node, key, ver)?;
-            match self.rem(node.slots[c].ptr, key, ver)? {
+            match self.rem(depth + 1, node.slots[c].ptr, key, ver)? {
                 Rem::Missing => return Ok(Rem::Missing),
                 Rem::Node(p) => node.slots[c].ptr = p,
                 Rem::Gone => {
@@ -401,13 +416,13 @@ impl BTreeEngine {
         if self.root == 0 {
             return Ok(false);
         }
-        match self.rem(self.root, key, ver)? {
+        match self.rem(0, self.root, key, ver)? {
             Rem::Missing => return Ok(false),
             Rem::Gone => self.root = 0,
             Rem::Node(p) => self.root = p,
         }
-        loop {
-            let n = self.load(self.root)?;
+        for depth in 0.. {
+            let n = self.load_at(self.root, depth)?;
             if n.leaf || n.slots.len() > 1 {
                 break;
             }
@@ -417,8 +432,8 @@ impl BTreeEngine {
     }
 
     /// The greatest entry at or below `(key, ver)`, with its key bytes.
-    fn floor_entry(&self, ptr: u64, key: &[u8], ver: u64) -> Result<Option<Slot>> {
-        let node = self.load(ptr)?;
+    fn floor_entry(&self, depth: usize, ptr: u64, key: &[u8], ver: u64) -> Result<Option<Slot>> {
+        let node = self.load_at(ptr, depth)?;
         if node.leaf {
             for s in node.slots.iter().rev() {
                 if self.cmp(s, key, ver)? != Ordering::Greater {
@@ -429,7 +444,7 @@ impl BTreeEngine {
         }
         let c = self.child(&node, key, ver)?;
         for j in (0..=c).rev() {
-            if let Some(s) = self.floor_entry(node.slots[j].ptr, key, ver)? {
+            if let Some(s) = self.floor_entry(depth + 1, node.slots[j].ptr, key, ver)? {
                 return Ok(Some(s));
             }
         }
@@ -443,10 +458,20 @@ impl BTreeEngine {
         from: Option<(&[u8], u64)>,
         f: &mut dyn FnMut(Slot, Vec<u8>) -> Result<bool>,
     ) -> Result<bool> {
+        self.scan_at(0, ptr, from, f)
+    }
+
+    fn scan_at(
+        &self,
+        depth: usize,
+        ptr: u64,
+        from: Option<(&[u8], u64)>,
+        f: &mut dyn FnMut(Slot, Vec<u8>) -> Result<bool>,
+    ) -> Result<bool> {
         if ptr == 0 {
             return Ok(true);
         }
-        let node = self.load(ptr)?;
+        let node = self.load_at(ptr, depth)?;
         if node.leaf {
             for s in &node.slots {
                 if let Some((k, v)) = from {
@@ -465,7 +490,12 @@ impl BTreeEngine {
             None => 0,
         };
         for j in c..node.slots.len() {
-            if !self.scan(node.slots[j].ptr, if j == c { from } else { None }, f)? {
+            if !self.scan_at(
+                depth + 1,
+                node.slots[j].ptr,
+                if j == c { from } else { None },
+                f,
+            )? {
                 return Ok(false);
             }
         }
@@ -576,6 +606,7 @@ impl BTreeEngine {
     /// Check one subtree; returns its depth. `lo`/`hi` bound its entries.
     fn check_node(
         &self,
+        depth: usize,
         ptr: u64,
         used: &HashSet<u64>,
         lo: Option<(Vec<u8>, u64)>,
@@ -595,7 +626,7 @@ impl BTreeEngine {
                 "btree: more nodes than the pool can hold (a cycle)",
             ));
         }
-        let node = self.load(ptr)?;
+        let node = self.load_at(ptr, depth)?;
         let mut keys = Vec::with_capacity(node.slots.len());
         for (i, s) in node.slots.iter().enumerate() {
             if node.leaf || i > 0 {
@@ -651,7 +682,7 @@ impl BTreeEngine {
             }
             return Ok(1);
         }
-        let mut depth = None;
+        let mut height = None;
         for j in 0..node.slots.len() {
             let clo = if j == 0 { lo.clone() } else { keys[j].clone() };
             let chi = if j + 1 < node.slots.len() {
@@ -659,15 +690,15 @@ impl BTreeEngine {
             } else {
                 hi.clone()
             };
-            let d = self.check_node(node.slots[j].ptr, used, clo, chi, seen)?;
-            if depth.is_some_and(|x| x != d) {
+            let d = self.check_node(depth + 1, node.slots[j].ptr, used, clo, chi, seen)?;
+            if height.is_some_and(|x| x != d) {
                 return Err(Error::inconsistent(format!(
                     "btree: node {ptr:#x}: leaves at different depths"
                 )));
             }
-            depth = Some(d);
+            height = Some(d);
         }
-        Ok(depth.unwrap_or(0) + 1)
+        Ok(height.unwrap_or(0) + 1)
     }
 }
 
@@ -682,7 +713,7 @@ impl Engine for BTreeEngine {
             return Ok(None);
         }
         let dk = data_key(key);
-        match self.floor_entry(self.root, &dk, index)? {
+        match self.floor_entry(0, self.root, &dk, index)? {
             Some(s) if s.ptr != 0 && self.cmp(&Slot { ver: 0, ..s }, &dk, 0)?.is_eq() => {
                 Ok(Some(self.read_blob(s.ptr)?))
             }
@@ -851,7 +882,7 @@ impl Engine for BTreeEngine {
         let used = self.pool.check_pages()?;
         if self.root != 0 {
             let mut seen = 0;
-            self.check_node(self.root, &used, None, None, &mut seen)?;
+            self.check_node(0, self.root, &used, None, None, &mut seen)?;
         }
         let h = self.history()?;
         check_history(&h, self.last, self.floor)?;

@@ -519,6 +519,13 @@ impl Pool {
                 m.tail
             )));
         }
+        if m.used_pages == 0 || m.used_pages > self.total_pages() {
+            return Err(Error::inconsistent(format!(
+                "root: {} pages in use of {}",
+                m.used_pages,
+                self.total_pages()
+            )));
+        }
         if m.floor > m.last {
             return Err(Error::inconsistent(format!(
                 "root: discard floor {} above last version {}",

@@ -364,3 +364,45 @@ fn damaged_records_and_nodes_are_reported_inconsistent() {
     assert!(err.to_string().contains("magic"), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_btree_with_a_cycle_is_reported_not_followed() {
+    let d = dir("cycle");
+    let path = d.join("btree");
+    let opts = Options {
+        fanout: 4,
+        ..Options::default()
+    };
+    let mut e = create(&path, EngineKind::BTree, &opts).unwrap();
+    for v in 1..=40u64 {
+        e.set(format!("k{v:03}").as_bytes(), b"x", v).unwrap();
+    }
+    drop(e);
+    let mut b = std::fs::read(&path).unwrap();
+    let word = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    // the current root slot (higher sequence number) holds the root node at word 5
+    let slot = if word(&b, 1024) > word(&b, 2048) {
+        1024
+    } else {
+        2048
+    };
+    let root = word(&b, slot + 5 * 8) as usize;
+    assert_eq!(
+        &b[root..root + 4],
+        b"INNR",
+        "the root of 40 keys at fan-out 4 is an inner node"
+    );
+    // its last child becomes the root itself
+    let n = u32::from_le_bytes(b[root + 4..root + 8].try_into().unwrap()) as usize;
+    let child = root + 32 + 24 * (n - 1);
+    b[child..child + 8].copy_from_slice(&(root as u64).to_le_bytes());
+    std::fs::write(&path, &b).unwrap();
+    let e = open(&path, EngineKind::BTree, &opts).unwrap();
+    let err = e.check().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Inconsistent, "{err}");
+    assert!(
+        e.get(b"k040").is_err(),
+        "a read down the cycle must fail, not loop"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
