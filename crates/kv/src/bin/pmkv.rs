@@ -461,7 +461,27 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                 }
                 None => None,
             };
-            let e = open_pool(&p)?;
+            let inconsistent = |err: &pmlab_kv::Error, engine: &str| {
+                if json {
+                    print_json(
+                        json!({"consistent": false, "engine": engine, "error": err.to_string()}),
+                    );
+                } else {
+                    println!("{}: inconsistent: {err}", p.pool.display());
+                }
+            };
+            let named = p.engine.clone().unwrap_or_default();
+            let e = match open_pool(&p) {
+                Ok(e) => e,
+                Err(err) => match err.downcast_ref::<pmlab_kv::Error>() {
+                    // A pool that cannot be recovered is an inconsistent one.
+                    Some(k) if matches!(k.kind(), ErrorKind::Inconsistent | ErrorKind::BadPool) => {
+                        inconsistent(k, &named);
+                        return Ok(1);
+                    }
+                    _ => return Err(err),
+                },
+            };
             let verdict = e.check().and_then(|_| match &model {
                 Some(m) => pmlab_kv::compare(e.as_ref(), m),
                 None => Ok(()),
@@ -484,13 +504,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                     Ok(0)
                 }
                 Err(err) if err.kind() == ErrorKind::Inconsistent => {
-                    if json {
-                        print_json(
-                            json!({"consistent": false, "engine": kind, "error": err.to_string()}),
-                        );
-                    } else {
-                        println!("{}: inconsistent: {err}", p.pool.display());
-                    }
+                    inconsistent(&err, kind);
                     Ok(1)
                 }
                 Err(err) => Err(err.into()),
