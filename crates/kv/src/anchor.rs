@@ -557,6 +557,7 @@ mod imp {
                 pm_bytes: pm,
                 data_bytes: data,
                 versions: self.index.versions,
+                compactions: 0,
             }
         }
     }

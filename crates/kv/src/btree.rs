@@ -936,6 +936,7 @@ impl Engine for BTreeEngine {
                 .map(|e| (e.key.len() + e.value.as_ref().map_or(0, |v| v.len())) as u64)
                 .sum(),
             versions: h.len() as u64,
+            compactions: self.pool.chains(),
         }
     }
 }

@@ -201,6 +201,8 @@ pub struct Usage {
     pub data_bytes: u64,
     /// Retained versions.
     pub versions: u64,
+    /// Compactions and restores (fresh chains) since the engine was opened.
+    pub compactions: u64,
 }
 
 /// A versioned key-value storage engine.

@@ -499,6 +499,7 @@ impl Engine for LogEngine {
             pm_bytes: self.pool.used_bytes(),
             data_bytes: self.live.saturating_sub(self.index.versions * HDR),
             versions: self.index.versions,
+            compactions: self.pool.chains(),
         }
     }
 }

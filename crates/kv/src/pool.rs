@@ -177,6 +177,7 @@ pub struct Pool {
     pub cur: Meta,
     dirty: Vec<(u64, u64)>,
     path: String,
+    chains: u64,
 }
 
 // SAFETY: the mapping is owned by the Pool and only reached through &self/&mut self.
@@ -318,6 +319,7 @@ impl Pool {
             cur: Meta::default(),
             dirty: Vec::new(),
             path: path.display().to_string(),
+            chains: 0,
         };
         let mut h = [0u8; 48];
         h[0..8].copy_from_slice(&MAGIC);
@@ -362,6 +364,7 @@ impl Pool {
             cur: Meta::default(),
             dirty: Vec::new(),
             path: shown.to_string(),
+            chains: 0,
         };
         if &h[0..7] == b"PMEMOBJ" {
             return Err(Error::new(
@@ -802,6 +805,7 @@ impl Pool {
         self.cur.used_pages = 1;
         self.cur.gc_head = old_head;
         self.cur.gc_tail = old_tail;
+        self.chains += 1;
         Ok(())
     }
 
@@ -947,6 +951,11 @@ impl Pool {
         } else {
             "on no list"
         }
+    }
+
+    /// Fresh chains started (compactions, restores) since the pool was opened.
+    pub fn chains(&self) -> u64 {
+        self.chains
     }
 
     /// Bytes of pages in use (the PM footprint of the stored data).
