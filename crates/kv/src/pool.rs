@@ -1021,6 +1021,33 @@ mod tests {
     }
 
     #[test]
+    fn a_gc_interrupted_after_the_swing_is_finished_at_open() {
+        let path = tmp("gc-crash");
+        let mut pool = Pool::create(&path, EngineKind::List, cfg()).unwrap();
+        pool.append(&[1u8; 5000]).unwrap();
+        pool.commit();
+        let old_pages = pool.committed().used_pages;
+        pool.fresh_chain().unwrap();
+        pool.append(&[2u8; 10]).unwrap();
+        pool.commit(); // the swing, with the marker; finish_gc never runs
+        assert_ne!(pool.committed().gc_head, 0);
+        pool.check_pages().unwrap();
+        drop(pool);
+        let pool = Pool::open(&path, EngineKind::List).unwrap();
+        let m = pool.committed();
+        assert_eq!((m.gc_head, m.gc_tail, m.used_pages), (0, 0, 1));
+        let mut free = 0;
+        let mut p = m.free_head;
+        while p != 0 {
+            free += 1;
+            p = pool.free_next(p).unwrap();
+        }
+        assert_eq!(free, old_pages, "every page of the abandoned chain is free");
+        pool.check_pages().unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn opening_another_engine_or_a_torn_header_fails_in_one_line() {
         let path = tmp("hdr");
         drop(Pool::create(&path, EngineKind::List, cfg()).unwrap());
