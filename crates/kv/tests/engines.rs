@@ -1,0 +1,451 @@
+//! The same property suite against every engine: random operations,
+//! versions, rollbacks, snapshots, restores, discards, compactions,
+//! reopens and unsynced crashes, checked against the model map.
+
+use pmlab_kv::stress::Rng;
+use pmlab_kv::{compare, create, open, Engine, EngineKind, ErrorKind, Model, Options};
+use std::path::PathBuf;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pmkv-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn engines() -> Vec<EngineKind> {
+    EngineKind::ALL
+        .into_iter()
+        .filter(|k| k.available())
+        .collect()
+}
+
+fn val(r: &mut Rng) -> Vec<u8> {
+    let len = match r.below(30) {
+        0 => 64 * 1024 + r.below(2000),
+        1..=3 => r.below(5000),
+        _ => r.below(100),
+    };
+    let b = r.next_u64() as u8;
+    (0..len).map(|i| b.wrapping_add(i as u8)).collect()
+}
+
+/// Run `ops` random operations on `kind` with `seed`, comparing with the
+/// model; returns the compactions since the last reopen.
+fn run(kind: EngineKind, seed: u64, ops: u32) -> u64 {
+    let d = dir(&format!("{}-{seed}", kind.name()));
+    let path = d.join("pool");
+    let mut r = Rng::new(seed);
+    let group = [1, 1, 3, 8][r.below(4) as usize];
+    let opts = Options {
+        size: 64 << 20,
+        page_size: [512, 1024, 4096][r.below(3) as usize],
+        fanout: 4 + r.below(4) as u32,
+        group,
+    };
+    let eff_group = if matches!(kind, EngineKind::List | EngineKind::BTree) {
+        group
+    } else {
+        1
+    };
+    let ctx = format!(
+        "engine {} seed {seed} page {} fanout {} group {group}",
+        kind.name(),
+        opts.page_size,
+        opts.fanout
+    );
+    let mut e: Box<dyn Engine> = create(&path, kind, &opts).unwrap();
+    let mut m = Model::new();
+    let mut durable = m.clone();
+    let mut unsynced = 0u32;
+    let keys: Vec<Vec<u8>> = (0..12)
+        .map(|i| format!("key{i}").into_bytes())
+        .chain([vec![], vec![0u8, 255]])
+        .collect();
+    for step in 0..ops {
+        let at = format!("{ctx} step {step}");
+        let key = keys[r.below(keys.len() as u64) as usize].clone();
+        let v = m.last_version() + 1 + r.below(3);
+        let mut committed_now = false;
+        match r.below(100) {
+            0..=39 => {
+                let x = val(&mut r);
+                e.set(&key, &x, v).unwrap();
+                m.put(&key, Some(&x), v).unwrap();
+                unsynced += 1;
+            }
+            40..=49 => {
+                let a = e.delete(&key, v).unwrap();
+                let b = m.delete(&key, v).unwrap();
+                assert_eq!(a, b, "{at}: delete result");
+                unsynced += a as u32;
+            }
+            50..=59 => {
+                let expected = if r.below(2) == 0 {
+                    m.get(&key)
+                } else {
+                    Some(val(&mut r))
+                };
+                let x = val(&mut r);
+                let a = e.compare_and_set(&key, expected.as_deref(), &x, v).unwrap();
+                let b = m.compare_and_set(&key, expected.as_deref(), &x, v).unwrap();
+                assert_eq!(a, b, "{at}: cas result");
+                unsynced += a as u32;
+            }
+            60..=69 => {
+                let lo = m.floor();
+                let idx = lo + r.below(m.last_version() - lo + 1);
+                let at_idx = r.below(2) == 0;
+                let i = if at_idx { idx } else { u64::MAX };
+                assert_eq!(
+                    e.get_at(&key, i).unwrap(),
+                    m.get_at(&key, i).unwrap(),
+                    "{at}: get_at {i}"
+                );
+                if lo > 0 {
+                    assert_eq!(
+                        e.get_at(&key, lo - 1).unwrap_err().kind(),
+                        ErrorKind::Discarded,
+                        "{at}"
+                    );
+                }
+            }
+            70..=74 => {
+                let lo = m.floor();
+                let idx = m.last_version() - r.below(m.last_version() - lo + 1).min(4);
+                e.rollback_above(idx).unwrap();
+                m.rollback_above(idx).unwrap();
+                committed_now = true;
+            }
+            75..=79 => {
+                let lo = m.floor();
+                let idx = lo + r.below(m.last_version() - lo + 1);
+                e.discard_below(idx).unwrap();
+                m.discard_below(idx).unwrap();
+                committed_now = true;
+            }
+            80..=83 => {
+                let lo = m.floor();
+                let idx = lo + r.below(m.last_version() - lo + 1);
+                let snap: Vec<_> = e.snapshot(idx).unwrap().map(|x| x.unwrap()).collect();
+                assert_eq!(snap, m.snapshot(idx).unwrap(), "{at}: snapshot at {idx}");
+                if r.below(3) == 0 {
+                    // restore a lagging replica from it: here, ourselves
+                    let at_v = m.last_version() + 1;
+                    e.restore(at_v, &mut snap.clone().into_iter()).unwrap();
+                    m.restore(at_v, snap);
+                    committed_now = true;
+                }
+            }
+            84..=87 => {
+                e.sync().unwrap();
+                committed_now = true;
+            }
+            88..=90 => {
+                e.compact().unwrap();
+                committed_now = true;
+            }
+            91..=95 => {
+                e.sync().unwrap();
+                drop(e);
+                e = open(&path, kind, &opts).unwrap();
+                committed_now = true;
+            }
+            _ => {
+                // crash: drop without syncing; only durable writes survive
+                drop(e);
+                e = open(&path, kind, &opts).unwrap();
+                m = durable.clone();
+                unsynced = 0;
+                compare(e.as_ref(), &m)
+                    .unwrap_or_else(|err| panic!("{at}: after an unsynced crash: {err}"));
+            }
+        }
+        if committed_now || unsynced >= eff_group {
+            durable = m.clone();
+            unsynced = 0;
+        }
+        assert_eq!(e.last_version(), m.last_version(), "{at}");
+        assert_eq!(
+            e.durable_version(),
+            durable.last_version(),
+            "{at}: durable version"
+        );
+        if step % 25 == 0 || committed_now {
+            compare(e.as_ref(), &m).unwrap_or_else(|err| panic!("{at}: {err}"));
+            if unsynced == 0 {
+                e.check().unwrap_or_else(|err| panic!("{at}: check: {err}"));
+            }
+        }
+    }
+    e.sync().unwrap();
+    let compactions = e.usage().compactions;
+    drop(e);
+    let e = open(&path, kind, &opts).unwrap();
+    compare(e.as_ref(), &m).unwrap_or_else(|err| panic!("{ctx}: after the final reopen: {err}"));
+    e.check().unwrap();
+    drop(e);
+    std::fs::remove_dir_all(&d).unwrap();
+    compactions
+}
+
+#[test]
+fn every_engine_matches_the_model_on_random_operations() {
+    for kind in engines() {
+        let mut compactions = 0;
+        for seed in 1..=6u64 {
+            compactions += run(kind, seed * 7919 + kind as u64, 400);
+        }
+        if kind != EngineKind::Anchor {
+            // explicit compact() calls aside, the engines compact on their own
+            assert!(compactions > 0, "{kind:?}: no compaction ran");
+        }
+    }
+}
+
+#[test]
+fn writes_out_of_version_order_and_oversized_values_are_refused() {
+    for kind in engines() {
+        let d = dir(&format!("order-{}", kind.name()));
+        let mut e = create(&d.join("pool"), kind, &Options::default()).unwrap();
+        e.set(b"a", b"1", 5).unwrap();
+        assert_eq!(
+            e.set(b"a", b"2", 5).unwrap_err().kind(),
+            ErrorKind::VersionOrder
+        );
+        assert_eq!(
+            e.set(b"a", &vec![0u8; pmlab_kv::MAX_VALUE + 1], 6)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::TooLarge
+        );
+        assert_eq!(
+            e.discard_below(9).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        e.discard_below(5).unwrap();
+        assert_eq!(
+            e.rollback_above(4).unwrap_err().kind(),
+            ErrorKind::Discarded
+        );
+        assert_eq!(e.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        drop(e);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn a_pool_of_one_engine_does_not_open_as_another() {
+    let kinds = engines();
+    for a in &kinds {
+        let d = dir(&format!("cross-{}", a.name()));
+        let path = d.join("pool");
+        drop(create(&path, *a, &Options::default()).unwrap());
+        for b in &kinds {
+            if a != b {
+                let err = open(&path, *b, &Options::default())
+                    .err()
+                    .unwrap_or_else(|| panic!("{a:?} opened as {b:?}"));
+                assert!(!err.to_string().contains('\n'), "{err}");
+            }
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn twenty_thousand_keys_survive_reopen_in_each_engine() {
+    for kind in engines() {
+        let d = dir(&format!("many-{}", kind.name()));
+        let path = d.join("pool");
+        let opts = Options {
+            group: 16,
+            ..Options::default()
+        };
+        let mut e = create(&path, kind, &opts).unwrap();
+        for i in 0..20_000u64 {
+            e.set(format!("key{i:08}").as_bytes(), &i.to_le_bytes(), i + 1)
+                .unwrap();
+        }
+        e.sync().unwrap();
+        drop(e);
+        let e = open(&path, kind, &opts).unwrap();
+        for i in (0..20_000u64).step_by(997) {
+            assert_eq!(
+                e.get(format!("key{i:08}").as_bytes()).unwrap(),
+                Some(i.to_le_bytes().to_vec())
+            );
+        }
+        assert_eq!(e.snapshot(20_000).unwrap().count(), 20_000);
+        e.check().unwrap();
+        drop(e);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn the_anchor_engine_is_built_when_libpmemobj_is_installed() {
+    let header = std::path::Path::new("/usr/include/libpmemobj.h").exists();
+    let off = std::env::var("PMKV_NO_ANCHOR").is_ok_and(|v| v == "1");
+    assert_eq!(EngineKind::Anchor.available(), header && !off);
+    if !EngineKind::Anchor.available() {
+        let d = dir("no-anchor");
+        let err = create(&d.join("pool"), EngineKind::Anchor, &Options::default())
+            .err()
+            .unwrap();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        assert!(err.to_string().contains("libpmemobj"), "{err}");
+    }
+}
+
+#[test]
+fn a_full_pool_refuses_the_write_and_keeps_every_earlier_one() {
+    for kind in engines() {
+        let d = dir(&format!("full-{}", kind.name()));
+        let path = d.join("pool");
+        let size = if kind == EngineKind::Anchor {
+            8 << 20
+        } else {
+            256 << 10
+        };
+        let opts = Options {
+            size,
+            page_size: 1024,
+            ..Options::default()
+        };
+        let mut e = create(&path, kind, &opts).unwrap();
+        let mut m = Model::new();
+        let big = vec![7u8; 20_000];
+        let mut full = false;
+        for v in 1..2000u64 {
+            let key = format!("k{v}");
+            match e.set(key.as_bytes(), &big, v) {
+                Ok(()) => m.put(key.as_bytes(), Some(&big), v).unwrap(),
+                Err(err) => {
+                    assert_eq!(err.kind(), ErrorKind::Full, "{kind:?}: {err}");
+                    full = true;
+                    break;
+                }
+            }
+        }
+        assert!(full, "{kind:?}: the pool never filled");
+        compare(e.as_ref(), &m).unwrap();
+        drop(e);
+        let e = open(&path, kind, &opts).unwrap();
+        compare(e.as_ref(), &m).unwrap_or_else(|err| panic!("{kind:?} after reopen: {err}"));
+        e.check().unwrap();
+        drop(e);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn damaged_records_and_nodes_are_reported_inconsistent() {
+    let d = dir("damage");
+    // list: the first record after the base record gets an unknown kind
+    let path = d.join("list");
+    let mut e = create(&path, EngineKind::List, &Options::default()).unwrap();
+    e.set(b"a", b"1", 1).unwrap();
+    drop(e);
+    let mut b = std::fs::read(&path).unwrap();
+    let rec = 4096 + 16 + 24; // first page, control block, base record
+    assert_eq!(b[rec], 1, "the set record is where the layout says");
+    b[rec] = 9;
+    std::fs::write(&path, &b).unwrap();
+    let err = open(&path, EngineKind::List, &Options::default())
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::Inconsistent, "{err}");
+    assert!(err.to_string().contains("kind 9"), "{err}");
+    // btree: a leaf loses its magic
+    let path = d.join("btree");
+    let mut e = create(&path, EngineKind::BTree, &Options::default()).unwrap();
+    e.set(b"a", b"1", 1).unwrap();
+    drop(e);
+    let mut b = std::fs::read(&path).unwrap();
+    let at = b.windows(4).position(|w| w == b"LEAF").unwrap();
+    b[at] = b'X';
+    std::fs::write(&path, &b).unwrap();
+    let e = open(&path, EngineKind::BTree, &Options::default()).unwrap();
+    let err = e.check().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Inconsistent, "{err}");
+    assert!(err.to_string().contains("magic"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_btree_with_a_cycle_is_reported_not_followed() {
+    let d = dir("cycle");
+    let path = d.join("btree");
+    let opts = Options {
+        fanout: 4,
+        ..Options::default()
+    };
+    let mut e = create(&path, EngineKind::BTree, &opts).unwrap();
+    for v in 1..=40u64 {
+        e.set(format!("k{v:03}").as_bytes(), b"x", v).unwrap();
+    }
+    drop(e);
+    let mut b = std::fs::read(&path).unwrap();
+    let word = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    // the current root slot (higher sequence number) holds the root node at word 5
+    let slot = if word(&b, 1024) > word(&b, 2048) {
+        1024
+    } else {
+        2048
+    };
+    let root = word(&b, slot + 5 * 8) as usize;
+    assert_eq!(
+        &b[root..root + 4],
+        b"INNR",
+        "the root of 40 keys at fan-out 4 is an inner node"
+    );
+    // its last child becomes the root itself
+    let n = u32::from_le_bytes(b[root + 4..root + 8].try_into().unwrap()) as usize;
+    let child = root + 32 + 24 * (n - 1);
+    b[child..child + 8].copy_from_slice(&(root as u64).to_le_bytes());
+    std::fs::write(&path, &b).unwrap();
+    let e = open(&path, EngineKind::BTree, &opts).unwrap();
+    let err = e.check().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Inconsistent, "{err}");
+    assert!(
+        e.get(b"k040").is_err(),
+        "a read down the cycle must fail, not loop"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn garbage_is_reclaimed_without_being_asked() {
+    for kind in [EngineKind::List, EngineKind::Wal, EngineKind::BTree] {
+        let d = dir(&format!("gc-{}", kind.name()));
+        let path = d.join("pool");
+        let opts = Options {
+            size: 2 << 20,
+            page_size: 1024,
+            group: 4,
+            ..Options::default()
+        };
+        let mut e = create(&path, kind, &opts).unwrap();
+        let value = vec![3u8; 1000];
+        // 6 MB written into a 2 MiB pool: only reclaiming can make room
+        for v in 1..=6000u64 {
+            e.set(format!("k{}", v % 7).as_bytes(), &value, v)
+                .unwrap_or_else(|err| panic!("{kind:?} at {v}: {err}"));
+            if v % 100 == 0 {
+                e.discard_below(v).unwrap();
+            }
+        }
+        e.sync().unwrap();
+        let u = e.usage();
+        assert!(u.compactions > 0, "{kind:?}: {u:?}");
+        assert!(u.pm_bytes < 2 << 20, "{kind:?}: {u:?}");
+        e.check().unwrap();
+        drop(e);
+        let e = open(&path, kind, &opts).unwrap();
+        assert_eq!(e.get(b"k3").unwrap(), Some(value.clone()));
+        e.check().unwrap();
+        drop(e);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
