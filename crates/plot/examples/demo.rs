@@ -43,8 +43,11 @@ fn main() {
         Format::Nanos,
     )
     .expect("valid histogram");
-    for (name, chart) in [("demo-line", chart.to_svg()), ("demo-hist", hist.to_svg())] {
-        if let Err(e) = chart.and_then(|svg| pmlab_plot::save_pair(&dir, name, &svg)) {
+    for (name, result) in [
+        ("demo-line", chart.save_pair(&dir, "demo-line")),
+        ("demo-hist", hist.save_pair(&dir, "demo-hist")),
+    ] {
+        if let Err(e) = result {
             eprintln!("demo: {name}: {e}");
             std::process::exit(1);
         }

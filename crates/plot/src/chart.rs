@@ -1,6 +1,6 @@
 //! Chart descriptions (what to draw) and their layout into a [`Scene`].
 
-use crate::raster::png_from_svg;
+use crate::raster;
 use crate::scene::{Anchor, Item, Rgb, Scene};
 use crate::units::{fmt_count, fmt_duration, fmt_size};
 use crate::{Error, ErrorKind};
@@ -415,9 +415,9 @@ macro_rules! outputs {
             pub fn to_svg(&self) -> Result<String, Error> {
                 Ok(self.scene()?.to_svg())
             }
-            /// The chart as PNG bytes: its SVG rendered with the embedded font.
+            /// The chart as PNG bytes, its text in the embedded font.
             pub fn to_png(&self) -> Result<Vec<u8>, Error> {
-                png_from_svg(&self.to_svg()?)
+                raster::png(&self.scene()?)
             }
             /// Write the chart to `path`, as SVG or PNG after its extension.
             pub fn save(&self, path: &Path) -> Result<(), Error> {
@@ -440,7 +440,8 @@ macro_rules! outputs {
             /// (creating `dir`), the one plot convention of pmlab's
             /// `--plot DIR`. Returns the two paths, SVG first.
             pub fn save_pair(&self, dir: &Path, name: &str) -> Result<[PathBuf; 2], Error> {
-                save_pair(dir, name, &self.to_svg()?)
+                let scene = self.scene()?;
+                save_pair(dir, name, &scene.to_svg(), &raster::png(&scene)?)
             }
         }
     };
@@ -457,23 +458,20 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     })
 }
 
-/// Write an SVG document (such as a chart's `to_svg`) as `<dir>/<name>.svg`
-/// and, rendered, as `<dir>/<name>.png`, creating `dir` if needed. Returns
-/// the two paths, SVG first.
-pub fn save_pair(dir: &Path, name: &str, svg: &str) -> Result<[PathBuf; 2], Error> {
+/// Write `<dir>/<name>.svg` and `<dir>/<name>.png`, creating `dir`.
+fn save_pair(dir: &Path, name: &str, svg: &str, png: &[u8]) -> Result<[PathBuf; 2], Error> {
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::new(
             ErrorKind::Io,
             format!("cannot create the plot directory '{}': {e}", dir.display()),
         )
     })?;
-    let png = png_from_svg(svg)?;
     let (s, p) = (
         dir.join(format!("{name}.svg")),
         dir.join(format!("{name}.png")),
     );
     write(&s, svg.as_bytes())?;
-    write(&p, &png)?;
+    write(&p, png)?;
     Ok([s, p])
 }
 
@@ -747,7 +745,7 @@ pub fn fmt_tick(v: f64, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resvg::tiny_skia::Pixmap;
+    use tiny_skia::Pixmap;
 
     /// Width, height and RGB pixels of a PNG.
     fn decode_rgb(png: &[u8]) -> Result<(u32, u32, Vec<u8>), String> {

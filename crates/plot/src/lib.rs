@@ -1,7 +1,7 @@
-//! Small charts for pmlab: line charts and bar charts laid out by hand into
-//! SVG, and rendered to PNG from that same SVG by `resvg` with an embedded
-//! font (DejaVu Sans), so the two images agree and text reads the same on
-//! every machine.
+//! Small charts for pmlab: line charts and bar charts laid out here into one
+//! display list, written as SVG or drawn by `tiny-skia` (anti-aliased) with
+//! an embedded font (DejaVu Sans, read by `ab_glyph`) and encoded as PNG, so
+//! text reads the same on every machine without installed fonts.
 //!
 //! The profiler draws its latency and bandwidth curves with it (with the
 //! inferred inflection points marked), `validate` its accuracy curves and
@@ -15,8 +15,7 @@
 //!   [`Format`]), optional error bars, and labelled [`Mark`]s.
 //! * [`BarChart`]: labelled bars, or a histogram from bin edges and counts.
 //! * Both have `to_svg`, `to_png`, `save` (format from the extension) and
-//!   `save_pair` (`<dir>/<name>.svg` and `.png`: the `--plot DIR` convention);
-//!   [`save_pair`] and [`png_from_svg`] do the same for any SVG text.
+//!   `save_pair` (`<dir>/<name>.svg` and `.png`: the `--plot DIR` convention).
 //! * [`fmt_size`], [`fmt_duration`], [`fmt_count`]: numbers in words and
 //!   units for titles and ticks (`256 MiB`, `1.5 µs`, `25k`).
 //! * [`Error`] with an [`ErrorKind`]: empty charts, unplottable values
@@ -49,7 +48,6 @@ mod raster;
 mod scene;
 mod units;
 
-pub use chart::{fmt_tick, save_pair, Axis, BarChart, Format, LineChart, Mark, Scale, Series};
+pub use chart::{fmt_tick, Axis, BarChart, Format, LineChart, Mark, Scale, Series};
 pub use error::{Error, ErrorKind};
-pub use raster::png_from_svg;
 pub use units::{fmt_count, fmt_duration, fmt_size};
