@@ -128,7 +128,7 @@ struct OutArgs {
     /// Directory for raw results (results.json, one CSV per curve).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Draw every curve into DIR as <curve>.svg and <curve>.png, with the
+    /// Draw every curve into DIR as CURVE.svg and CURVE.png, with the
     /// inferred points marked (DIR is created).
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
