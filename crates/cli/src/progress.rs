@@ -142,7 +142,6 @@ impl Progress {
     }
 
     /// `n` `unit`s of `stage` are done, with no known total (a spinner).
-    #[allow(dead_code)] // for the simulator's commands, once they adopt the facade
     pub fn count(&mut self, stage: &str, n: u64, unit: &str) {
         match &mut self.mode {
             Mode::Off => {}
@@ -179,7 +178,6 @@ impl Progress {
 
     /// A one-line message, such as the name of the step just finished; it
     /// carries the seconds since the command started.
-    #[allow(dead_code)] // for the validate commands, once they adopt the facade
     pub fn message(&mut self, msg: &str) {
         let line = format!("[{:>4.0}s] {msg}", self.started.elapsed().as_secs_f64());
         match &mut self.mode {
