@@ -150,7 +150,8 @@ int pm_is_pmem(const void *addr, size_t len);
  * (for programs built with `pmlab cc` or `pmlab cargo`); pm_is_pmem()
  * answers 1 for it. The hw and synthetic counter sources see no
  * addresses and are unaffected. Flushes and fences are recorded when they
- * go through pflush(), pm_fence() and pm_drain(), wherever they point.
+ * go through pflush(), pm_fence() and pm_drain(), wherever they point; a
+ * clwb or sfence of the program's own (inline assembly) is not seen.
  *
  * The mapping itself is left alone (not remapped, bound or flushed). Ranges
  * may overlap; registering the same range twice takes two entries.

@@ -340,6 +340,47 @@ pub fn pm_annotate_user_data(addr: *const c_void, len: size_t) {
 mod tests {
     use super::*;
 
+    /// The value of `#define NAME VALUE` in `include/pmlab.h`.
+    fn header_define(header: &str, name: &str) -> i64 {
+        header
+            .lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("#define") && w.next() == Some(name)).then(|| {
+                    w.next()
+                        .unwrap()
+                        .trim_matches(|c| c == '(' || c == ')')
+                        .parse()
+                        .unwrap()
+                })
+            })
+            .unwrap_or_else(|| panic!("pmlab.h defines no {name}"))
+    }
+
+    #[test]
+    fn the_header_agrees_with_the_runtime() {
+        let header = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/pmlab.h"),
+        )
+        .unwrap();
+        let d = |n| header_define(&header, n);
+        assert_eq!(d("PMLAB_MAJOR_VERSION"), crate::API_MAJOR as i64);
+        assert_eq!(d("PMLAB_MINOR_VERSION"), crate::API_MINOR as i64);
+        assert_eq!(d("PMLAB_MAX_PM_RANGES"), pm::MAX_RANGES as i64);
+        for (name, c) in [
+            ("PMLAB_OK", code::OK),
+            ("PMLAB_E_INVALID_FLAGS", code::INVALID_FLAGS),
+            ("PMLAB_E_NOMEM", code::NOMEM),
+            ("PMLAB_E_NOPOOL", code::NOPOOL),
+            ("PMLAB_E_NOT_OURS", code::NOT_OURS),
+            ("PMLAB_E_INVALID_RANGE", code::INVALID_RANGE),
+            ("PMLAB_E_TOO_MANY_RANGES", code::TOO_MANY_RANGES),
+            ("PMLAB_E_NO_RANGE", code::NO_RANGE),
+        ] {
+            assert_eq!(d(name), c as i64, "{name}");
+        }
+    }
+
     #[test]
     fn registered_ranges_are_pm_until_unregistered() {
         let _g = pm::TEST_TABLE_LOCK

@@ -14,7 +14,7 @@ use super::settings::PmMode;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 static PM_MODE: AtomicU8 = AtomicU8::new(PmMode::Auto as u8);
-/// Ranges that can be registered at once.
+/// Ranges that can be registered at once (`PMLAB_MAX_PM_RANGES`).
 pub const MAX_RANGES: usize = 64;
 /// Slots ever used (a high-water mark: it never goes down, so `Auto`
 /// mode stays with the registered ranges once the program has named one).
