@@ -367,6 +367,68 @@ mod tests {
     }
 
     #[test]
+    fn the_new_studies_chart_as_svg_and_png() {
+        let pt = |study: &str, config: &str, target: f64, expected: f64, got: f64| {
+            let mut p = simple_point(
+                study,
+                config.into(),
+                target,
+                "ns/access",
+                expected,
+                vec![got * 0.98, got, got * 1.03],
+                5.0,
+                s("x"),
+                Vec::new(),
+            );
+            p.native_runs = vec![expected / 2.0];
+            p
+        };
+        let mut pts = Vec::new();
+        for r in [1, 16, 256] {
+            let e = 10.0 * r as f64;
+            pts.push(pt(
+                "workset",
+                &format!("memlat chains=1 region={r}MiB"),
+                300.0,
+                e,
+                e,
+            ));
+            pts.push(pt(
+                "workset",
+                &format!("memlat chains=1 region={r}MiB no-inject"),
+                0.0,
+                e,
+                e,
+            ));
+            pts.push(pt(
+                "workset",
+                &format!("memlat chains=4 region={r}MiB"),
+                300.0,
+                e,
+                e,
+            ));
+        }
+        pts.push(pt("shapes", "hashprobe 256MiB", 300.0, 200.0, 190.0));
+        pts.push(pt("shapes", "hashprobe 256MiB", 1000.0, 500.0, 400.0));
+        pts.push(pt("bandwidth", "triad threads=1 128MiB", 0.0, 1.0, 0.7));
+        pts.push(pt("bandwidth", "triad threads=1 128MiB", 0.0, 4.0, 1.9));
+        let dir = std::env::temp_dir().join(format!("pmlab-workset-plot-{}", std::process::id()));
+        write_plots(&dir, &pts).unwrap();
+        for stem in [
+            "workset-memlat-chains-1-300ns",
+            "workset-memlat-chains-4-300ns",
+            "shapes-hashprobe-256MiB",
+            "bandwidth-triad-threads-1-128MiB",
+        ] {
+            let svg = std::fs::read_to_string(dir.join(format!("{stem}.svg"))).unwrap();
+            assert!(svg.contains("<svg"), "{stem}");
+            let png = std::fs::read(dir.join(format!("{stem}.png"))).unwrap();
+            assert_eq!(&png[1..4], b"PNG", "{stem}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn regions_are_read_back_from_the_config() {
         assert_eq!(
             region_of("memlat chains=1 region=16MiB no-inject"),
