@@ -15,6 +15,9 @@
 # 1 thread, 3 x 128 MiB, GB/s) and the compute-bound sort (workloads/sort.c,
 # qsort and radix over 16 MiB, ns per element), native against `pmlab run
 # --no-inject`: the slowdown the hooks cost where no delay hides them.
+# qsort moves the keys inside libc, which pmlab cc does not instrument
+# (only its comparison calls are): radix, all in the program, is the
+# sort that pays the hooks on every access.
 #
 # Usage: bench/instr.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab;
 #   CC_UNDER_TEST=clang (default, CLANG=clang-14) or gcc (GCC=gcc): the
