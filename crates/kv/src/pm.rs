@@ -169,7 +169,10 @@ fn runtime() -> Option<Runtime> {
                 return None;
             }
             Some(Runtime {
-                pflush: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void, usize)>(f),
+                pflush: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*const c_void, usize),
+                >(f),
                 drain: std::mem::transmute::<*mut c_void, unsafe extern "C" fn()>(d),
             })
         }
