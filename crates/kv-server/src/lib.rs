@@ -13,8 +13,10 @@
 pub mod client;
 pub mod cluster;
 pub mod engine;
+pub mod faults;
 pub mod lincheck;
 pub mod net;
+pub mod proxy;
 pub mod resp;
 pub mod server;
 pub mod store;

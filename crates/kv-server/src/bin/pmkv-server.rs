@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use pmlab_kv_server::cluster::{self, Spawn};
 use pmlab_kv_server::engine::{KvEngine, MemEngine};
+use pmlab_kv_server::faults::{self, FaultConfig};
 use pmlab_kv_server::server::{Node, NodeConfig};
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
@@ -83,6 +84,33 @@ enum Cmd {
         config: Option<PathBuf>,
         #[command(flatten)]
         tuning: Tuning,
+    },
+    /// Run a fault schedule against a local cluster and check the history.
+    Faults {
+        /// Seed of the schedule (default: from the clock; printed either way).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Nodes (3 or more).
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Seconds of faults.
+        #[arg(long, default_value_t = 60)]
+        safety_secs: u64,
+        /// Seconds of healed running that must make progress.
+        #[arg(long, default_value_t = 10)]
+        liveness_secs: u64,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Keys the clients touch.
+        #[arg(long, default_value_t = 8)]
+        keys: usize,
+        /// Work directory (emptied first).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Runs, each with the next seed.
+        #[arg(long, default_value_t = 1)]
+        runs: u64,
     },
 }
 
@@ -253,6 +281,67 @@ fn run_cluster(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
+fn faults(
+    seed: Option<u64>,
+    nodes: u64,
+    safety: u64,
+    liveness: u64,
+    clients: usize,
+    keys: usize,
+    dir: PathBuf,
+    runs: u64,
+) -> Result<()> {
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    if runs == 0 || safety == 0 || liveness == 0 {
+        bail!("--runs, --safety-secs and --liveness-secs must be at least 1");
+    }
+    let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
+    for r in 0..runs {
+        let cfg = FaultConfig {
+            bin: bin.clone(),
+            dir: dir.clone(),
+            seed: seed.wrapping_add(r),
+            nodes,
+            safety: Duration::from_secs(safety),
+            liveness: Duration::from_secs(liveness),
+            clients,
+            keys,
+            verbose: true,
+        };
+        eprintln!(
+            "faults: run {}/{runs}, seed {}; reproduce: {}",
+            r + 1,
+            cfg.seed,
+            faults::reproduce_line(&cfg)
+        );
+        let rep = faults::run(&cfg)?;
+        println!(
+            "seed {}: {} faults, {} ops, {} acknowledged writes, {} unknown, {} writes after healing: {}",
+            rep.seed,
+            rep.faults.len(),
+            rep.ops,
+            rep.acked_writes,
+            rep.unknown,
+            rep.liveness_writes,
+            if rep.passed() { "PASS" } else { "FAIL" }
+        );
+        if !rep.passed() {
+            bail!(
+                "seed {}: {:?}; reproduce: {}",
+                rep.seed,
+                rep.verdict,
+                faults::reproduce_line(&cfg)
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
@@ -271,6 +360,25 @@ fn main() -> ExitCode {
             config,
             tuning,
         } => run_cluster(nodes, dir, base_port, config, tuning),
+        Cmd::Faults {
+            seed,
+            nodes,
+            safety_secs,
+            liveness_secs,
+            clients,
+            keys,
+            dir,
+            runs,
+        } => faults(
+            seed,
+            nodes,
+            safety_secs,
+            liveness_secs,
+            clients,
+            keys,
+            dir,
+            runs,
+        ),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
