@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod engine;
 pub mod faults;
 pub mod lincheck;
+pub mod loadgen;
 pub mod net;
 pub mod proxy;
 pub mod resp;

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use pmlab_kv_server::cluster::{self, Spawn};
 use pmlab_kv_server::engine::{KvEngine, MemEngine};
 use pmlab_kv_server::faults::{self, FaultConfig};
+use pmlab_kv_server::loadgen;
 use pmlab_kv_server::server::{Node, NodeConfig};
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
@@ -84,6 +85,33 @@ enum Cmd {
         config: Option<PathBuf>,
         #[command(flatten)]
         tuning: Tuning,
+    },
+    /// Measure latency and throughput against a running cluster.
+    Bench {
+        /// Client addresses of the nodes, comma-separated (the leader is found).
+        #[arg(long, value_delimiter = ',')]
+        addrs: Vec<String>,
+        /// Client threads per run, comma-separated (e.g. 1,20).
+        #[arg(long, value_delimiter = ',', default_value = "1,20")]
+        clients: Vec<usize>,
+        /// Timed operations per client thread.
+        #[arg(long, default_value_t = 2000)]
+        ops: usize,
+        /// Untimed operations per thread first.
+        #[arg(long, default_value_t = 200)]
+        warmup: usize,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 100)]
+        value_size: usize,
+        /// Time GETs instead of SETs.
+        #[arg(long)]
+        reads: bool,
+        /// Write the latency distribution plot here (.svg or .png).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Print one JSON object per run.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a fault schedule against a local cluster and check the history.
     Faults {
@@ -342,6 +370,66 @@ fn faults(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
+fn bench(
+    addrs: Vec<String>,
+    clients: Vec<usize>,
+    ops: usize,
+    warmup: usize,
+    value_size: usize,
+    reads: bool,
+    plot: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
+    if addrs.is_empty() {
+        bail!("--addrs: give the nodes' client addresses, e.g. 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
+    }
+    if value_size > pmlab_kv_server::resp::MAX_BULK - 1024 {
+        bail!(
+            "--value-size {value_size}: at most {} bytes",
+            pmlab_kv_server::resp::MAX_BULK - 1024
+        );
+    }
+    let leader = loadgen::find_leader(&addrs, Duration::from_secs(20))?;
+    eprintln!(
+        "bench: leader {leader}, {} of {value_size} B",
+        if reads { "GET" } else { "SET" }
+    );
+    let mut results = Vec::new();
+    for &c in &clients {
+        eprintln!("bench: {c} client(s), {ops} operations each");
+        let r = loadgen::run(&leader, c, ops, warmup, value_size, !reads)?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "clients": c, "ops": r.latencies.len(), "errors": r.errors,
+                    "p50_us": r.quantile_us(0.5), "p90_us": r.quantile_us(0.9), "p99_us": r.quantile_us(0.99),
+                    "throughput_ops": r.throughput(),
+                })
+            );
+        } else {
+            println!(
+                "clients {c:3}: p50 {:8.1} us  p90 {:8.1} us  p99 {:8.1} us  {:9.0} ops/s  ({} ops, {} errors)",
+                r.quantile_us(0.5),
+                r.quantile_us(0.9),
+                r.quantile_us(0.99),
+                r.throughput(),
+                r.latencies.len(),
+                r.errors
+            );
+        }
+        results.push((format!("{c} client(s)"), r));
+    }
+    if let Some(p) = plot {
+        let refs: Vec<(String, &loadgen::LoadResult)> =
+            results.iter().map(|(n, r)| (n.clone(), r)).collect();
+        loadgen::plot(&refs, &p)?;
+        eprintln!("bench: latency distribution written to {}", p.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
@@ -360,6 +448,16 @@ fn main() -> ExitCode {
             config,
             tuning,
         } => run_cluster(nodes, dir, base_port, config, tuning),
+        Cmd::Bench {
+            addrs,
+            clients,
+            ops,
+            warmup,
+            value_size,
+            reads,
+            plot,
+            json,
+        } => bench(addrs, clients, ops, warmup, value_size, reads, plot, json),
         Cmd::Faults {
             seed,
             nodes,
