@@ -58,6 +58,9 @@ pub struct NodeConfig {
     pub max_clients: usize,
     /// Outgoing Raft connections to these nodes dial this address instead.
     pub routes: BTreeMap<NodeId, String>,
+    /// A planted bug for the checker's tests: GET answers from the local
+    /// state machine on any node, skipping the read index. Never in use.
+    pub unsafe_local_reads: bool,
 }
 
 impl NodeConfig {
@@ -73,6 +76,7 @@ impl NodeConfig {
             election_ms: (300, 600),
             max_clients: 1024,
             routes: BTreeMap::new(),
+            unsafe_local_reads: false,
         }
     }
 
@@ -99,6 +103,7 @@ struct Shared {
     raft: Raft,
     sm: StateMachine,
     members: BTreeMap<NodeId, NodeAddr>,
+    unsafe_local_reads: bool,
 }
 
 /// A running node; dropping it does not stop it: call [`Node::shutdown`].
@@ -145,6 +150,7 @@ impl Node {
             raft: raft.clone(),
             sm,
             members: cfg.members.clone(),
+            unsafe_local_reads: cfg.unsafe_local_reads,
         });
         let mut tasks = vec![tokio::spawn(serve_raft(raft_l, raft.clone()))];
         tasks.push(tokio::spawn(serve_clients(
@@ -301,6 +307,13 @@ impl Shared {
     }
 
     async fn read(&self, key: &[u8]) -> Value {
+        if self.unsafe_local_reads {
+            return match self.sm.get(key) {
+                Ok(Some(v)) => Value::Bulk(v),
+                Ok(None) => Value::Nil,
+                Err(e) => err(format!("ERR engine: {e}")),
+            };
+        }
         match tokio::time::timeout(READ_TIMEOUT, self.raft.ensure_linearizable()).await {
             Err(_) => err("TRYAGAIN leadership not confirmed in time"),
             Ok(Ok(_)) => match self.sm.get(key) {
