@@ -139,6 +139,9 @@ pub struct Spawn {
     pub members: BTreeMap<NodeId, NodeAddr>,
     /// Outgoing Raft routes (node id to proxy address).
     pub routes: BTreeMap<NodeId, String>,
+    /// A command the node runs under, e.g. `pmlab run --source
+    /// instrumented --pm-latency 305 --` (empty: run directly).
+    pub wrap: Vec<String>,
     /// Further `serve` flags.
     pub extra: Vec<String>,
     /// Where the node's stderr goes (`None`: inherited).
@@ -148,7 +151,14 @@ pub struct Spawn {
 impl Spawn {
     /// Start the process.
     pub fn start(&self) -> Result<Child, Error> {
-        let mut c = Command::new(&self.bin);
+        let mut c = match self.wrap.split_first() {
+            Some((cmd, args)) => {
+                let mut c = Command::new(cmd);
+                c.args(args).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         c.arg("serve")
             .arg("--id")
             .arg(self.id.to_string())

@@ -334,6 +334,7 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
                 dir: cfg.dir.join(format!("node-{id}")),
                 members: members.clone(),
                 routes,
+                wrap: Vec::new(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 log: Some(cfg.dir.join(format!("node-{id}.log"))),
             },
@@ -386,7 +387,7 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
         let victim = live.get(rng.below(live.len() as u64) as usize).copied();
         match rng.below(7) {
             0 if down < majority_down as usize + 1 => {
-                if let Some(l) = cl.leader() {
+                if let Some(l) = cl.leader().filter(|l| live.contains(l)) {
                     cl.kill(l);
                     log(&sh, format!("kill -9 leader {l}"));
                 }

@@ -60,7 +60,7 @@ enum Cmd {
         /// A member: ID=RAFT_HOST:PORT,CLIENT_HOST:PORT (repeat for each node, this one included).
         #[arg(long = "peer")]
         peers: Vec<String>,
-        /// Membership file ([[node]] tables with id, raft, client) instead of --peer.
+        /// Membership file (`[[node]]` tables with id, raft, client) instead of --peer.
         #[arg(long)]
         config: Option<PathBuf>,
         /// Dial ID's Raft port at HOST:PORT instead (for proxies): ID=HOST:PORT.
@@ -83,6 +83,9 @@ enum Cmd {
         /// Membership file instead of --nodes/--base-port.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Run each node under this command, e.g. "pmlab run --source instrumented --pm-latency 305 --".
+        #[arg(long)]
+        wrap: Option<String>,
         #[command(flatten)]
         tuning: Tuning,
     },
@@ -246,8 +249,15 @@ fn run_cluster(
     dir: PathBuf,
     base: u16,
     config: Option<PathBuf>,
+    wrap: Option<String>,
     t: Tuning,
 ) -> Result<()> {
+    let wrap: Vec<String> = wrap
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
     election(&t.election_ms)?;
     engine(&t.engine)?;
     let members = match config {
@@ -264,6 +274,7 @@ fn run_cluster(
             dir: dir.join(format!("node-{id}")),
             members: members.clone(),
             routes: BTreeMap::new(),
+            wrap: wrap.clone(),
             extra: tuning_args(&t),
             log: Some(dir.join(format!("node-{id}.log"))),
         };
@@ -446,8 +457,9 @@ fn main() -> ExitCode {
             dir,
             base_port,
             config,
+            wrap,
             tuning,
-        } => run_cluster(nodes, dir, base_port, config, tuning),
+        } => run_cluster(nodes, dir, base_port, config, wrap, tuning),
         Cmd::Bench {
             addrs,
             clients,
