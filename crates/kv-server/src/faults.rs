@@ -202,16 +202,29 @@ fn now(s: &Shared) -> u64 {
     s.start.elapsed().as_nanos() as u64
 }
 
+/// Clients move to a fresh set of keys every [`KEY_EPOCH`] (as Jepsen's
+/// independent keys do), which bounds each key's history and so the
+/// checker's search, however long the run.
+pub const KEY_EPOCH: Duration = Duration::from_secs(1);
+
+fn generation(s: &Shared) -> u64 {
+    (s.start.elapsed().as_millis() / KEY_EPOCH.as_millis()) as u64
+}
+
+fn key_name(generation: u64, slot: usize) -> Vec<u8> {
+    format!("k{generation}-{slot}").into_bytes()
+}
+
 /// One client: random operations on a few keys, each attempt recorded.
 fn client_loop(id: usize, addrs: Vec<String>, keys: usize, seed: u64, sh: Arc<Shared>) {
     let mut rng = Rng::new(seed ^ (id as u64 + 1).wrapping_mul(0x1234_5678_9abc_def1));
     let mut c = Client::new(addrs.clone(), Duration::from_secs(8));
     c.prefer(id);
-    let mut seen: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    let mut seen: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut n = 0u64;
     while !sh.stop.load(Ordering::Relaxed) {
-        let k = rng.below(keys as u64) as usize;
-        let key = format!("k{k}").into_bytes();
+        let key = key_name(generation(&sh), rng.below(keys as u64) as usize);
+        let k = key.clone();
         n += 1;
         let fresh = format!("c{id}-{n}").into_bytes();
         let op = match rng.below(10) {
@@ -447,8 +460,10 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
     }
     // A final read of every key, recorded like the rest.
     let mut c = Client::new(addrs, Duration::from_secs(8));
-    for k in 0..cfg.keys {
-        let key = format!("k{k}").into_bytes();
+    let keys: Vec<Vec<u8>> = (0..=generation(&sh))
+        .flat_map(|g| (0..cfg.keys).map(move |k| key_name(g, k)))
+        .collect();
+    for key in keys {
         let call = now(&sh);
         let got = c.call(&[b"GET", &key], 100);
         let ret = now(&sh);
@@ -456,10 +471,11 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
             Ok(Value::Bulk(v)) => Outcome::Value(Some(v)),
             Ok(Value::Nil) => Outcome::Value(None),
             other => {
+                let k = String::from_utf8_lossy(&key).into_owned();
                 return Err(Error(format!(
-                    "final read of k{k} failed: {other:?}; reproduce: {}",
+                    "final read of {k} failed: {other:?}; reproduce: {}",
                     reproduce_line(cfg)
-                )))
+                )));
             }
         };
         sh.history

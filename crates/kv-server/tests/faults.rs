@@ -25,7 +25,7 @@ fn short_fault_schedule_is_linearizable_and_recovers() {
         seed,
         nodes: 3,
         safety: Duration::from_secs(15),
-        liveness: Duration::from_secs(5),
+        liveness: Duration::from_secs(8),
         clients: 4,
         keys: 6,
         verbose: false,
