@@ -43,6 +43,7 @@ if [ "$mode" = test ]; then
     need_cmd cmake cmake
     need_cmd nm binutils
     need_cmd valgrind valgrind
+    need_cmd redis-cli redis-tools   # the kv-server's cluster test drives redis-cli
     need_cmd python3 python3
     need_header numa.h libnuma-dev
     need_header libpmem.h libpmem-dev

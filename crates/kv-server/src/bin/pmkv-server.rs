@@ -1,0 +1,500 @@
+//! `pmkv-server`: run one node of the replicated key-value service, or a
+//! local cluster of them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use pmlab_kv_server::cluster::{self, Spawn};
+use pmlab_kv_server::engine::{KvEngine, MemEngine};
+use pmlab_kv_server::faults::{self, FaultConfig};
+use pmlab_kv_server::loadgen;
+use pmlab_kv_server::server::{Node, NodeConfig};
+use pmlab_kv_server::types::{NodeAddr, NodeId};
+
+#[derive(Parser)]
+#[command(
+    name = "pmkv-server",
+    about = "Raft-replicated key-value service speaking RESP (redis-cli works)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Tuning {
+    /// Storage engine of the state machine (mem; the PM engines come with pmlab-kv).
+    #[arg(long, default_value = "mem")]
+    engine: String,
+    /// Build a snapshot and purge the log every this many entries.
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_every: u64,
+    /// Log entries kept behind the last snapshot.
+    #[arg(long, default_value_t = 1000)]
+    keep_logs: u64,
+    /// Leader heartbeat interval in ms.
+    #[arg(long, default_value_t = 50)]
+    heartbeat_ms: u64,
+    /// Election timeout range in ms, MIN-MAX.
+    #[arg(long, default_value = "300-600")]
+    election_ms: String,
+    /// Most client connections at once.
+    #[arg(long, default_value_t = 1024)]
+    max_clients: usize,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node.
+    Serve {
+        /// This node's id.
+        #[arg(long)]
+        id: NodeId,
+        /// Data directory (Raft log, metadata, snapshots).
+        #[arg(long)]
+        dir: PathBuf,
+        /// A member: ID=RAFT_HOST:PORT,CLIENT_HOST:PORT (repeat for each node, this one included).
+        #[arg(long = "peer")]
+        peers: Vec<String>,
+        /// Membership file (`[[node]]` tables with id, raft, client) instead of --peer.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Dial ID's Raft port at HOST:PORT instead (for proxies): ID=HOST:PORT.
+        #[arg(long = "route", hide = true)]
+        routes: Vec<String>,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Start a local cluster of node processes on loopback; Ctrl-C stops them all.
+    Cluster {
+        /// Number of nodes (client ports BASE.., Raft ports BASE+100..).
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Directory for the nodes' data (node-ID subdirectories and logs).
+        #[arg(long)]
+        dir: PathBuf,
+        /// First client port.
+        #[arg(long, default_value_t = 7000)]
+        base_port: u16,
+        /// Membership file instead of --nodes/--base-port.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Run each node under this command, e.g. "pmlab run --source instrumented --pm-latency 305 --".
+        #[arg(long)]
+        wrap: Option<String>,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Measure latency and throughput against a running cluster.
+    Bench {
+        /// Client addresses of the nodes, comma-separated (the leader is found).
+        #[arg(long, value_delimiter = ',')]
+        addrs: Vec<String>,
+        /// Client threads per run, comma-separated (e.g. 1,20).
+        #[arg(long, value_delimiter = ',', default_value = "1,20")]
+        clients: Vec<usize>,
+        /// Timed operations per client thread.
+        #[arg(long, default_value_t = 2000)]
+        ops: usize,
+        /// Untimed operations per thread first.
+        #[arg(long, default_value_t = 200)]
+        warmup: usize,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 100)]
+        value_size: usize,
+        /// Time GETs instead of SETs.
+        #[arg(long)]
+        reads: bool,
+        /// Write the latency distribution plot here (.svg or .png).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Print one JSON object per run.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a fault schedule against a local cluster and check the history.
+    Faults {
+        /// Seed of the schedule (default: from the clock; printed either way).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Nodes (3 or more).
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Seconds of faults.
+        #[arg(long, default_value_t = 60)]
+        safety_secs: u64,
+        /// Seconds of healed running that must make progress.
+        #[arg(long, default_value_t = 10)]
+        liveness_secs: u64,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Keys the clients touch.
+        #[arg(long, default_value_t = 8)]
+        keys: usize,
+        /// Work directory (emptied first).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Runs, each with the next seed.
+        #[arg(long, default_value_t = 1)]
+        runs: u64,
+    },
+}
+
+fn engine(name: &str) -> Result<Box<dyn KvEngine>> {
+    match name {
+        "mem" => Ok(Box::new(MemEngine::new())),
+        other => bail!("unknown engine {other:?}: this build offers mem"),
+    }
+}
+
+fn election(s: &str) -> Result<(u64, u64)> {
+    let bad = || anyhow!("--election-ms {s:?}: give MIN-MAX in ms with MIN < MAX, e.g. 300-600");
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let (a, b): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if a == 0 || a >= b {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+fn tuning_args(t: &Tuning) -> Vec<String> {
+    vec![
+        "--engine".into(),
+        t.engine.clone(),
+        "--snapshot-every".into(),
+        t.snapshot_every.to_string(),
+        "--keep-logs".into(),
+        t.keep_logs.to_string(),
+        "--heartbeat-ms".into(),
+        t.heartbeat_ms.to_string(),
+        "--election-ms".into(),
+        t.election_ms.clone(),
+        "--max-clients".into(),
+        t.max_clients.to_string(),
+    ]
+}
+
+fn serve(
+    id: NodeId,
+    dir: PathBuf,
+    peers: Vec<String>,
+    config: Option<PathBuf>,
+    routes: Vec<String>,
+    t: Tuning,
+) -> Result<()> {
+    let members: BTreeMap<NodeId, NodeAddr> = match (config, peers.is_empty()) {
+        (Some(_), false) => bail!("give either --config or --peer, not both"),
+        (Some(p), true) => cluster::load_members(&p)?,
+        (None, _) => {
+            let mut m = BTreeMap::new();
+            for p in &peers {
+                let (id, a) = cluster::parse_peer(p)?;
+                if m.insert(id, a).is_some() {
+                    bail!("--peer: node {id} given twice");
+                }
+            }
+            cluster::check_members(&m)?;
+            m
+        }
+    };
+    let mut route_map = BTreeMap::new();
+    for r in &routes {
+        let (rid, addr) = r
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--route {r:?}: expected ID=HOST:PORT"))?;
+        route_map.insert(
+            rid.parse()
+                .map_err(|_| anyhow!("--route {r:?}: bad node id"))?,
+            addr.to_string(),
+        );
+    }
+    let mut cfg = NodeConfig::new(id, dir, members);
+    cfg.snapshot_every = t.snapshot_every;
+    cfg.keep_logs = t.keep_logs;
+    cfg.heartbeat_ms = t.heartbeat_ms;
+    cfg.election_ms = election(&t.election_ms)?;
+    cfg.max_clients = t.max_clients;
+    cfg.routes = route_map;
+    let engine = engine(&t.engine)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let me = cfg.members.get(&cfg.id).cloned();
+        let node = Node::start(cfg, engine).await?;
+        if let Some(me) = me {
+            eprintln!(
+                "pmkv-server: node {id} serving clients on {} (raft {})",
+                me.client, me.raft
+            );
+        }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        node.shutdown().await;
+        Ok::<(), anyhow::Error>(())
+    })
+}
+
+fn run_cluster(
+    nodes: u64,
+    dir: PathBuf,
+    base: u16,
+    config: Option<PathBuf>,
+    wrap: Option<String>,
+    t: Tuning,
+) -> Result<()> {
+    let wrap: Vec<String> = wrap
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    election(&t.election_ms)?;
+    engine(&t.engine)?;
+    let members = match config {
+        Some(p) => cluster::load_members(&p)?,
+        None => cluster::loopback_members(nodes, base)?,
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("create --dir {}", dir.display()))?;
+    let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
+    let mut children = Vec::new();
+    for (id, a) in &members {
+        let spawn = Spawn {
+            bin: bin.clone(),
+            id: *id,
+            dir: dir.join(format!("node-{id}")),
+            members: members.clone(),
+            routes: BTreeMap::new(),
+            wrap: wrap.clone(),
+            extra: tuning_args(&t),
+            log: Some(dir.join(format!("node-{id}.log"))),
+        };
+        children.push(spawn.start()?);
+        println!(
+            "node {id}: client {} raft {} data {}",
+            a.client,
+            a.raft,
+            spawn.dir.display()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let members2 = members.clone();
+    let leader =
+        std::thread::spawn(move || cluster::wait_leader(&members2, Duration::from_secs(20)));
+    match leader.join().ok().flatten() {
+        Some((id, addr)) => println!(
+            "leader: node {id} at {addr} (try: redis-cli -p {} set k v)",
+            addr.rsplit(':').next().unwrap_or("")
+        ),
+        None => println!(
+            "no leader after 20 s: see the node logs in {}",
+            dir.display()
+        ),
+    }
+    println!("press Ctrl-C to stop the cluster");
+    let exited = rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        Ok::<bool, anyhow::Error>(true)
+    })?;
+    for c in &mut children {
+        cluster::stop(c, Duration::from_secs(3));
+    }
+    if exited {
+        println!("stopped {} nodes", children.len());
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn faults(
+    seed: Option<u64>,
+    nodes: u64,
+    safety: u64,
+    liveness: u64,
+    clients: usize,
+    keys: usize,
+    dir: PathBuf,
+    runs: u64,
+) -> Result<()> {
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    if runs == 0 || safety == 0 || liveness == 0 {
+        bail!("--runs, --safety-secs and --liveness-secs must be at least 1");
+    }
+    let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
+    for r in 0..runs {
+        let cfg = FaultConfig {
+            bin: bin.clone(),
+            dir: dir.clone(),
+            seed: seed.wrapping_add(r),
+            nodes,
+            safety: Duration::from_secs(safety),
+            liveness: Duration::from_secs(liveness),
+            clients,
+            keys,
+            verbose: true,
+        };
+        eprintln!(
+            "faults: run {}/{runs}, seed {}; reproduce: {}",
+            r + 1,
+            cfg.seed,
+            faults::reproduce_line(&cfg)
+        );
+        let rep = faults::run(&cfg)?;
+        println!(
+            "seed {}: {} faults, {} ops, {} acknowledged writes, {} unknown, {} writes after healing: {}",
+            rep.seed,
+            rep.faults.len(),
+            rep.ops,
+            rep.acked_writes,
+            rep.unknown,
+            rep.liveness_writes,
+            if rep.passed() { "PASS" } else { "FAIL" }
+        );
+        if !rep.passed() {
+            bail!(
+                "seed {}: {:?}; reproduce: {}",
+                rep.seed,
+                rep.verdict,
+                faults::reproduce_line(&cfg)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench(
+    addrs: Vec<String>,
+    clients: Vec<usize>,
+    ops: usize,
+    warmup: usize,
+    value_size: usize,
+    reads: bool,
+    plot: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
+    if addrs.is_empty() {
+        bail!("--addrs: give the nodes' client addresses, e.g. 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
+    }
+    if value_size > pmlab_kv_server::resp::MAX_BULK - 1024 {
+        bail!(
+            "--value-size {value_size}: at most {} bytes",
+            pmlab_kv_server::resp::MAX_BULK - 1024
+        );
+    }
+    let leader = loadgen::find_leader(&addrs, Duration::from_secs(20))?;
+    eprintln!(
+        "bench: leader {leader}, {} of {value_size} B",
+        if reads { "GET" } else { "SET" }
+    );
+    let mut results = Vec::new();
+    for &c in &clients {
+        eprintln!("bench: {c} client(s), {ops} operations each");
+        let r = loadgen::run(&leader, c, ops, warmup, value_size, !reads)?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "clients": c, "ops": r.latencies.len(), "errors": r.errors,
+                    "p50_us": r.quantile_us(0.5), "p90_us": r.quantile_us(0.9), "p99_us": r.quantile_us(0.99),
+                    "throughput_ops": r.throughput(),
+                })
+            );
+        } else {
+            println!(
+                "clients {c:3}: p50 {:8.1} us  p90 {:8.1} us  p99 {:8.1} us  {:9.0} ops/s  ({} ops, {} errors)",
+                r.quantile_us(0.5),
+                r.quantile_us(0.9),
+                r.quantile_us(0.99),
+                r.throughput(),
+                r.latencies.len(),
+                r.errors
+            );
+        }
+        results.push((format!("{c} client(s)"), r));
+    }
+    if let Some(p) = plot {
+        let refs: Vec<(String, &loadgen::LoadResult)> =
+            results.iter().map(|(n, r)| (n.clone(), r)).collect();
+        loadgen::plot(&refs, &p)?;
+        eprintln!("bench: latency distribution written to {}", p.display());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Serve {
+            id,
+            dir,
+            peers,
+            config,
+            routes,
+            tuning,
+        } => serve(id, dir, peers, config, routes, tuning),
+        Cmd::Cluster {
+            nodes,
+            dir,
+            base_port,
+            config,
+            wrap,
+            tuning,
+        } => run_cluster(nodes, dir, base_port, config, wrap, tuning),
+        Cmd::Bench {
+            addrs,
+            clients,
+            ops,
+            warmup,
+            value_size,
+            reads,
+            plot,
+            json,
+        } => bench(addrs, clients, ops, warmup, value_size, reads, plot, json),
+        Cmd::Faults {
+            seed,
+            nodes,
+            safety_secs,
+            liveness_secs,
+            clients,
+            keys,
+            dir,
+            runs,
+        } => faults(
+            seed,
+            nodes,
+            safety_secs,
+            liveness_secs,
+            clients,
+            keys,
+            dir,
+            runs,
+        ),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pmkv-server: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The storage interface the state machine needs, mirroring `pmlab_kv::Engine`
+//! (versions are Raft log indices), and an in-memory implementation.
+//!
+//! The merge with the PM engines only has to implement [`KvEngine`] for
+//! `Box<dyn pmlab_kv::Engine>`: every method here has a namesake there.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// An engine failure, carried as text (the engines' own errors name the
+/// offending file, key or version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineError(pub String);
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// Result of an engine call.
+pub type EngineResult<T> = Result<T, EngineError>;
+
+/// A key and its value, as a snapshot yields them.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
+/// A versioned key-value engine, as the replicated state machine uses it.
+///
+/// Versions are strictly increasing log indices; a write that changes
+/// nothing stores nothing, so [`KvEngine::last_version`] may trail the
+/// applied index.
+pub trait KvEngine: Send {
+    /// The engine's name (for logs and `INFO`).
+    fn name(&self) -> &'static str;
+    /// Whether the contents survive a process restart. A volatile engine is
+    /// rebuilt from the last snapshot file and the Raft log.
+    fn persistent(&self) -> bool;
+    /// The value of `key` as of `index` (the newest version at or below it).
+    fn get_at(&self, key: &[u8], index: u64) -> EngineResult<Option<Vec<u8>>>;
+    /// Store `value` (or a deletion, `None`) for `key` at `version`.
+    fn put(&mut self, key: &[u8], value: Option<&[u8]>, version: u64) -> EngineResult<()>;
+    /// Make every write so far durable.
+    fn sync(&mut self) -> EngineResult<()>;
+    /// The highest version written (0 when empty).
+    fn last_version(&self) -> u64;
+    /// Remove every version above `index`.
+    fn rollback_above(&mut self, index: u64) -> EngineResult<()>;
+    /// Drop versions that no reader at or above `index` needs.
+    fn discard_below(&mut self, index: u64) -> EngineResult<()>;
+    /// The live pairs as of `index`, in key order.
+    fn snapshot(
+        &self,
+        index: u64,
+    ) -> EngineResult<Box<dyn Iterator<Item = EngineResult<Pair>> + '_>>;
+    /// Replace the whole contents with `entries` at version `index`.
+    fn restore(&mut self, index: u64, entries: &mut dyn Iterator<Item = Pair>) -> EngineResult<()>;
+
+    /// The newest value of `key`.
+    fn get(&self, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
+        self.get_at(key, u64::MAX)
+    }
+}
+
+/// A key's versions, oldest first: (version, value or `None` for a deletion).
+type Versions = Vec<(u64, Option<Vec<u8>>)>;
+
+/// A volatile engine: an ordered map from key to its versions.
+#[derive(Debug, Default)]
+pub struct MemEngine {
+    map: BTreeMap<Vec<u8>, Versions>,
+    last: u64,
+    floor: u64,
+}
+
+impl MemEngine {
+    /// An empty engine.
+    pub fn new() -> MemEngine {
+        MemEngine::default()
+    }
+
+    fn at(versions: &[(u64, Option<Vec<u8>>)], index: u64) -> Option<&Option<Vec<u8>>> {
+        versions
+            .iter()
+            .rev()
+            .find(|(v, _)| *v <= index)
+            .map(|(_, val)| val)
+    }
+}
+
+impl KvEngine for MemEngine {
+    fn name(&self) -> &'static str {
+        "mem"
+    }
+
+    fn persistent(&self) -> bool {
+        false
+    }
+
+    fn get_at(&self, key: &[u8], index: u64) -> EngineResult<Option<Vec<u8>>> {
+        if index < self.floor {
+            return Err(EngineError(format!(
+                "read at index {index} below the discard floor {}",
+                self.floor
+            )));
+        }
+        Ok(self
+            .map
+            .get(key)
+            .and_then(|vs| MemEngine::at(vs, index))
+            .cloned()
+            .flatten())
+    }
+
+    fn put(&mut self, key: &[u8], value: Option<&[u8]>, version: u64) -> EngineResult<()> {
+        if version <= self.last {
+            return Err(EngineError(format!(
+                "write at version {version} not above the last version {}",
+                self.last
+            )));
+        }
+        self.map
+            .entry(key.to_vec())
+            .or_default()
+            .push((version, value.map(|v| v.to_vec())));
+        self.last = version;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> EngineResult<()> {
+        Ok(())
+    }
+
+    fn last_version(&self) -> u64 {
+        self.last
+    }
+
+    fn rollback_above(&mut self, index: u64) -> EngineResult<()> {
+        if index < self.floor {
+            return Err(EngineError(format!(
+                "rollback to {index} below the discard floor {}",
+                self.floor
+            )));
+        }
+        self.map.retain(|_, vs| {
+            vs.retain(|(v, _)| *v <= index);
+            !vs.is_empty()
+        });
+        self.last = self.last.min(index);
+        Ok(())
+    }
+
+    fn discard_below(&mut self, index: u64) -> EngineResult<()> {
+        let index = index.min(self.last);
+        self.map.retain(|_, vs| {
+            if let Some(pos) = vs.iter().rposition(|(v, _)| *v <= index) {
+                vs.drain(..pos);
+                if vs[0].1.is_none() {
+                    vs.remove(0);
+                }
+            }
+            !vs.is_empty()
+        });
+        self.floor = self.floor.max(index);
+        Ok(())
+    }
+
+    fn snapshot(
+        &self,
+        index: u64,
+    ) -> EngineResult<Box<dyn Iterator<Item = EngineResult<Pair>> + '_>> {
+        if index < self.floor {
+            return Err(EngineError(format!(
+                "snapshot at {index} below the discard floor {}",
+                self.floor
+            )));
+        }
+        Ok(Box::new(self.map.iter().filter_map(move |(k, vs)| {
+            MemEngine::at(vs, index)
+                .cloned()
+                .flatten()
+                .map(|v| Ok((k.clone(), v)))
+        })))
+    }
+
+    fn restore(&mut self, index: u64, entries: &mut dyn Iterator<Item = Pair>) -> EngineResult<()> {
+        self.map.clear();
+        for (k, v) in entries {
+            self.map.insert(k, vec![(index, Some(v))]);
+        }
+        self.last = index;
+        self.floor = index;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_rollback_and_snapshot() {
+        let mut e = MemEngine::new();
+        e.put(b"a", Some(b"1"), 1).unwrap();
+        e.put(b"b", Some(b"2"), 2).unwrap();
+        e.put(b"a", None, 3).unwrap();
+        assert_eq!(e.get(b"a").unwrap(), None);
+        assert_eq!(e.get_at(b"a", 2).unwrap().as_deref(), Some(&b"1"[..]));
+        assert!(
+            e.put(b"c", Some(b"x"), 3).is_err(),
+            "versions must increase"
+        );
+        e.rollback_above(2).unwrap();
+        assert_eq!(e.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(e.last_version(), 2);
+        let snap: Vec<Pair> = e.snapshot(1).unwrap().map(|r| r.unwrap()).collect();
+        assert_eq!(snap, vec![(b"a".to_vec(), b"1".to_vec())]);
+        e.discard_below(2).unwrap();
+        assert!(e.get_at(b"a", 1).is_err());
+        let mut other = MemEngine::new();
+        other
+            .restore(7, &mut e.snapshot(2).unwrap().map(|r| r.unwrap()))
+            .unwrap();
+        assert_eq!(other.last_version(), 7);
+        assert_eq!(other.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    }
+}

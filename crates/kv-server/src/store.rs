@@ -1,0 +1,704 @@
+//! openraft storage: the Raft log in an append-only file with a small
+//! metadata file, and the state machine over a [`KvEngine`].
+//!
+//! Files in a node's directory:
+//! * `raft.log`: records `[u32 length][u64 checksum][JSON entry]`, appended
+//!   and fsync'd once per `append` call (one flush per batch), truncated by
+//!   `set_len`; a torn tail is cut on open.
+//! * `raft-meta.json`: vote, last purged log id, committed log id; written
+//!   to a temporary file and renamed (vote and purge marker fsync'd before
+//!   returning; the purge marker is written before entries go).
+//! * `sm-meta.json`: the state machine's applied log id and membership.
+//! * `snapshot.bin`: the last snapshot, for volatile engines only.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogId, RaftLogReader,
+    RaftSnapshotBuilder, Vote,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{EngineError, KvEngine, Pair};
+use crate::types::{
+    Cmd, Entry, LogId, NodeId, Reply, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+
+/// Largest log record accepted when reading the log back.
+const MAX_RECORD: usize = 256 << 20;
+/// Rewrite the log file when this many purged records precede the live ones.
+const REWRITE_AFTER: u64 = 4096;
+/// A persistent engine's applied index is recorded every this many entries.
+const META_EVERY: u64 = 1024;
+const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
+
+#[allow(clippy::result_large_err)]
+fn io_err(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: io::Error) -> StorageError {
+    StorageError::from_io_error(subject, verb, e)
+}
+
+fn engine_err(e: EngineError) -> StorageError {
+    StorageError::from_io_error(
+        ErrorSubject::StateMachine,
+        ErrorVerb::Write,
+        io::Error::other(e.0),
+    )
+}
+
+fn checksum(data: &[u8]) -> u64 {
+    // FNV-1a, enough to find a torn tail.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Write `bytes` to `path` atomically: a temporary file, fsync'd when
+/// `durable`, renamed over the old one.
+fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        if durable {
+            f.sync_all()?;
+        }
+    }
+    fs::rename(&tmp, path)?;
+    if durable {
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct LogMeta {
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+struct LogInner {
+    dir: PathBuf,
+    file: File,
+    /// Live entries and the file offset of each record.
+    entries: BTreeMap<u64, (Entry, u64)>,
+    end: u64,
+    dead: u64,
+    meta: LogMeta,
+}
+
+impl LogInner {
+    fn write_meta(&self, durable: bool) -> io::Result<()> {
+        let bytes = serde_json::to_vec(&self.meta).map_err(io::Error::other)?;
+        write_atomic(&self.dir.join("raft-meta.json"), &bytes, durable)
+    }
+
+    fn record(entry: &Entry) -> io::Result<Vec<u8>> {
+        let body = serde_json::to_vec(entry).map_err(io::Error::other)?;
+        let mut rec = Vec::with_capacity(body.len() + 12);
+        rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&checksum(&body).to_le_bytes());
+        rec.extend_from_slice(&body);
+        Ok(rec)
+    }
+
+    /// Rewrite the file with the live entries only.
+    fn rewrite(&mut self) -> io::Result<()> {
+        let path = self.dir.join("raft.log");
+        let tmp = self.dir.join("raft.log.tmp");
+        let mut out = Vec::new();
+        let mut offsets = Vec::new();
+        for (idx, (e, _)) in &self.entries {
+            offsets.push((*idx, out.len() as u64));
+            out.extend_from_slice(&LogInner::record(e)?);
+        }
+        write_atomic_file(&tmp, &path, &out)?;
+        self.file = OpenOptions::new().read(true).write(true).open(&path)?;
+        for (idx, off) in offsets {
+            if let Some(slot) = self.entries.get_mut(&idx) {
+                slot.1 = off;
+            }
+        }
+        self.end = out.len() as u64;
+        self.dead = 0;
+        Ok(())
+    }
+}
+
+fn write_atomic_file(tmp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    {
+        let mut f = File::create(tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The Raft log of one node (also its own log reader: clones share state).
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Mutex<LogInner>>,
+}
+
+impl LogStore {
+    /// Open (or create) the log in `dir`, cutting a torn tail.
+    pub fn open(dir: &Path) -> io::Result<LogStore> {
+        fs::create_dir_all(dir)?;
+        let meta_path = dir.join("raft-meta.json");
+        let meta: LogMeta = match fs::read(&meta_path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}", meta_path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => LogMeta::default(),
+            Err(e) => return Err(e),
+        };
+        let path = dir.join("raft.log");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)?;
+        let mut entries = BTreeMap::new();
+        let mut pos = 0usize;
+        let mut dead = 0;
+        let purged = meta.purged.map(|l| l.index);
+        while pos + 12 <= data.len() {
+            let len = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
+            let sum = u64::from_le_bytes(data[pos + 4..pos + 12].try_into().unwrap());
+            if len > MAX_RECORD || pos + 12 + len > data.len() {
+                break;
+            }
+            let body = &data[pos + 12..pos + 12 + len];
+            if checksum(body) != sum {
+                break;
+            }
+            let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
+                break;
+            };
+            let idx = entry.log_id.index;
+            if purged.is_some_and(|p| idx <= p) {
+                dead += 1;
+            } else {
+                // A record for an index already present follows a truncation
+                // that was not cut from the file: the later one wins.
+                let stale: Vec<u64> = entries.range(idx..).map(|(k, _)| *k).collect();
+                for k in stale {
+                    entries.remove(&k);
+                }
+                entries.insert(idx, (entry, pos as u64));
+            }
+            pos += 12 + len;
+        }
+        if pos < data.len() {
+            file.set_len(pos as u64)?;
+            file.sync_all()?;
+        }
+        Ok(LogStore {
+            inner: Arc::new(Mutex::new(LogInner {
+                dir: dir.to_path_buf(),
+                file,
+                entries,
+                end: pos as u64,
+                dead,
+                meta,
+            })),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Live entries held (not yet purged).
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + std::fmt::Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        Ok(self
+            .lock()
+            .entries
+            .range(range)
+            .map(|(_, (e, _))| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let g = self.lock();
+        let last = g
+            .entries
+            .values()
+            .next_back()
+            .map(|(e, _)| *e.get_log_id())
+            .or(g.meta.purged);
+        Ok(LogState {
+            last_purged_log_id: g.meta.purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        let mut g = self.lock();
+        g.meta.vote = Some(*vote);
+        g.write_meta(true)
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        Ok(self.lock().meta.vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        let mut g = self.lock();
+        g.meta.committed = committed;
+        // Losing the newest committed id only means re-learning it from
+        // the leader: no fsync.
+        g.write_meta(false)
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, e))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.lock().meta.committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut g = self.lock();
+        let mut buf = Vec::new();
+        let mut placed = Vec::new();
+        for e in entries {
+            let rec = LogInner::record(&e)
+                .map_err(|err| io_err(ErrorSubject::Logs, ErrorVerb::Write, err))?;
+            placed.push((e, g.end + buf.len() as u64));
+            buf.extend_from_slice(&rec);
+        }
+        let end = g.end;
+        let res = (|| {
+            g.file.seek(SeekFrom::Start(end))?;
+            g.file.write_all(&buf)?;
+            g.file.sync_data()
+        })();
+        if let Err(e) = res {
+            callback.log_io_completed(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(io_err(ErrorSubject::Logs, ErrorVerb::Write, e));
+        }
+        g.end += buf.len() as u64;
+        for (e, off) in placed {
+            g.entries.insert(e.log_id.index, (e, off));
+        }
+        drop(g);
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let mut g = self.lock();
+        let cut: Vec<u64> = g.entries.range(log_id.index..).map(|(k, _)| *k).collect();
+        let Some(first) = cut.first() else {
+            return Ok(());
+        };
+        let off = g.entries[first].1;
+        for k in cut {
+            g.entries.remove(&k);
+        }
+        g.end = off;
+        let res = g.file.set_len(off).and_then(|_| g.file.sync_all());
+        res.map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, e))
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let mut g = self.lock();
+        // The marker first: a crash after it leaves only dead records.
+        g.meta.purged = Some(log_id);
+        g.write_meta(true)
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
+        let gone: Vec<u64> = g.entries.range(..=log_id.index).map(|(k, _)| *k).collect();
+        g.dead += gone.len() as u64;
+        for k in gone {
+            g.entries.remove(&k);
+        }
+        if g.dead >= REWRITE_AFTER {
+            g.rewrite()
+                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct SmMeta {
+    applied: Option<LogId>,
+    membership: StoredMembership,
+}
+
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+struct SmState {
+    dir: PathBuf,
+    engine: Box<dyn KvEngine>,
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshot: Option<StoredSnapshot>,
+    since_meta: u64,
+    built: u64,
+}
+
+impl SmState {
+    fn write_meta(&mut self) -> io::Result<()> {
+        if self.engine.persistent() {
+            self.engine.sync().map_err(io::Error::other)?;
+        }
+        let meta = SmMeta {
+            applied: self.applied,
+            membership: self.membership.clone(),
+        };
+        let bytes = serde_json::to_vec(&meta).map_err(io::Error::other)?;
+        self.since_meta = 0;
+        write_atomic(&self.dir.join("sm-meta.json"), &bytes, true)
+    }
+
+    fn apply_cmd(&mut self, index: u64, cmd: &Cmd) -> Result<Reply, EngineError> {
+        let e = &mut self.engine;
+        // After a restart a persistent engine may already hold this entry.
+        let replay = index <= e.last_version();
+        Ok(match cmd {
+            Cmd::Set { key, value } => {
+                if !replay {
+                    e.put(key, Some(value), index)?;
+                }
+                Reply::Ok
+            }
+            Cmd::Del { key } => {
+                let found = e.get(key)?.is_some();
+                if found && !replay {
+                    e.put(key, None, index)?;
+                }
+                Reply::Bool(found)
+            }
+            Cmd::Cas { key, expected, new } => {
+                let hit = e.get(key)?.as_deref() == Some(expected.as_slice());
+                if hit && !replay {
+                    e.put(key, Some(new), index)?;
+                }
+                Reply::Bool(hit)
+            }
+        })
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn build(&mut self) -> Result<StoredSnapshot, StorageError> {
+        let index = self.applied.map_or(0, |l| l.index);
+        let at = index.min(self.engine.last_version());
+        let mut data = SNAPSHOT_MAGIC.to_vec();
+        for pair in self.engine.snapshot(at).map_err(engine_err)? {
+            let (k, v) = pair.map_err(engine_err)?;
+            data.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            data.extend_from_slice(&k);
+            data.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            data.extend_from_slice(&v);
+        }
+        self.built += 1;
+        let meta = SnapshotMeta {
+            last_log_id: self.applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: format!("{index}-{}", self.built),
+        };
+        let snap = StoredSnapshot { meta, data };
+        self.keep(&snap)
+            .map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Write, e))?;
+        // Every reader is at or above the applied index from now on.
+        self.engine.discard_below(at).map_err(engine_err)?;
+        Ok(snap)
+    }
+
+    /// Make `snap` the one that survives a restart.
+    fn keep(&mut self, snap: &StoredSnapshot) -> io::Result<()> {
+        if !self.engine.persistent() {
+            let meta = serde_json::to_vec(&snap.meta).map_err(io::Error::other)?;
+            let mut file = (meta.len() as u32).to_le_bytes().to_vec();
+            file.extend_from_slice(&meta);
+            file.extend_from_slice(&snap.data);
+            write_atomic(&self.dir.join("snapshot.bin"), &file, true)?;
+        }
+        self.write_meta()
+    }
+}
+
+/// Decode snapshot data into pairs, checking every length.
+pub fn decode_snapshot(data: &[u8]) -> io::Result<Vec<Pair>> {
+    let bad =
+        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot data: {what}"));
+    if data.len() < 8 || &data[..8] != SNAPSHOT_MAGIC {
+        return Err(bad("bad magic"));
+    }
+    let mut pos = 8;
+    let take = |pos: &mut usize| -> io::Result<Vec<u8>> {
+        if *pos + 4 > data.len() {
+            return Err(bad("truncated length"));
+        }
+        let n = u32::from_le_bytes(data[*pos..*pos + 4].try_into().unwrap()) as usize;
+        *pos += 4;
+        if *pos + n > data.len() {
+            return Err(bad("truncated field"));
+        }
+        let v = data[*pos..*pos + n].to_vec();
+        *pos += n;
+        Ok(v)
+    };
+    let mut out = Vec::new();
+    while pos < data.len() {
+        let k = take(&mut pos)?;
+        let v = take(&mut pos)?;
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// The replicated state machine; clones share it, so the server reads
+/// through one while openraft owns another.
+#[derive(Clone)]
+pub struct StateMachine {
+    inner: Arc<Mutex<SmState>>,
+}
+
+impl StateMachine {
+    /// Open the state machine in `dir` over `engine`: a volatile engine is
+    /// rebuilt from `snapshot.bin`; a persistent one is rolled back to the
+    /// recorded applied index (later writes are re-applied from the log).
+    pub fn open(dir: &Path, mut engine: Box<dyn KvEngine>) -> io::Result<StateMachine> {
+        fs::create_dir_all(dir)?;
+        let meta_path = dir.join("sm-meta.json");
+        let meta: SmMeta = match fs::read(&meta_path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}", meta_path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => SmMeta::default(),
+            Err(e) => return Err(e),
+        };
+        let mut state = SmState {
+            dir: dir.to_path_buf(),
+            applied: None,
+            membership: StoredMembership::default(),
+            snapshot: None,
+            since_meta: 0,
+            built: 0,
+            engine: Box::new(crate::engine::MemEngine::new()),
+        };
+        if engine.persistent() {
+            let at = meta.applied.map_or(0, |l| l.index);
+            engine.rollback_above(at).map_err(io::Error::other)?;
+            state.applied = meta.applied;
+            state.membership = meta.membership;
+        } else {
+            let snap_path = dir.join("snapshot.bin");
+            match fs::read(&snap_path) {
+                Ok(file) => {
+                    let bad = || {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("{}: torn", snap_path.display()),
+                        )
+                    };
+                    if file.len() < 4 {
+                        return Err(bad());
+                    }
+                    let n = u32::from_le_bytes(file[..4].try_into().unwrap()) as usize;
+                    if 4 + n > file.len() {
+                        return Err(bad());
+                    }
+                    let smeta: SnapshotMeta =
+                        serde_json::from_slice(&file[4..4 + n]).map_err(|_| bad())?;
+                    let data = file[4 + n..].to_vec();
+                    let pairs = decode_snapshot(&data)?;
+                    let at = smeta.last_log_id.map_or(0, |l| l.index);
+                    engine
+                        .restore(at, &mut pairs.into_iter())
+                        .map_err(io::Error::other)?;
+                    state.applied = smeta.last_log_id;
+                    state.membership = smeta.last_membership.clone();
+                    state.snapshot = Some(StoredSnapshot { meta: smeta, data });
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        state.engine = engine;
+        Ok(StateMachine {
+            inner: Arc::new(Mutex::new(state)),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SmState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current value of `key` (call after the read index is applied).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        self.lock().engine.get(key)
+    }
+
+    /// The applied log index.
+    pub fn applied_index(&self) -> u64 {
+        self.lock().applied.map_or(0, |l| l.index)
+    }
+
+    /// The engine's name.
+    pub fn engine_name(&self) -> &'static str {
+        self.lock().engine.name()
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let mut g = self.lock();
+        let snap = g.build()?;
+        let out = Snapshot {
+            meta: snap.meta.clone(),
+            snapshot: Box::new(Cursor::new(snap.data.clone())),
+        };
+        g.snapshot = Some(snap);
+        Ok(out)
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let g = self.lock();
+        Ok((g.applied, g.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut g = self.lock();
+        let mut out = Vec::new();
+        for e in entries {
+            g.applied = Some(e.log_id);
+            g.since_meta += 1;
+            match &e.payload {
+                EntryPayload::Blank => out.push(Reply::None),
+                EntryPayload::Normal(cmd) => {
+                    let r = g.apply_cmd(e.log_id.index, cmd).map_err(engine_err)?;
+                    out.push(r);
+                }
+                EntryPayload::Membership(m) => {
+                    g.membership = StoredMembership::new(Some(e.log_id), m.clone());
+                    g.write_meta()
+                        .map_err(|err| io_err(ErrorSubject::StateMachine, ErrorVerb::Write, err))?;
+                    out.push(Reply::None);
+                }
+            }
+        }
+        if g.engine.persistent() && g.since_meta >= META_EVERY {
+            g.write_meta()
+                .map_err(|err| io_err(ErrorSubject::StateMachine, ErrorVerb::Write, err))?;
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let sig = Some(meta.signature());
+        let pairs = decode_snapshot(&data)
+            .map_err(|e| io_err(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Read, e))?;
+        let mut g = self.lock();
+        let at = meta.last_log_id.map_or(0, |l| l.index);
+        g.engine
+            .restore(at, &mut pairs.into_iter())
+            .map_err(engine_err)?;
+        g.applied = meta.last_log_id;
+        g.membership = meta.last_membership.clone();
+        let snap = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        g.keep(&snap)
+            .map_err(|e| io_err(ErrorSubject::Snapshot(sig), ErrorVerb::Write, e))?;
+        g.snapshot = Some(snap);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let mut g = self.lock();
+        if g.snapshot.is_none() {
+            if g.applied.is_none() {
+                return Ok(None);
+            }
+            let snap = g.build()?;
+            g.snapshot = Some(snap);
+        }
+        let s = g.snapshot.as_ref().unwrap();
+        Ok(Some(Snapshot {
+            meta: s.meta.clone(),
+            snapshot: Box::new(Cursor::new(s.data.clone())),
+        }))
+    }
+}

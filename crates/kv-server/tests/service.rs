@@ -1,0 +1,399 @@
+//! In-process three-node clusters: commands, redirects, bad input, the
+//! connection cap, restarts, and catch-up by snapshot.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pmlab_kv_server::client::{Client, Conn};
+use pmlab_kv_server::engine::MemEngine;
+use pmlab_kv_server::resp::Value;
+use pmlab_kv_server::server::{Node, NodeConfig};
+use pmlab_kv_server::types::{NodeAddr, NodeId};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn members(n: u64) -> BTreeMap<NodeId, NodeAddr> {
+    (1..=n)
+        .map(|i| {
+            (
+                i,
+                NodeAddr {
+                    raft: format!("127.0.0.1:{}", free_port()),
+                    client: format!("127.0.0.1:{}", free_port()),
+                },
+            )
+        })
+        .collect()
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pmkv-svc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn config(id: NodeId, dir: &std::path::Path, m: &BTreeMap<NodeId, NodeAddr>) -> NodeConfig {
+    let mut c = NodeConfig::new(id, dir.join(format!("node-{id}")), m.clone());
+    c.election_ms = (400, 800);
+    c
+}
+
+async fn start_all(
+    dir: &std::path::Path,
+    m: &BTreeMap<NodeId, NodeAddr>,
+    tweak: impl Fn(&mut NodeConfig),
+) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for id in m.keys() {
+        let mut c = config(*id, dir, m);
+        tweak(&mut c);
+        nodes.push(Node::start(c, Box::new(MemEngine::new())).await.unwrap());
+    }
+    nodes
+}
+
+fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    tokio::task::spawn_blocking(f)
+}
+
+fn addrs(m: &BTreeMap<NodeId, NodeAddr>) -> Vec<String> {
+    m.values().map(|a| a.client.clone()).collect()
+}
+
+fn ok(v: std::io::Result<Value>) -> Value {
+    v.expect("i/o error")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_redirects_and_bad_input() {
+    let dir = tmpdir("cmds");
+    let m = members(3);
+    let nodes = start_all(&dir, &m, |c| c.max_clients = 8).await;
+    let a = addrs(&m);
+    let leader_addr = blocking({
+        let m = m.clone();
+        move || pmlab_kv_server::cluster::wait_leader(&m, Duration::from_secs(20))
+    })
+    .await
+    .unwrap()
+    .expect("a leader within 20 s");
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2.clone(), Duration::from_secs(10));
+        assert_eq!(ok(c.call(&[b"SET", b"k", b"v1"], 50)), Value::Simple("OK".into()));
+        assert_eq!(ok(c.call(&[b"GET", b"k"], 50)), Value::Bulk(b"v1".to_vec()));
+        assert_eq!(ok(c.call(&[b"CAS", b"k", b"nope", b"v2"], 50)), Value::Int(0));
+        assert_eq!(ok(c.call(&[b"CAS", b"k", b"v1", b"v2"], 50)), Value::Int(1));
+        assert_eq!(ok(c.call(&[b"GET", b"k"], 50)), Value::Bulk(b"v2".to_vec()));
+        assert_eq!(ok(c.call(&[b"DEL", b"k", b"absent"], 50)), Value::Int(1));
+        assert_eq!(ok(c.call(&[b"GET", b"k"], 50)), Value::Nil);
+
+        // A follower redirects to the leader.
+        let follower = a2.iter().find(|x| **x != leader_addr.1).unwrap();
+        let mut f = Conn::connect(follower, Duration::from_secs(5)).unwrap();
+        assert_eq!(f.call(&[b"SET", b"k", b"x"]).unwrap(), Value::Error(format!("REDIRECT {}", leader_addr.1)));
+        assert_eq!(f.call(&[b"GET", b"k"]).unwrap(), Value::Error(format!("REDIRECT {}", leader_addr.1)));
+
+        // What redis-cli and redis-benchmark ask first.
+        let mut l = Conn::connect(&leader_addr.1, Duration::from_secs(5)).unwrap();
+        assert_eq!(l.call(&[b"PING"]).unwrap(), Value::Simple("PONG".into()));
+        assert!(matches!(l.call(&[b"CONFIG", b"GET", b"save"]).unwrap(), Value::Array(v) if v.len() == 2));
+        assert_eq!(l.call(&[b"COMMAND", b"DOCS"]).unwrap(), Value::Array(vec![]));
+        assert!(matches!(l.call(&[b"NOSUCH", b"x"]).unwrap(), Value::Error(e) if e.starts_with("ERR unknown command")));
+        assert!(matches!(l.call(&[b"GET"]).unwrap(), Value::Error(e) if e.contains("wrong number")));
+        assert!(matches!(l.call(&[b"SET", b"a", b"b", b"EX", b"5"]).unwrap(), Value::Error(_)));
+
+        // Malformed input: an error, the connection closes, the node lives.
+        for bad in [&b"*1\r\n$99999999999\r\n"[..], b"*2\r\n$3\r\nGET\r\n:1\r\n", b"*-7\r\n", b"$3\r\nGET\r\n", b"*1\r\n$3\r\nGETXX\r\n"] {
+            let mut c = Conn::connect(&leader_addr.1, Duration::from_secs(2)).unwrap();
+            let got = c.raw(bad, 4096).unwrap();
+            assert!(got.starts_with(b"-ERR"), "{:?} gave {:?}", String::from_utf8_lossy(bad), String::from_utf8_lossy(&got));
+        }
+        let mut c = Conn::connect(&leader_addr.1, Duration::from_secs(2)).unwrap();
+        let long = vec![b'x'; 70 * 1024];
+        assert!(c.raw(&long, 4096).unwrap().starts_with(b"-ERR Protocol error: line too long"));
+        assert_eq!(l.call(&[b"PING"]).unwrap(), Value::Simple("PONG".into()), "node still answers");
+
+        // The connection cap (8): further connections are refused with an
+        // error until some close.
+        drop(c);
+        let mut held = Vec::new();
+        let mut refused = false;
+        for _ in 0..9 {
+            let mut c = Conn::connect(&leader_addr.1, Duration::from_secs(2)).unwrap();
+            match c.call(&[b"PING"]).unwrap() {
+                Value::Simple(s) if s == "PONG" => held.push(c),
+                Value::Error(e) if e.starts_with("ERR max number of clients") => {
+                    refused = true;
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(refused && held.len() < 8, "{} connections held, refused: {refused}", held.len());
+        drop(held);
+        std::thread::sleep(Duration::from_millis(200));
+        let mut c = Conn::connect(&leader_addr.1, Duration::from_secs(2)).unwrap();
+        assert_eq!(c.call(&[b"PING"]).unwrap(), Value::Simple("PONG".into()), "connections free again");
+    })
+    .await
+    .unwrap();
+    for n in nodes {
+        n.shutdown().await;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data() {
+    let dir = tmpdir("snap");
+    let m = members(3);
+    let tweak = |c: &mut NodeConfig| {
+        c.snapshot_every = 40;
+        c.keep_logs = 0;
+    };
+    let mut nodes = start_all(&dir, &m, tweak).await;
+    let a = addrs(&m);
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        assert_eq!(
+            ok(c.call(&[b"SET", b"first", b"1"], 100)),
+            Value::Simple("OK".into())
+        );
+    })
+    .await
+    .unwrap();
+    // Stop node 3, write enough for several snapshots and purges.
+    let n3 = nodes.pop().unwrap();
+    n3.shutdown().await;
+    let a2 = a[..2].to_vec();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        for i in 0..200 {
+            let k = format!("key{i}");
+            assert_eq!(
+                ok(c.call(&[b"SET", k.as_bytes(), b"val"], 100)),
+                Value::Simple("OK".into())
+            );
+        }
+    })
+    .await
+    .unwrap();
+    let leader_applied = nodes.iter().map(|n| n.applied_index()).max().unwrap();
+    // Node 3 comes back on the same directory: the entries it missed are
+    // purged everywhere, so only a snapshot can bring it up to date.
+    let n3 = Node::start(
+        {
+            let mut c = config(3, &dir, &m);
+            tweak(&mut c);
+            c
+        },
+        Box::new(MemEngine::new()),
+    )
+    .await
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(30);
+    while n3.applied_index() < leader_applied && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        n3.applied_index() >= leader_applied,
+        "node 3 applied {} of {leader_applied}: {:?}; leader {:?}",
+        n3.applied_index(),
+        n3.raft().metrics().borrow(),
+        nodes[0].raft().metrics().borrow()
+    );
+    assert_eq!(
+        n3.local_get(b"key199").unwrap().as_deref(),
+        Some(&b"val"[..])
+    );
+    assert_eq!(n3.local_get(b"first").unwrap().as_deref(), Some(&b"1"[..]));
+    assert!(
+        dir.join("node-3/snapshot.bin").exists(),
+        "node 3 installed a snapshot"
+    );
+    nodes.push(n3);
+
+    // Restart the whole cluster: every acknowledged write is still there.
+    for n in nodes.drain(..) {
+        n.shutdown().await;
+    }
+    let nodes = start_all(&dir, &m, tweak).await;
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        assert_eq!(
+            ok(c.call(&[b"GET", b"first"], 200)),
+            Value::Bulk(b"1".to_vec())
+        );
+        for i in (0..200).step_by(37) {
+            let k = format!("key{i}");
+            assert_eq!(
+                ok(c.call(&[b"GET", k.as_bytes()], 200)),
+                Value::Bulk(b"val".to_vec())
+            );
+        }
+    })
+    .await
+    .unwrap();
+    for n in nodes {
+        n.shutdown().await;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A "persistent" engine for tests: the state lives in an `Arc` that
+/// outlives the node, as a PM pool outlives the process.
+#[derive(Clone)]
+struct Kept(std::sync::Arc<std::sync::Mutex<MemEngine>>);
+
+impl pmlab_kv_server::engine::KvEngine for Kept {
+    fn name(&self) -> &'static str {
+        "kept"
+    }
+    fn persistent(&self) -> bool {
+        true
+    }
+    fn get_at(
+        &self,
+        key: &[u8],
+        index: u64,
+    ) -> pmlab_kv_server::engine::EngineResult<Option<Vec<u8>>> {
+        self.0.lock().unwrap().get_at(key, index)
+    }
+    fn put(
+        &mut self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        version: u64,
+    ) -> pmlab_kv_server::engine::EngineResult<()> {
+        self.0.lock().unwrap().put(key, value, version)
+    }
+    fn sync(&mut self) -> pmlab_kv_server::engine::EngineResult<()> {
+        Ok(())
+    }
+    fn last_version(&self) -> u64 {
+        self.0.lock().unwrap().last_version()
+    }
+    fn rollback_above(&mut self, index: u64) -> pmlab_kv_server::engine::EngineResult<()> {
+        self.0.lock().unwrap().rollback_above(index)
+    }
+    fn discard_below(&mut self, index: u64) -> pmlab_kv_server::engine::EngineResult<()> {
+        self.0.lock().unwrap().discard_below(index)
+    }
+    fn snapshot(
+        &self,
+        index: u64,
+    ) -> pmlab_kv_server::engine::EngineResult<
+        Box<
+            dyn Iterator<
+                    Item = pmlab_kv_server::engine::EngineResult<pmlab_kv_server::engine::Pair>,
+                > + '_,
+        >,
+    > {
+        let pairs: Vec<_> = self.0.lock().unwrap().snapshot(index)?.collect();
+        Ok(Box::new(pairs.into_iter()))
+    }
+    fn restore(
+        &mut self,
+        index: u64,
+        entries: &mut dyn Iterator<Item = pmlab_kv_server::engine::Pair>,
+    ) -> pmlab_kv_server::engine::EngineResult<()> {
+        self.0.lock().unwrap().restore(index, entries)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_engine_is_rolled_back_and_replayed_on_restart() {
+    let dir = tmpdir("kept");
+    let m = members(3);
+    let engines: Vec<Kept> = (0..3).map(|_| Kept(Default::default())).collect();
+    let start = |engines: Vec<Kept>| {
+        let (dir, m) = (dir.clone(), m.clone());
+        async move {
+            let mut nodes = Vec::new();
+            for (id, e) in m.keys().zip(engines) {
+                let mut c = config(*id, &dir, &m);
+                c.snapshot_every = 25;
+                c.keep_logs = 5;
+                nodes.push(Node::start(c, Box::new(e)).await.unwrap());
+            }
+            nodes
+        }
+    };
+    let nodes = start(engines.clone()).await;
+    let a = addrs(&m);
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        for i in 0..60 {
+            let k = format!("key{}", i % 7);
+            let v = format!("v{i}");
+            assert_eq!(
+                ok(c.call(&[b"SET", k.as_bytes(), v.as_bytes()], 100)),
+                Value::Simple("OK".into())
+            );
+        }
+        assert_eq!(
+            ok(c.call(&[b"CAS", b"key0", b"v56", b"cas"], 100)),
+            Value::Int(1)
+        );
+    })
+    .await
+    .unwrap();
+    for n in nodes {
+        n.shutdown().await;
+    }
+    // The engines kept writes beyond the recorded applied index: on restart
+    // they are rolled back to it and the rest is re-applied from the log.
+    let nodes = start(engines.clone()).await;
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        assert_eq!(
+            ok(c.call(&[b"GET", b"key0"], 200)),
+            Value::Bulk(b"cas".to_vec())
+        );
+        for i in 53..60 {
+            if i % 7 == 0 {
+                continue;
+            }
+            let k = format!("key{}", i % 7);
+            assert_eq!(
+                ok(c.call(&[b"GET", k.as_bytes()], 200)),
+                Value::Bulk(format!("v{i}").into_bytes())
+            );
+        }
+        assert_eq!(
+            ok(c.call(&[b"SET", b"after", b"restart"], 200)),
+            Value::Simple("OK".into())
+        );
+    })
+    .await
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while nodes.iter().map(|n| n.applied_index()).min()
+        < nodes.iter().map(|n| n.applied_index()).max()
+        && Instant::now() < end
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for n in &nodes {
+        assert_eq!(n.local_get(b"key0").unwrap().as_deref(), Some(&b"cas"[..]));
+    }
+    for n in nodes {
+        n.shutdown().await;
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
