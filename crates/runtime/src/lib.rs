@@ -22,8 +22,9 @@
 //! * [`pool`], [`persist`], [`clock`], [`mba`], [`stats`]: the PM pool
 //!   allocator, flush instructions, the TSC, the bandwidth throttle, the
 //!   report.
-//! * [`tracer`], [`pmdk`]: trace recording and libpmem/libpmemobj
-//!   interposition; [`instrument_hooks`]: the compiler-instrumentation
+//! * [`tracer`], [`pmdk`], [`trace_notes`]: trace recording and libpmem/libpmemobj
+//!   interposition, and the notes `pmlab check` needs (call sites, data,
+//!   modules, PM ranges, `pm_tx_add`); [`instrument_hooks`]: the compiler-instrumentation
 //!   callbacks behind the `instrumented` source (clang), [`tsan_hooks`]:
 //!   the same for gcc's `__tsan_*` callbacks; [`memfns`]: libc's `memcpy`,
 //!   `memmove` and `memset` offered to those hooks.
@@ -49,6 +50,7 @@ pub mod pool;
 mod real;
 pub mod source;
 pub mod stats;
+pub mod trace_notes;
 pub mod tracer;
 pub mod tsan_hooks;
 
@@ -57,4 +59,4 @@ pub use error::{Error, ErrorKind};
 /// Major version of the C API (`PMLAB_MAJOR_VERSION` in `pmlab.h`).
 pub const API_MAJOR: u32 = 1;
 /// Minor version of the C API (`PMLAB_MINOR_VERSION` in `pmlab.h`).
-pub const API_MINOR: u32 = 0;
+pub const API_MINOR: u32 = 1;

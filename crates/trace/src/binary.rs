@@ -70,6 +70,7 @@ pub struct Writer<W: Write> {
     prev_thread: Option<u32>,
     prev_addr: u64,
     records: u64,
+    notes: u64,
 }
 
 impl<W: Write> Writer<W> {
@@ -110,6 +111,7 @@ impl<W: Write> Writer<W> {
             prev_thread: None,
             prev_addr: 0,
             records: 0,
+            notes: 0,
         })
     }
 
@@ -230,11 +232,16 @@ impl<W: Write> Writer<W> {
                 self.buf.extend_from_slice(path.as_bytes());
             }
         }
-        self.records += 1;
+        self.notes += 1;
         if self.buf.len() >= (1 << 16) - MAX_RECORD {
             self.flush_buf()?;
         }
         Ok(())
+    }
+
+    /// Annotations written so far.
+    pub fn notes(&self) -> u64 {
+        self.notes
     }
 
     fn flush_buf(&mut self) -> Result<(), Error> {
@@ -245,7 +252,7 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// Records written so far (annotations included).
+    /// Records written so far (annotations not included).
     pub fn records(&self) -> u64 {
         self.records
     }
@@ -740,7 +747,7 @@ mod tests {
 
     #[test]
     fn notes_round_trip_and_the_iterator_skips_them() {
-        let notes = vec![
+        let notes = [
             Note::Module {
                 start: 0x5555_0000_0000,
                 len: 0x4000,
@@ -754,7 +761,9 @@ mod tests {
                 path: "/mnt/pool".into(),
                 init: true,
             },
-            Note::Site { ip: 0x5555_0000_1234 },
+            Note::Site {
+                ip: 0x5555_0000_1234,
+            },
             Note::TxAdd {
                 addr: 0x7f00_0000_0040,
                 len: 1 << 33,
@@ -772,7 +781,14 @@ mod tests {
             w.write_note(r.time_ns, (i % 3) as u32, n).unwrap();
         }
         assert!(w
-            .write_note(0, 0, &Note::Data { addr: 0, bytes: vec![0; MAX_PAYLOAD + 1] })
+            .write_note(
+                0,
+                0,
+                &Note::Data {
+                    addr: 0,
+                    bytes: vec![0; MAX_PAYLOAD + 1]
+                }
+            )
             .is_err());
         let bytes = w.finish().unwrap();
         let back: Vec<Record> = Reader::new(&bytes[..])
@@ -814,7 +830,11 @@ mod tests {
         w.write_note(0, 0, &Note::Site { ip: 1 }).unwrap();
         let mut bytes = w.finish().unwrap();
         bytes[8] = 1;
-        let e = Reader::new(&bytes[..]).unwrap().next().unwrap().unwrap_err();
+        let e = Reader::new(&bytes[..])
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap_err();
         assert!(e.to_string().contains("unknown operation code 13"), "{e}");
     }
 

@@ -1,0 +1,442 @@
+//! The streaming checker: one pass over a trace, one state machine per
+//! cache line.
+//!
+//! A line is *clean* (nothing pending), *dirty* (stored, not flushed) or
+//! *flushed* (written back by thread T, not yet fenced by T). A store makes
+//! a line dirty; a `clwb`/`clflushopt` makes a dirty line flushed; a fence
+//! of T makes every line T flushed clean; `clflush` (strongly ordered) and
+//! a non-temporal store followed by a fence likewise. Findings:
+//!
+//! * [`Kind::NotFlushed`] / [`Kind::NotFenced`]: a line still dirty /
+//!   flushed at the end of the trace, or at the commit (`TXEND`) of the
+//!   transaction that stored it;
+//! * [`Kind::RedundantFlush`]: a flush of a line not modified since its
+//!   last flush (judged only when the trace records every store:
+//!   `stores=instrumented`, or a hand-made trace; flushes made inside
+//!   PMDK's libraries are exempt, their own stores are never recorded);
+//! * [`Kind::FlushNotPm`]: a flush outside every PM mapping of the trace
+//!   (judged at the end, when the trace has `PMRANGE` notes);
+//! * [`Kind::StoreAfterFlush`]: a store to a line between its flush and
+//!   the fence that completes it;
+//! * [`Kind::TxUnlogged`]: inside a transaction, a store to PM outside the
+//!   ranges the transaction logged (`TXADD`). Transactions are checked
+//!   when they log at least one range or the trace is of a PMDK program
+//!   (`pmdk=interposed`); stores made inside PMDK's libraries are exempt.
+
+use crate::report::{Finding, Kind, Report, When};
+use pmlab_trace::ext::{Event, Note};
+use pmlab_trace::{Op, Record, Space};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+const LINE: u64 = 64;
+
+/// A multiplicative hasher for line addresses (the default SipHash costs
+/// more than the rest of the checker).
+#[derive(Default)]
+pub(crate) struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (v >> 32);
+    }
+}
+
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<LineHasher>>;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Clean,
+    Dirty,
+    Flushed,
+}
+
+#[derive(Clone, Copy)]
+struct Line {
+    state: State,
+    /// The last store: thread, call site, address, size.
+    store_thread: u32,
+    store_site: u64,
+    store_addr: u64,
+    store_size: u32,
+    /// The thread whose fence completes the flush.
+    flush_thread: u32,
+    /// Already reported at a commit (not again at exit).
+    reported: bool,
+}
+
+#[derive(Default)]
+struct Thread {
+    site: u64,
+    /// Lines this thread flushed and has not fenced since.
+    flushed: Vec<u64>,
+    tx_depth: u32,
+    tx_ranges: Vec<(u64, u64)>,
+    tx_lines: Vec<u64>,
+}
+
+/// Options of a check.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Judge redundant flushes even when the trace says not every store
+    /// was recorded.
+    pub assume_complete_stores: bool,
+}
+
+/// The streaming checker. Feed it events with [`Checker::event`], then
+/// call [`Checker::finish`].
+pub struct Checker {
+    lines: FastMap<u64, Line>,
+    threads: Vec<Thread>,
+    report: Report,
+    complete_stores: bool,
+    pmdk: bool,
+    pm_ranges: Vec<(u64, u64)>,
+    /// Flushes of lines never stored, to judge against PM ranges at the end.
+    unknown_flushes: FastMap<u64, (u32, u64, bool, u64)>,
+    /// Sites known to be inside PMDK's libraries (decided at first use).
+    internal: FastMap<u64, bool>,
+    modules: Vec<crate::symbols::Module>,
+    records: u64,
+}
+
+impl Checker {
+    /// A checker for a trace whose header metadata is `meta`.
+    pub fn new(meta: &[(String, String)], opts: Options) -> Checker {
+        let get = |k: &str| meta.iter().find(|(mk, _)| mk == k).map(|(_, v)| v.as_str());
+        let from_libpmlab = get("producer") == Some("libpmlab");
+        let complete_stores =
+            opts.assume_complete_stores || !from_libpmlab || get("stores") == Some("instrumented");
+        let pmdk = get("pmdk") == Some("interposed");
+        let mut report = Report::default();
+        report.complete_stores = complete_stores;
+        Checker {
+            lines: FastMap::default(),
+            threads: Vec::new(),
+            report,
+            complete_stores,
+            pmdk,
+            pm_ranges: Vec::new(),
+            unknown_flushes: FastMap::default(),
+            internal: FastMap::default(),
+            modules: Vec::new(),
+            records: 0,
+        }
+    }
+
+    fn thread(&mut self, t: u32) -> &mut Thread {
+        let t = t as usize;
+        if t >= self.threads.len() {
+            self.threads.resize_with(t + 1, Thread::default);
+        }
+        &mut self.threads[t]
+    }
+
+    /// Is `site` inside one of PMDK's libraries (libpmem, libpmemobj…)?
+    fn is_internal(&mut self, site: u64) -> bool {
+        if site == 0 || !self.pmdk {
+            return false;
+        }
+        if let Some(&v) = self.internal.get(&site) {
+            return v;
+        }
+        let v = self
+            .modules
+            .iter()
+            .find(|m| site >= m.start && site < m.start + m.len)
+            .is_some_and(|m| {
+                let name = m.path.rsplit('/').next().unwrap_or("");
+                name.starts_with("libpmem")
+            });
+        self.internal.insert(site, v);
+        v
+    }
+
+    fn add(&mut self, kind: Kind, thread: u32, site: u64, addr: u64, size: u32, time: u64) {
+        self.report.add(Finding {
+            kind,
+            thread,
+            site,
+            addr,
+            size,
+            time_ns: time,
+        });
+    }
+
+    /// Take one event.
+    pub fn event(&mut self, ev: &Event) {
+        match ev {
+            Event::Record(r) => self.record(r),
+            Event::Note { thread, note, .. } => self.note(*thread, note),
+        }
+    }
+
+    fn note(&mut self, thread: u32, note: &Note) {
+        match note {
+            Note::Site { ip } => self.thread(thread).site = *ip,
+            Note::TxAdd { addr, len } => {
+                let t = self.thread(thread);
+                if t.tx_depth > 0 {
+                    t.tx_ranges.push((*addr, addr.saturating_add(*len)));
+                }
+            }
+            Note::Module {
+                start,
+                len,
+                bias,
+                path,
+            } => self.modules.push(crate::symbols::Module {
+                start: *start,
+                len: *len,
+                bias: *bias,
+                path: path.clone(),
+            }),
+            Note::PmRange { base, len, .. } => {
+                self.pm_ranges.push((*base, base.saturating_add(*len)));
+                self.report.pm_ranges += 1;
+            }
+            Note::Data { .. } => {}
+        }
+    }
+
+    /// Take one operation.
+    pub fn record(&mut self, r: &Record) {
+        self.records += 1;
+        if r.space == Space::Dram {
+            return;
+        }
+        match r.op {
+            Op::Write | Op::NtWrite => self.store(r),
+            Op::Clwb | Op::ClflushOpt | Op::Clflush => self.flush(r),
+            Op::SFence | Op::DFence => self.fence(r.thread),
+            Op::TxBegin => {
+                let t = self.thread(r.thread);
+                if t.tx_depth == 0 {
+                    t.tx_ranges.clear();
+                    t.tx_lines.clear();
+                }
+                t.tx_depth += 1;
+            }
+            Op::TxEnd => self.tx_end(r),
+            _ => {}
+        }
+    }
+
+    fn covered(ranges: &[(u64, u64)], addr: u64, end: u64) -> bool {
+        let mut pos = addr;
+        'outer: while pos < end {
+            for &(lo, hi) in ranges {
+                if lo <= pos && pos < hi {
+                    pos = hi;
+                    continue 'outer;
+                }
+            }
+            return false;
+        }
+        true
+    }
+
+    fn store(&mut self, r: &Record) {
+        let t = r.thread;
+        let site = self.thread(t).site;
+        let end = r.addr.saturating_add(r.size.max(1) as u64);
+        let (in_tx, checked) = {
+            let th = self.thread(t);
+            (
+                th.tx_depth > 0,
+                th.tx_depth > 0 && (!th.tx_ranges.is_empty()),
+            )
+        };
+        if in_tx && (checked || self.pmdk) && !self.is_internal(site) {
+            let ok = Self::covered(&self.threads[t as usize].tx_ranges, r.addr, end);
+            if !ok {
+                self.add(Kind::TxUnlogged, t, site, r.addr, r.size, r.time_ns);
+            }
+        }
+        let nt = r.op == Op::NtWrite;
+        let mut line = r.addr & !(LINE - 1);
+        while line < end {
+            let prev = self.lines.get(&line).copied();
+            if let Some(p) = prev {
+                if p.state == State::Flushed && !nt {
+                    self.add(Kind::StoreAfterFlush, t, site, r.addr, r.size, r.time_ns);
+                }
+            }
+            let l = Line {
+                state: if nt { State::Flushed } else { State::Dirty },
+                store_thread: t,
+                store_site: site,
+                store_addr: r.addr,
+                store_size: r.size,
+                flush_thread: t,
+                reported: false,
+            };
+            self.lines.insert(line, l);
+            let th = self.thread(t);
+            if nt {
+                th.flushed.push(line);
+            }
+            if in_tx {
+                th.tx_lines.push(line);
+            }
+            line += LINE;
+        }
+    }
+
+    fn flush(&mut self, r: &Record) {
+        let t = r.thread;
+        let site = self.thread(t).site;
+        let strong = r.op == Op::Clflush;
+        let end = r.addr.saturating_add(r.size.max(1) as u64);
+        let mut line = r.addr & !(LINE - 1);
+        let internal = self.is_internal(site);
+        while line < end {
+            match self.lines.get_mut(&line) {
+                Some(l) if l.state == State::Dirty => {
+                    if strong {
+                        l.state = State::Clean;
+                    } else {
+                        l.state = State::Flushed;
+                        l.flush_thread = t;
+                        self.thread(t).flushed.push(line);
+                    }
+                }
+                Some(l) => {
+                    // Clean, or flushed and not modified since.
+                    if self.complete_stores {
+                        if !internal {
+                            self.add(Kind::RedundantFlush, t, site, line, LINE as u32, r.time_ns);
+                        }
+                    } else if !strong {
+                        // Unrecorded stores may have modified the line:
+                        // count the flush as a store and a flush.
+                        l.state = State::Flushed;
+                        l.flush_thread = t;
+                        self.thread(t).flushed.push(line);
+                    }
+                }
+                None => {
+                    // Never stored: judged at the end (outside PM, or not
+                    // modified). Without recorded stores, the flush counts
+                    // as the store, as `pmlab analyze` does.
+                    self.unknown_flushes
+                        .entry(line)
+                        .or_insert((t, site, internal, r.time_ns));
+                    let state = if self.complete_stores || strong {
+                        State::Clean
+                    } else {
+                        self.thread(t).flushed.push(line);
+                        State::Flushed
+                    };
+                    self.lines.insert(
+                        line,
+                        Line {
+                            state,
+                            store_thread: t,
+                            store_site: site,
+                            store_addr: line,
+                            store_size: LINE as u32,
+                            flush_thread: t,
+                            reported: false,
+                        },
+                    );
+                }
+            }
+            line += LINE;
+        }
+    }
+
+    fn fence(&mut self, t: u32) {
+        let flushed = std::mem::take(&mut self.thread(t).flushed);
+        for line in &flushed {
+            if let Some(l) = self.lines.get_mut(line) {
+                if l.state == State::Flushed && l.flush_thread == t {
+                    l.state = State::Clean;
+                }
+            }
+        }
+        let mut v = flushed;
+        v.clear();
+        self.thread(t).flushed = v;
+    }
+
+    fn tx_end(&mut self, r: &Record) {
+        let t = r.thread;
+        let th = self.thread(t);
+        if th.tx_depth == 0 {
+            return;
+        }
+        th.tx_depth -= 1;
+        if th.tx_depth > 0 {
+            return;
+        }
+        let lines = std::mem::take(&mut th.tx_lines);
+        for line in &lines {
+            let Some(l) = self.lines.get_mut(line) else {
+                continue;
+            };
+            if l.reported || l.store_thread != t {
+                continue;
+            }
+            let kind = match l.state {
+                State::Dirty => Kind::NotFlushed(When::Commit),
+                State::Flushed => Kind::NotFenced(When::Commit),
+                State::Clean => continue,
+            };
+            l.reported = true;
+            let l = *l;
+            self.add(kind, t, l.store_site, l.store_addr, l.store_size, r.time_ns);
+        }
+        let mut v = lines;
+        v.clear();
+        self.thread(t).tx_lines = v;
+    }
+
+    /// End of the trace: report what is still not durable, judge flushes
+    /// of unknown memory, and return the report.
+    pub fn finish(mut self) -> Report {
+        let mut pending: Vec<(u64, Line)> = self
+            .lines
+            .iter()
+            .filter(|(_, l)| l.state != State::Clean && !l.reported)
+            .map(|(a, l)| (*a, *l))
+            .collect();
+        pending.sort_by_key(|(a, _)| *a);
+        for (_, l) in pending {
+            let kind = match l.state {
+                State::Dirty => Kind::NotFlushed(When::Exit),
+                _ => Kind::NotFenced(When::Exit),
+            };
+            self.add(
+                kind,
+                l.store_thread,
+                l.store_site,
+                l.store_addr,
+                l.store_size,
+                u64::MAX,
+            );
+        }
+        let mut unknown: Vec<(u64, (u32, u64, bool, u64))> =
+            self.unknown_flushes.iter().map(|(a, v)| (*a, *v)).collect();
+        unknown.sort_by_key(|(a, _)| *a);
+        for (a, (t, site, internal, time)) in unknown {
+            let in_pm = self.pm_ranges.iter().any(|&(lo, hi)| a >= lo && a < hi);
+            if !self.pm_ranges.is_empty() && !in_pm {
+                self.add(Kind::FlushNotPm, t, site, a, LINE as u32, time);
+            } else if self.complete_stores && !internal {
+                self.add(Kind::RedundantFlush, t, site, a, LINE as u32, time);
+            }
+        }
+        self.report.records = self.records;
+        self.report.modules = std::mem::take(&mut self.modules);
+        self.report
+    }
+}

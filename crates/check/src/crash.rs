@@ -1,0 +1,1 @@
+//! Crash images (to come).

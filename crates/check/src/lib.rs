@@ -1,0 +1,63 @@
+//! Persistent-memory correctness over pmlab traces: the class of tools of
+//! PMDK's pmemcheck and pmreorder, working from `pmlab trace` recordings
+//! instead of a valgrind run.
+//!
+//! # Brief overview
+//!
+//! * [`check_trace`] / [`Checker`]: one streaming pass, a state machine per
+//!   cache line (dirty, flushed, fenced; per thread where x86 orders per
+//!   thread), reporting stores not flushed or not fenced before a
+//!   durability point (a transaction's commit, the end of the program),
+//!   stores between a flush and its fence, redundant flushes, flushes of
+//!   non-PM memory and transactional stores outside the transaction's log
+//!   ([`Kind`]). Findings are grouped by kind and call site
+//!   ([`Report`]) and symbolised from the trace's module notes and the
+//!   program's debug information ([`symbols`]).
+//! * [`crash`]: crash images. At chosen points of a trace recorded with
+//!   data, every line not yet durable may or may not have reached PM; the
+//!   images are enumerated (exhaustively when few, sampled from a seed
+//!   otherwise), written as pool files and handed to the program's own
+//!   consistency check.
+//! * [`Error`]: the one error type.
+//!
+//! Depends only on `pmlab-trace` (and `addr2line` for symbols); it runs
+//! no program itself except in [`crash`], which runs the check command.
+//!
+//! # Example
+//!
+//! ```
+//! use pmlab_check::{Checker, Kind, Options, When};
+//! use pmlab_trace::{ext::Event, Op, Record};
+//!
+//! let mut c = Checker::new(&[], Options::default());
+//! c.event(&Event::Record(Record::new(0, 0, Op::Write, 0x1000, 8)));
+//! c.event(&Event::Record(Record::new(1, 0, Op::Clwb, 0x1000, 64)));
+//! let report = c.finish(); // no fence: the store is not durable
+//! assert_eq!(report.count(Kind::NotFenced(When::Exit)), 1);
+//! ```
+#![deny(missing_docs)]
+
+mod checker;
+pub mod crash;
+mod error;
+mod report;
+pub mod symbols;
+
+pub use checker::{Checker, Options};
+pub use error::{Error, ErrorKind};
+pub use report::{Finding, Group, Kind, Report, When};
+
+use std::path::Path;
+
+/// Check the binary trace at `path` in one streaming pass.
+pub fn check_trace(path: &Path, opts: Options) -> Result<Report, Error> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
+    let mut r = pmlab_trace::binary::Reader::new(std::io::BufReader::with_capacity(1 << 17, f))
+        .map_err(|e| Error::new(ErrorKind::Trace, format!("{}: {e}", path.display())))?
+        .with_name(path.display().to_string());
+    let mut c = Checker::new(r.meta(), opts);
+    while let Some(ev) = r.next_event()? {
+        c.event(&ev);
+    }
+    Ok(c.finish())
+}

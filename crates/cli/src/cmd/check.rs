@@ -1,0 +1,34 @@
+//! `pmlab check TRACE`: find PM ordering and durability bugs in a trace
+//! (the work is in `pmlab-check`). Exit 0 when clean, 1 with findings, 2
+//! on errors.
+
+use std::path::PathBuf;
+
+/// Arguments of `pmlab check`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The trace (.pmt, recorded with `pmlab trace --sites` for source
+    /// locations).
+    pub trace: PathBuf,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Judge redundant flushes even if the trace says the program's own
+    /// stores were not recorded.
+    #[arg(long)]
+    pub assume_complete_stores: bool,
+}
+
+/// Run the command.
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let opts = pmlab_check::Options {
+        assume_complete_stores: args.assume_complete_stores,
+    };
+    let report = pmlab_check::check_trace(&args.trace, opts)?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(if report.total() > 0 { 1 } else { 0 })
+}
