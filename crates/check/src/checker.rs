@@ -244,7 +244,22 @@ impl Checker {
         true
     }
 
+    fn in_pm(&self, addr: u64) -> bool {
+        self.pm_ranges.is_empty()
+            || self
+                .pm_ranges
+                .iter()
+                .any(|&(lo, hi)| addr >= lo && addr < hi)
+    }
+
     fn store(&mut self, r: &Record) {
+        // Once the trace has declared its PM mappings, a store elsewhere
+        // is not a PM store (the recorder may count memory as PM before
+        // the pool exists); stores before the first mapping are judged
+        // at the end.
+        if !self.in_pm(r.addr) {
+            return;
+        }
         let t = r.thread;
         let site = self.thread(t).site;
         let end = r.addr.saturating_add(r.size.max(1) as u64);
@@ -410,7 +425,10 @@ impl Checker {
             .map(|(a, l)| (*a, *l))
             .collect();
         pending.sort_by_key(|(a, _)| *a);
-        for (_, l) in pending {
+        for (a, l) in pending {
+            if !self.in_pm(a) {
+                continue;
+            }
             let kind = match l.state {
                 State::Dirty => Kind::NotFlushed(When::Exit),
                 _ => Kind::NotFenced(When::Exit),

@@ -61,3 +61,51 @@ pub fn check_trace(path: &Path, opts: Options) -> Result<Report, Error> {
     }
     Ok(c.finish())
 }
+
+/// Write every record and annotation of the binary trace at `path` as
+/// text, one per line (records in the text format of `pmlab-trace`).
+pub fn dump<W: std::io::Write>(path: &Path, out: &mut W) -> Result<(), Error> {
+    use pmlab_trace::ext::{Event, Note};
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
+    let mut r = pmlab_trace::binary::Reader::new(std::io::BufReader::new(f))
+        .map_err(|e| Error::new(ErrorKind::Trace, format!("{}: {e}", path.display())))?
+        .with_name(path.display().to_string());
+    let io = |e| Error::io("writing the dump", e);
+    for (k, v) in r.meta().to_vec() {
+        writeln!(out, "# {k}={v}").map_err(io)?;
+    }
+    while let Some(ev) = r.next_event()? {
+        match ev {
+            Event::Record(rec) => pmlab_trace::text::write_record(out, &rec).map_err(io)?,
+            Event::Note {
+                time_ns,
+                thread,
+                note,
+            } => {
+                let text = match note {
+                    Note::Site { ip } => format!("SITE {ip:#x}"),
+                    Note::TxAdd { addr, len } => format!("TXADD {addr:#x} {len}"),
+                    Note::Data { addr, bytes } => {
+                        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                        format!("DATA {addr:#x} {} {hex}", bytes.len())
+                    }
+                    Note::Module {
+                        start,
+                        len,
+                        bias,
+                        path,
+                    } => format!("MODULE {start:#x} {len} bias {bias:#x} {path}"),
+                    Note::PmRange {
+                        base,
+                        len,
+                        file_offset,
+                        path,
+                        init,
+                    } => format!("PMRANGE {base:#x} {len} offset {file_offset} init {init} {path}"),
+                };
+                writeln!(out, "{time_ns} {thread} {text}").map_err(io)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -17,10 +17,19 @@ pub struct Args {
     /// stores were not recorded.
     #[arg(long)]
     pub assume_complete_stores: bool,
+    /// Print every record and annotation of the trace as text instead of
+    /// checking it.
+    #[arg(long)]
+    pub dump: bool,
 }
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if args.dump {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        pmlab_check::dump(&args.trace, &mut out)?;
+        return Ok(0);
+    }
     let opts = pmlab_check::Options {
         assume_complete_stores: args.assume_complete_stores,
     };
