@@ -71,6 +71,9 @@ struct Line {
     flush_thread: u32,
     /// Already reported at a commit (not again at exit).
     reported: bool,
+    /// Stored while flushed and not yet fenced; reported if the fence
+    /// comes before another flush.
+    after_flush: bool,
 }
 
 #[derive(Default)]
@@ -216,7 +219,7 @@ impl Checker {
         match r.op {
             Op::Write | Op::NtWrite => self.store(r),
             Op::Clwb | Op::ClflushOpt | Op::Clflush => self.flush(r),
-            Op::SFence | Op::DFence => self.fence(r.thread),
+            Op::SFence | Op::DFence => self.fence(r),
             Op::TxBegin => {
                 let t = self.thread(r.thread);
                 if t.tx_depth == 0 {
@@ -277,22 +280,21 @@ impl Checker {
             }
         }
         let nt = r.op == Op::NtWrite;
+        let internal = self.is_internal(site);
         let mut line = r.addr & !(LINE - 1);
         while line < end {
             let prev = self.lines.get(&line).copied();
-            if let Some(p) = prev {
-                if p.state == State::Flushed && !nt {
-                    self.add(Kind::StoreAfterFlush, t, site, r.addr, r.size, r.time_ns);
-                }
-            }
+            let after_flush = prev
+                .is_some_and(|p| (p.state == State::Flushed || p.after_flush) && !nt && !internal);
             let l = Line {
                 state: if nt { State::Flushed } else { State::Dirty },
                 store_thread: t,
                 store_site: site,
                 store_addr: r.addr,
                 store_size: r.size,
-                flush_thread: t,
+                flush_thread: prev.map_or(t, |p| p.flush_thread),
                 reported: false,
+                after_flush,
             };
             self.lines.insert(line, l);
             let th = self.thread(t);
@@ -316,6 +318,7 @@ impl Checker {
         while line < end {
             match self.lines.get_mut(&line) {
                 Some(l) if l.state == State::Dirty => {
+                    l.after_flush = false;
                     if strong {
                         l.state = State::Clean;
                     } else {
@@ -361,6 +364,7 @@ impl Checker {
                             store_size: LINE as u32,
                             flush_thread: t,
                             reported: false,
+                            after_flush: false,
                         },
                     );
                 }
@@ -369,12 +373,26 @@ impl Checker {
         }
     }
 
-    fn fence(&mut self, t: u32) {
+    fn fence(&mut self, r: &Record) {
+        let t = r.thread;
         let flushed = std::mem::take(&mut self.thread(t).flushed);
         for line in &flushed {
             if let Some(l) = self.lines.get_mut(line) {
                 if l.state == State::Flushed && l.flush_thread == t {
                     l.state = State::Clean;
+                } else if l.after_flush && l.flush_thread == t {
+                    // Stored between the flush and this fence, and not
+                    // flushed again.
+                    l.after_flush = false;
+                    let l = *l;
+                    self.add(
+                        Kind::StoreAfterFlush,
+                        l.store_thread,
+                        l.store_site,
+                        l.store_addr,
+                        l.store_size,
+                        r.time_ns,
+                    );
                 }
             }
         }
@@ -448,7 +466,11 @@ impl Checker {
         for (a, (t, site, internal, time)) in unknown {
             let in_pm = self.pm_ranges.iter().any(|&(lo, hi)| a >= lo && a < hi);
             if !self.pm_ranges.is_empty() && !in_pm {
-                self.add(Kind::FlushNotPm, t, site, a, LINE as u32, time);
+                // PMDK's libraries flush other mappings of the pool file
+                // (its header while creating it): not the program's.
+                if !internal {
+                    self.add(Kind::FlushNotPm, t, site, a, LINE as u32, time);
+                }
             } else if self.complete_stores && !internal {
                 self.add(Kind::RedundantFlush, t, site, a, LINE as u32, time);
             }

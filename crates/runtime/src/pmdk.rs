@@ -38,8 +38,9 @@
 //!   transaction's log coverage for `pmlab check` (also for
 //!   `pmemobj_tx_xadd_range`, `_xadd_range_direct` and `pmemobj_tx_xalloc`);
 //! * `pmemobj_create`, `pmemobj_open`, `pmem_map_file`: a `PMRANGE` note
-//!   for the mapping and its file (`pmemobj_open` saves the file's contents
-//!   first when tracing with data, for `pmlab crash`).
+//!   for the mapping and its file (with data, `pmemobj_open` and
+//!   `pmem_map_file` save the file's contents first, `pmemobj_create` the
+//!   pool as created, for `pmlab crash`).
 //!
 //! # What is not seen
 //!
@@ -610,7 +611,8 @@ fn saved_before(path: *const c_char) -> Option<String> {
     trace_notes::save_initial(unsafe { CStr::from_ptr(path) })
 }
 
-/// `pmemobj_create` (libpmemobj): a `PMRANGE` note for the pool.
+/// `pmemobj_create` (libpmemobj): a `PMRANGE` note for the pool, with the
+/// pool's contents as created when tracing with data.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pmemobj_create(
     path: *const c_char,
@@ -619,9 +621,13 @@ pub unsafe extern "C" fn pmemobj_create(
     mode: libc::mode_t,
 ) -> *mut c_void {
     let real = real!(c"pmemobj_create", CreateFn);
-    let init = saved_before(path);
     let pop = real(path, layout, poolsize, mode);
     if enabled() && !pop.is_null() {
+        // The pool as created is the initial image: libpmemobj writes its
+        // header through a mapping of its own before this one, and has made
+        // everything durable when it returns (crashes inside
+        // pmemobj_create are not tested).
+        let init = saved_before(path);
         trace_notes::pm_range(pop as u64, file_len(path), &path_string(path), 0, init);
     }
     pop
