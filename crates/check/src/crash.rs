@@ -488,7 +488,10 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
             Some(Event::Record(rec)) if is_fence(rec) && rec.time_ns >= pool.time_ns => {
                 let k = fence_no;
                 fence_no += 1;
-                chosen.as_ref().map_or(true, |s| s.contains(&k))
+                match &chosen {
+                    None => true,
+                    Some(s) => s.contains(&k),
+                }
             }
             _ => false,
         };
