@@ -480,3 +480,113 @@ impl Checker {
         self.report
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmlab_trace::ext::Event;
+
+    /// Check a text trace (one record per line; `TXADD addr len` lines are
+    /// annotations of thread 0).
+    fn check(text: &str) -> Report {
+        let meta = vec![("producer".to_string(), "test".to_string())];
+        let mut c = Checker::new(&meta, Options::default());
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.first() == Some(&"TXADD") {
+                let a = u64::from_str_radix(f[1].trim_start_matches("0x"), 16).unwrap();
+                c.event(&Event::Note {
+                    time_ns: 0,
+                    thread: 0,
+                    note: Note::TxAdd {
+                        addr: a,
+                        len: f[2].parse().unwrap(),
+                    },
+                });
+                continue;
+            }
+            if let Some(r) = pmlab_trace::text::parse_line(line).unwrap() {
+                c.event(&Event::Record(r));
+            }
+        }
+        c.finish()
+    }
+
+    #[test]
+    fn a_store_flushed_and_fenced_is_clean() {
+        let r = check("0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 0 SFENCE 0 0\n");
+        assert_eq!(r.total(), 0);
+    }
+
+    #[test]
+    fn a_store_never_flushed_is_reported_at_exit() {
+        let r = check("0 0 W 0x1000 8\n1 0 SFENCE 0 0\n");
+        assert_eq!(r.count(Kind::NotFlushed(When::Exit)), 1);
+        assert_eq!(r.total(), 1);
+    }
+
+    #[test]
+    fn a_flush_without_fence_is_reported_and_another_threads_fence_does_not_help() {
+        let r = check("0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 1 SFENCE 0 0\n");
+        assert_eq!(r.count(Kind::NotFenced(When::Exit)), 1);
+        // clflush is strongly ordered: no fence needed.
+        let r = check("0 0 W 0x1000 8\n1 0 CLFLUSH 0x1000 64\n");
+        assert_eq!(r.total(), 0);
+    }
+
+    #[test]
+    fn commit_is_a_durability_point() {
+        let r = check(
+            "0 0 TXBEGIN 1 0\n1 0 W 0x1000 8\n2 0 TXEND 1 0\n3 0 CLWB 0x1000 64\n4 0 SFENCE 0 0\n",
+        );
+        assert_eq!(r.count(Kind::NotFlushed(When::Commit)), 1);
+        assert_eq!(r.total(), 1, "not reported again at exit");
+        let r = check(
+            "0 0 TXBEGIN 1 0\n1 0 W 0x1000 8\n2 0 CLWB 0x1000 64\n3 0 TXEND 1 0\n4 0 SFENCE 0 0\n",
+        );
+        assert_eq!(r.count(Kind::NotFenced(When::Commit)), 1);
+    }
+
+    #[test]
+    fn redundant_flushes_are_those_of_unmodified_lines() {
+        let r = check("0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 0 SFENCE 0 0\n3 0 CLWB 0x1000 64\n4 0 CLWB 0x2000 64\n5 0 SFENCE 0 0\n");
+        assert_eq!(r.count(Kind::RedundantFlush), 2);
+        let r = check("0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 0 SFENCE 0 0\n3 0 W 0x1008 8\n4 0 CLWB 0x1000 64\n5 0 SFENCE 0 0\n");
+        assert_eq!(r.total(), 0);
+    }
+
+    #[test]
+    fn a_store_between_flush_and_fence_counts_only_if_not_flushed_again() {
+        let r = check("0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 0 W 0x1008 8\n3 0 SFENCE 0 0\n4 0 CLWB 0x1000 64\n5 0 SFENCE 0 0\n");
+        assert_eq!(r.count(Kind::StoreAfterFlush), 1);
+        assert_eq!(r.total(), 1);
+        let r = check("0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 0 W 0x1008 8\n3 0 CLWB 0x1000 64\n4 0 SFENCE 0 0\n");
+        assert_eq!(r.total(), 0);
+    }
+
+    #[test]
+    fn transactional_stores_must_fall_in_logged_ranges() {
+        let base = "0 0 TXBEGIN 1 0\nTXADD 0x1000 16\n";
+        let tail = "3 0 CLWB 0x1000 64\n4 0 SFENCE 0 0\n5 0 TXEND 1 0\n";
+        let r = check(&format!("{base}1 0 W 0x1008 8\n{tail}"));
+        assert_eq!(r.total(), 0);
+        let r = check(&format!("{base}1 0 W 0x1010 8\n{tail}"));
+        assert_eq!(r.count(Kind::TxUnlogged), 1);
+        // Adjacent ranges cover a store across both.
+        let r = check(&format!("{base}TXADD 0x1010 16\n1 0 W 0x100c 8\n{tail}"));
+        assert_eq!(r.total(), 0);
+        // A transaction that logs nothing is not checked (pmlab.h opt-in).
+        let r = check(
+            "0 0 TXBEGIN 1 0\n1 0 W 0x1000 8\n3 0 CLWB 0x1000 64\n4 0 SFENCE 0 0\n5 0 TXEND 1 0\n",
+        );
+        assert_eq!(r.total(), 0);
+    }
+
+    #[test]
+    fn non_temporal_stores_need_only_a_fence() {
+        let r = check("0 0 NT 0x1000 64\n1 0 SFENCE 0 0\n");
+        assert_eq!(r.total(), 0);
+        let r = check("0 0 NT 0x1000 64\n");
+        assert_eq!(r.count(Kind::NotFenced(When::Exit)), 1);
+    }
+}
