@@ -4,7 +4,8 @@
 //! A line is *clean* (nothing pending), *dirty* (stored, not flushed) or
 //! *flushed* (written back by thread T, not yet fenced by T). A store makes
 //! a line dirty; a `clwb`/`clflushopt` makes a dirty line flushed; a fence
-//! of T makes every line T flushed clean; `clflush` (strongly ordered) and
+//! of T (`SFENCE`, and `OFENCE`/`DFENCE`, which execute an `sfence` on
+//! x86) makes every line T flushed clean; `clflush` (strongly ordered) and
 //! a non-temporal store followed by a fence likewise. Findings:
 //!
 //! * [`Kind::NotFlushed`] / [`Kind::NotFenced`]: a line still dirty /
@@ -219,7 +220,8 @@ impl Checker {
         match r.op {
             Op::Write | Op::NtWrite => self.store(r),
             Op::Clwb | Op::ClflushOpt | Op::Clflush => self.flush(r),
-            Op::SFence | Op::DFence => self.fence(r),
+            // pm_ofence executes an sfence: on x86 it completes flushes too.
+            Op::SFence | Op::OFence | Op::DFence => self.fence(r),
             Op::TxBegin => {
                 let t = self.thread(r.thread);
                 if t.tx_depth == 0 {
@@ -273,9 +275,10 @@ impl Checker {
                 th.tx_depth > 0 && (!th.tx_ranges.is_empty()),
             )
         };
+        let mut logged = false;
         if in_tx && (checked || self.pmdk) && !self.is_internal(site) {
-            let ok = Self::covered(&self.threads[t as usize].tx_ranges, r.addr, end);
-            if !ok {
+            logged = Self::covered(&self.threads[t as usize].tx_ranges, r.addr, end);
+            if !logged {
                 self.add(Kind::TxUnlogged, t, site, r.addr, r.size, r.time_ns);
             }
         }
@@ -284,15 +287,21 @@ impl Checker {
         let mut line = r.addr & !(LINE - 1);
         while line < end {
             let prev = self.lines.get(&line).copied();
-            let after_flush = prev
-                .is_some_and(|p| (p.state == State::Flushed || p.after_flush) && !nt && !internal);
+            // A logged store is the transaction's to flush at commit.
+            let after_flush = prev.is_some_and(|p| {
+                (p.state == State::Flushed || p.after_flush) && !nt && !internal && !logged
+            });
             let l = Line {
                 state: if nt { State::Flushed } else { State::Dirty },
                 store_thread: t,
                 store_site: site,
                 store_addr: r.addr,
                 store_size: r.size,
-                flush_thread: prev.map_or(t, |p| p.flush_thread),
+                flush_thread: if nt {
+                    t
+                } else {
+                    prev.map_or(t, |p| p.flush_thread)
+                },
                 reported: false,
                 after_flush,
             };
@@ -419,6 +428,14 @@ impl Checker {
             if l.reported || l.store_thread != t {
                 continue;
             }
+            let site = l.store_site;
+            // PMDK's own log writes are drained lazily, after the commit.
+            if self.is_internal(site) {
+                continue;
+            }
+            let Some(l) = self.lines.get_mut(line) else {
+                continue;
+            };
             let kind = match l.state {
                 State::Dirty => Kind::NotFlushed(When::Commit),
                 State::Flushed => Kind::NotFenced(When::Commit),

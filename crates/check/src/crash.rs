@@ -257,7 +257,7 @@ fn survey(trace: &Path) -> Result<(Pool, u64, bool), Error> {
 }
 
 fn is_fence(r: &pmlab_trace::Record) -> bool {
-    r.space == Space::Pm && matches!(r.op, Op::SFence | Op::DFence)
+    r.space == Space::Pm && r.op.is_fence()
 }
 
 /// The durable image: sparse pages of the pool file.

@@ -65,16 +65,33 @@ pub fn check_trace(path: &Path, opts: Options) -> Result<Report, Error> {
 /// Write every record and annotation of the binary trace at `path` as
 /// text, one per line (records in the text format of `pmlab-trace`).
 pub fn dump<W: std::io::Write>(path: &Path, out: &mut W) -> Result<(), Error> {
-    use pmlab_trace::ext::{Event, Note};
     let f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
     let mut r = pmlab_trace::binary::Reader::new(std::io::BufReader::new(f))
         .map_err(|e| Error::new(ErrorKind::Trace, format!("{}: {e}", path.display())))?
         .with_name(path.display().to_string());
-    let io = |e| Error::io("writing the dump", e);
+    let r = dump_events(&mut r, out);
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::io("writing the dump", e)),
+        Ok(r) => r,
+    }
+}
+
+fn dump_events<R: std::io::Read, W: std::io::Write>(
+    r: &mut pmlab_trace::binary::Reader<R>,
+    out: &mut W,
+) -> std::io::Result<Result<(), Error>> {
+    use pmlab_trace::ext::{Event, Note};
+    let io = |e| e;
     for (k, v) in r.meta().to_vec() {
         writeln!(out, "# {k}={v}").map_err(io)?;
     }
-    while let Some(ev) = r.next_event()? {
+    loop {
+        let ev = match r.next_event() {
+            Ok(Some(ev)) => ev,
+            Ok(None) => break,
+            Err(e) => return Ok(Err(e.into())),
+        };
         match ev {
             Event::Record(rec) => pmlab_trace::text::write_record(out, &rec).map_err(io)?,
             Event::Note {
@@ -107,5 +124,5 @@ pub fn dump<W: std::io::Write>(path: &Path, out: &mut W) -> Result<(), Error> {
             }
         }
     }
-    Ok(())
+    Ok(Ok(()))
 }
