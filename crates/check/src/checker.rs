@@ -284,29 +284,35 @@ impl Checker {
         }
         let nt = r.op == Op::NtWrite;
         let internal = self.is_internal(site);
+        let th = &mut self.threads[t as usize];
         let mut line = r.addr & !(LINE - 1);
         while line < end {
-            let prev = self.lines.get(&line).copied();
-            // A logged store is the transaction's to flush at commit.
-            let after_flush = prev.is_some_and(|p| {
-                (p.state == State::Flushed || p.after_flush) && !nt && !internal && !logged
-            });
-            let l = Line {
+            let fresh = Line {
                 state: if nt { State::Flushed } else { State::Dirty },
                 store_thread: t,
                 store_site: site,
                 store_addr: r.addr,
                 store_size: r.size,
-                flush_thread: if nt {
-                    t
-                } else {
-                    prev.map_or(t, |p| p.flush_thread)
-                },
+                flush_thread: t,
                 reported: false,
-                after_flush,
+                after_flush: false,
             };
-            self.lines.insert(line, l);
-            let th = self.thread(t);
+            match self.lines.entry(line) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let p = *e.get();
+                    // A logged store is the transaction's to flush at commit.
+                    let after_flush =
+                        (p.state == State::Flushed || p.after_flush) && !nt && !internal && !logged;
+                    *e.get_mut() = Line {
+                        flush_thread: if nt { t } else { p.flush_thread },
+                        after_flush,
+                        ..fresh
+                    };
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(fresh);
+                }
+            }
             if nt {
                 th.flushed.push(line);
             }
