@@ -8,7 +8,9 @@
 //!   (found with libgcc's `_Unwind_Backtrace`, a few hundred nanoseconds to
 //!   microseconds per record: the program's timing changes, so it is off
 //!   by default). The writer emits a `SITE` note when a thread's site
-//!   changes.
+//!   changes. The unwinder takes the dynamic loader's lock, so with sites
+//!   on a record is no longer async-signal-safe: a signal handler that
+//!   stores to PM while its thread is inside `dlopen` could deadlock.
 //! * `PMLAB_TRACE_DATA=1` (`pmlab trace --data`): the bytes each PM store
 //!   wrote (read at the thread's next record, since the instrumentation
 //!   hooks record a store before it happens) and each line a flush wrote
