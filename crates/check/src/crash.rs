@@ -23,6 +23,10 @@
 //! the image's path; without `{}` the path is appended); a non-zero exit
 //! is a failure. The first failure stops the run.
 //!
+//! Records are replayed in file order; the tracer interleaves threads by
+//! drain batch, so for several threads the order between threads is
+//! approximate (each thread's own order is exact).
+//!
 //! Intermediate versions of a line (an older store's contents reaching PM
 //! before a newer store) are not generated; a store between a line's flush
 //! and its fence leaves the line pending with the newer contents.
@@ -523,12 +527,13 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
             let mut rng = Rng(opts.seed ^ point_no.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             for i in 0..count {
                 // Image i: bit j of the mask keeps line j. Sampled points
-                // start with "all lost" and "all kept", then draw.
+                // with room for three images or more start with "all
+                // lost" and "all kept", then draw.
                 let keep: Vec<bool> = if exhaustive {
                     (0..n).map(|j| i >> j & 1 == 1).collect()
-                } else if i == 0 {
+                } else if i == 0 && count >= 3 {
                     vec![false; n]
-                } else if i == 1 {
+                } else if i == 1 && count >= 3 {
                     vec![true; n]
                 } else {
                     (0..n).map(|_| rng.next() & 1 == 1).collect()
