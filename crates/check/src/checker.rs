@@ -606,6 +606,34 @@ mod tests {
     }
 
     #[test]
+    fn flushes_outside_the_pm_mappings_are_reported_at_the_end() {
+        let meta = vec![("producer".to_string(), "test".to_string())];
+        let mut c = Checker::new(&meta, Options::default());
+        let rec = |op, a, s| Event::Record(Record::new(0, 0, op, a, s));
+        // A flush before the mapping is declared is judged at the end.
+        c.event(&rec(Op::Clwb, 0x9000, 64));
+        c.event(&Event::Note {
+            time_ns: 0,
+            thread: 0,
+            note: Note::PmRange {
+                base: 0x1000,
+                len: 0x1000,
+                file_offset: 0,
+                path: String::new(),
+                init: false,
+            },
+        });
+        c.event(&rec(Op::Write, 0x1000, 8));
+        c.event(&rec(Op::Clwb, 0x1000, 64));
+        c.event(&rec(Op::SFence, 0, 0));
+        // A store outside the mapping is not a PM store.
+        c.event(&rec(Op::Write, 0x5000, 8));
+        let r = c.finish();
+        assert_eq!(r.count(Kind::FlushNotPm), 1);
+        assert_eq!(r.total(), 1);
+    }
+
+    #[test]
     fn non_temporal_stores_need_only_a_fence() {
         let r = check("0 0 NT 0x1000 64\n1 0 SFENCE 0 0\n");
         assert_eq!(r.total(), 0);
