@@ -176,12 +176,12 @@ fn crash_fails_a_recovery_that_trusts_fields_written_after_the_commit_flag() {
 }
 
 #[test]
-fn check_finds_a_pmemobj_store_outside_the_transaction() {
+fn check_and_crash_find_a_pmemobj_store_outside_the_transaction() {
     let d = TempDir::new("pmobj");
     let ok = Command::new("sh")
         .args([
             "-c",
-            "echo '#include <libpmemobj.h>' | cc -E - >/dev/null 2>&1",
+            "echo '#include <libpmemobj.h>' | cc -x c -E - >/dev/null 2>&1",
         ])
         .status()
         .unwrap();
@@ -213,6 +213,29 @@ fn check_finds_a_pmemobj_store_outside_the_transaction() {
             );
         } else {
             assert_eq!(code, Some(0), "{v}");
+        }
+        // pmlab crash with libpmemobj's recovery and the program's
+        // invariant: the unlogged store survives a rolled-back transaction.
+        let check = format!("PMEM_IS_PMEM_FORCE=1 {} {{}} check", prog.display());
+        let o = Command::new(PMLAB)
+            .args(["crash", "--json", "--budget", "100", "--points", "40"])
+            .args(["--check", &check, "--dir"])
+            .arg(d.path(&format!("crash-{variant}")))
+            .arg("--")
+            .arg(&prog)
+            .arg(d.path(&format!("crash-{variant}.pool")))
+            .arg(variant)
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())
+            .unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+        eprintln!("pmobj_planted {variant}: {} crash images", v["images"]);
+        assert_eq!(v["failed"], findings, "{variant}: {v}");
+        assert_eq!(o.status.code(), Some(findings as i32), "{variant}: {v}");
+        if findings {
+            let out = v["failure"]["output"].as_str().unwrap();
+            assert!(out.contains("inconsistent"), "{v}");
         }
     }
 }
