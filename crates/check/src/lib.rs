@@ -49,8 +49,23 @@ pub use report::{Finding, Group, Kind, Report, When};
 
 use std::path::Path;
 
-/// Check the binary trace at `path` in one streaming pass.
+/// Check the trace at `path` in one streaming pass: a binary trace with
+/// its annotations, or any other format `pmlab_trace::open` reads (text
+/// traces: operations only, every store assumed recorded).
 pub fn check_trace(path: &Path, opts: Options) -> Result<Report, Error> {
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
+    let mut magic = [0u8; 8];
+    let n = std::io::Read::read(&mut f, &mut magic).map_err(|e| Error::io(path.display(), e))?;
+    if n < magic.len() || &magic != pmlab_trace::binary::MAGIC {
+        let mut c = Checker::new(&[], opts);
+        for rec in pmlab_trace::open(path, None)
+            .map_err(|e| Error::new(ErrorKind::Trace, e.to_string()))?
+        {
+            c.record(&rec.map_err(|e| Error::new(ErrorKind::Trace, e.to_string()))?);
+        }
+        return Ok(c.finish());
+    }
+    drop(f);
     let f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
     let mut r = pmlab_trace::binary::Reader::new(std::io::BufReader::with_capacity(1 << 17, f))
         .map_err(|e| Error::new(ErrorKind::Trace, format!("{}: {e}", path.display())))?

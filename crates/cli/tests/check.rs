@@ -241,6 +241,22 @@ fn check_and_crash_find_a_pmemobj_store_outside_the_transaction() {
 }
 
 #[test]
+fn check_reads_hand_made_text_traces() {
+    let d = TempDir::new("text");
+    d.write(
+        "t.txt",
+        "0 0 W 0x1000 8\n1 0 CLWB 0x1000 64\n2 0 W 0x2000 8\n3 0 SFENCE 0 0\n",
+    );
+    let (code, v) = check_json(&d, &d.path("t.txt"));
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(kinds(&v), vec!["not-flushed-at-exit".to_string()], "{v}");
+    assert_eq!(v["groups"][0]["addr"], "0x2000", "{v}");
+    d.write("bad.txt", "0 0 JUMP 0x1000 8\n");
+    let o = pmlab(&d, &["check", "bad.txt"]);
+    assert_one_line_error(&o, "bad.txt:1");
+}
+
+#[test]
 fn bad_input_fails_in_one_line() {
     let d = TempDir::new("bad");
     let o = pmlab(&d, &["check", "missing.pmt"]);
