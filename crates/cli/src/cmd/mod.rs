@@ -4,6 +4,8 @@
 pub mod analyze;
 pub mod calibrate;
 pub mod cc;
+pub mod check;
+pub mod crash;
 pub mod persistency;
 pub mod probe;
 pub mod run;
