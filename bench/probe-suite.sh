@@ -18,7 +18,7 @@ for t in sim:optane-1dimm sim:optane-6dimm host; do
     d="$OUT/$(echo "$t" | tr ':' '-')"
     rm -rf "$d"
     start=$(date +%s.%N)
-    "$PMLAB" probe all --target "$t" --out "$d" --plot > "$d.report.txt"
+    "$PMLAB" probe all --target "$t" --out "$d" --plot "$d/plots" > "$d.report.txt"
     end=$(date +%s.%N)
     echo "== $t: $(echo "$end - $start" | bc) s wall"
     cat "$d.report.txt"

@@ -2,8 +2,10 @@
 //! module, map errors to exit codes. Each command lives in `cmd/<name>.rs`
 //! and does its work through the library crates.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
+
+mod progress;
 
 mod cmd;
 
@@ -49,7 +51,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
@@ -88,4 +93,113 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 fn one_line(err: &anyhow::Error) -> String {
     let parts: Vec<String> = err.chain().map(|c| c.to_string()).collect();
     parts.join(": ")
+}
+
+/// Parse the command line. Help and version print as clap writes them (exit
+/// 0); every other parse error is one `pmlab: error:` line (exit 2).
+fn parse() -> Result<Cli, ExitCode> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut cmd = allow_negative_numbers(Cli::command());
+    let parsed = cmd
+        .try_get_matches_from_mut(&args)
+        .and_then(|mut m| Cli::from_arg_matches_mut(&mut m).map_err(|e| e.format(&mut cmd)));
+    parsed.map_err(|e| {
+        use clap::error::ErrorKind;
+        match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                let _ = e.print();
+                ExitCode::SUCCESS
+            }
+            _ => {
+                eprintln!("pmlab: error: {}", clap_one_line(&e, &cmd, &args));
+                ExitCode::from(2)
+            }
+        }
+    })
+}
+
+/// Let every option value look like a negative number (`--offset -5`), so
+/// that clap hands it to the option (which accepts it or names the bad
+/// value) instead of taking it for a flag and giving a wrong tip.
+fn allow_negative_numbers(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        if a.get_action().takes_values() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(allow_negative_numbers)
+}
+
+/// A clap error as one line: clap's own first line, its suggestion if it has
+/// one, and which `--help` to read (that of the subcommand named in `args`).
+fn clap_one_line(e: &clap::Error, root: &clap::Command, args: &[std::ffi::OsString]) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let mut sub = root;
+    let mut path = vec!["pmlab"];
+    for a in args.iter().skip(1).filter_map(|a| a.to_str()) {
+        if a == "--" {
+            break;
+        }
+        if let Some(s) = sub.find_subcommand(a) {
+            sub = s;
+            path.push(s.get_name());
+        }
+    }
+    let see = format!("see '{} --help'", path.join(" "));
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let names: Vec<&str> = sub
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name())
+            .filter(|n| *n != "help")
+            .collect();
+        return if names.is_empty() {
+            format!("'{}' needs more arguments; {see}", path.join(" "))
+        } else {
+            format!(
+                "'{}' needs a command: {}; {see}",
+                path.join(" "),
+                names.join(", ")
+            )
+        };
+    }
+    let rendered = e.render().to_string();
+    let first = rendered
+        .lines()
+        .next()
+        .unwrap_or("invalid command line")
+        .trim_start_matches("error: ")
+        .to_string();
+    let mut hints = Vec::new();
+    for (kind, value) in e.context() {
+        let quoted = |v: &ContextValue| match v {
+            ContextValue::String(s) => format!("'{s}'"),
+            ContextValue::Strings(v) => {
+                let q: Vec<String> = v.iter().map(|s| format!("'{s}'")).collect();
+                q.join(" or ")
+            }
+            other => other.to_string(),
+        };
+        match (kind, value) {
+            (
+                ContextKind::SuggestedArg
+                | ContextKind::SuggestedSubcommand
+                | ContextKind::SuggestedValue,
+                _,
+            ) => hints.push(format!("did you mean {}?", quoted(value))),
+            (ContextKind::ValidValue, ContextValue::Strings(v))
+                if !v.is_empty() && !first.contains("possible values") =>
+            {
+                hints.push(format!("possible values: {}", v.join(", ")))
+            }
+            _ => {}
+        }
+    }
+    if hints.is_empty() {
+        format!("{first}; {see}")
+    } else {
+        format!("{first} ({}); {see}", hints.join("; "))
+    }
 }

@@ -83,7 +83,10 @@ fn block_sweep_and_stride_and_overwrite_run_on_the_simulator() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let pts = v["curves"][0]["points"].as_array().unwrap();
+    // Curves are keyed by id: one key path reaches the points.
+    let pts = v["curves"]["stride-interleave-store"]["points"]
+        .as_array()
+        .unwrap();
     assert_eq!(pts.len(), 5);
     let bw: Vec<f64> = pts.iter().map(|p| p["y"].as_f64().unwrap()).collect();
     // 6 DIMMs at 4 KiB: a 4 KiB stride spreads over all, 8 KiB over half.
@@ -124,29 +127,55 @@ fn small_suite_writes_results_plots_and_report_then_infer_reads_them() {
             "--out",
             "res",
             "--plot",
+            "res/plots",
+            "--json",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let report = stdout(&o);
-    assert!(report.contains("read buffer 1:    16K"), "{report}");
-    assert!(report.contains("entry 256B"), "{report}");
+    // --json: everything under one key path each, and no progress text.
+    assert_eq!(stderr(&o), "");
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v["inferred"]["read_buffers"][0]["capacity"].as_f64(),
+        Some(16384.0)
+    );
+    let load = &v["curves"]["ptrchase-region-load"];
+    assert_eq!(load["op"].as_str(), Some("load"));
+    assert!(load["points"].as_array().unwrap().len() >= 5);
+    let report = std::fs::read_to_string(d.path("res/report.txt")).unwrap();
+    assert!(report.contains("read buffer 1:  16 KiB"), "{report}");
+    assert!(report.contains("entry 256 B"), "{report}");
     // LENS's store chase (one fence per run): the WPQ and the LSQ.
-    assert!(report.contains("write buffer 1:   512B"), "{report}");
-    assert!(report.contains("write buffer 2:     4K"), "{report}");
+    assert!(report.contains("write buffer 1:   512 B"), "{report}");
+    assert!(report.contains("write buffer 2:   4 KiB"), "{report}");
     for f in [
         "results.json",
         "report.txt",
         "ptrchase-region-load.csv",
-        "ptrchase-region-load.svg",
-        "ptrchase-region-load.png",
-        "overwrite.png",
+        "plots/ptrchase-region-load.svg",
+        "plots/ptrchase-region-load.png",
+        "plots/overwrite.png",
     ] {
         assert!(d.path("res").join(f).is_file(), "missing {f}");
     }
-    let png = std::fs::read(d.path("res/ptrchase-region-load.png")).unwrap();
+    // CSV: the header, with units, is the first line.
+    let csv = std::fs::read_to_string(d.path("res/ptrchase-region-load.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("PC-region size (bytes),load latency per cache line (ns),min,max")
+    );
+    assert_eq!(lines.next().unwrap().split(',').count(), 4);
+    let png = std::fs::read(d.path("res/plots/ptrchase-region-load.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
-    let svg = std::fs::read_to_string(d.path("res/ptrchase-region-load.svg")).unwrap();
-    assert!(svg.contains(">16K</text>"), "inflection not marked");
+    let svg = std::fs::read_to_string(d.path("res/plots/ptrchase-region-load.svg")).unwrap();
+    assert!(svg.contains(">16 KiB</text>"), "inflection not marked");
+    // Titles and ticks in words and units, not raw byte counts.
+    assert!(
+        svg.contains(">Pointer chasing: load latency per line by region size (64 B blocks)</text>"),
+        "{svg}"
+    );
+    assert!(svg.contains(">256 KiB</text>") && !svg.contains(">262144<"));
     let o = pmlab(&d.0, &["probe", "infer", "res", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
@@ -246,7 +275,11 @@ fn host_ptrchase_runs_and_reports_spread() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["noisy"].as_bool(), Some(true));
     assert!(v["description"].as_str().unwrap().starts_with("host:"));
-    for p in v["curves"][0]["points"].as_array().unwrap() {
+    let points = v["curves"]["ptrchase-region-load"]["points"]
+        .as_array()
+        .unwrap();
+    assert_eq!(points.len(), 3);
+    for p in points {
         let (y, lo, hi) = (
             p["y"].as_f64().unwrap(),
             p["lo"].as_f64().unwrap(),
@@ -335,16 +368,38 @@ fn bad_input_gets_one_line_errors() {
             &["probe", "infer", "nowhere"],
             "run `pmlab probe all --out DIR` first",
         ),
+        // Clap's own errors: unknown flag, missing value, bad value,
+        // negative number (given to the option, not taken for a flag).
         (
-            &[
-                "probe",
-                "ptrchase",
-                "--target",
-                "sim:optane-1dimm",
-                "--plot",
-            ],
-            "--plot needs --out",
+            &["probe", "ptrchase", "--regoin", "4KiB"],
+            "unexpected argument '--regoin' found (did you mean '--region'?); see 'pmlab probe ptrchase --help'",
         ),
+        (
+            &["probe", "ptrchase", "--plot"],
+            "a value is required for '--plot <DIR>'",
+        ),
+        (
+            &["probe", "stride", "--outstanding", "many"],
+            "invalid value 'many' for '--outstanding <OUTSTANDING>'",
+        ),
+        (
+            &["probe", "ptrchase", "--fence", "never"],
+            "possible values: block, pass, run",
+        ),
+        (
+            &["probe", "ptrchase", "--outstanding", "-5"],
+            "invalid value '-5' for '--outstanding <OUTSTANDING>'",
+        ),
+        (&["probe", "overwrite", "--cpu", "-1"], "invalid value '-1'"),
+        (
+            &["probe"],
+            "'pmlab probe' needs a command: all, ptrchase, overwrite, stride, infer",
+        ),
+        (
+            &["probe", "ptrchas"],
+            "unrecognized subcommand 'ptrchas' (did you mean 'ptrchase'?)",
+        ),
+        (&["--bogus"], "unexpected argument '--bogus' found"),
     ];
     for (args, needle) in cases {
         let o = pmlab(&d.0, args);
@@ -353,4 +408,63 @@ fn bad_input_gets_one_line_errors() {
     std::fs::write(d.path("junk.json"), "{not json").unwrap();
     let o = pmlab(&d.0, &["probe", "infer", "junk.json"]);
     assert_one_line_error(&o, "not a pmlab probe result set");
+}
+
+#[test]
+fn clap_errors_never_give_the_negative_number_tip() {
+    let d = TempDir::new("neg");
+    let o = pmlab(&d.0, &["probe", "ptrchase", "--repeats", "-3"]);
+    assert_one_line_error(&o, "'-3'");
+    assert!(!stderr(&o).contains("tip"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("'-- -3'"), "{}", stderr(&o));
+}
+
+#[test]
+fn help_and_version_print_normally_and_help_ends_with_an_example() {
+    let d = TempDir::new("help");
+    for args in [
+        &["probe", "--help"][..],
+        &["probe", "all", "--help"],
+        &["probe", "ptrchase", "--help"],
+        &["probe", "overwrite", "--help"],
+        &["probe", "stride", "--help"],
+        &["probe", "infer", "--help"],
+    ] {
+        let o = pmlab(&d.0, args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains("Usage: pmlab probe"), "{args:?}: {out}");
+        // The worked example is the last paragraph and runs pmlab.
+        let last = out.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(
+            last.starts_with("Example: ") && last.contains("\n  pmlab probe "),
+            "{args:?} does not end with an example: {last}"
+        );
+    }
+    let o = pmlab(&d.0, &["--version"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).starts_with("pmlab "), "{}", stdout(&o));
+}
+
+#[test]
+fn progress_shows_as_plain_lines_only_when_asked() {
+    let d = TempDir::new("progress");
+    let args = [
+        "probe",
+        "ptrchase",
+        "--target",
+        "sim:optane-1dimm",
+        "--region",
+        "4KiB..16KiB",
+    ];
+    // Not a terminal: nothing on stderr by default.
+    let o = pmlab(&d.0, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+    // --progress: the completed stage as one plain line (no bar drawing).
+    let mut with = args.to_vec();
+    with.push("--progress");
+    let o = pmlab(&d.0, &with);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "ptrchase-region-load: 3/3\n");
 }

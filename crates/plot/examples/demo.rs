@@ -1,5 +1,6 @@
 //! Writes a sample line chart and histogram to the directory given as the
-//! first argument (default: the current directory), as SVG and PNG.
+//! first argument (default: the current directory), as SVG and PNG
+//! (`demo-line.svg`, `demo-line.png`, `demo-hist.svg`, `demo-hist.png`).
 
 use pmlab_plot::{Axis, BarChart, Format, LineChart, Scale, Series};
 use std::path::PathBuf;
@@ -32,8 +33,8 @@ fn main() {
             "store",
             load.iter().map(|p| (p.0, p.1 * 0.6)).collect(),
         ))
-        .mark(16384.0, 170.0, "16K buffer")
-        .mark(16.0 * 1048576.0, 300.0, "16M buffer");
+        .mark(16384.0, 170.0, "16 KiB buffer")
+        .mark(16.0 * 1048576.0, 300.0, "16 MiB buffer");
     let hist = BarChart::histogram(
         "write latency",
         "latency",
@@ -43,10 +44,8 @@ fn main() {
     )
     .expect("valid histogram");
     for (name, result) in [
-        ("demo-line.svg", chart.save(&dir.join("demo-line.svg"))),
-        ("demo-line.png", chart.save(&dir.join("demo-line.png"))),
-        ("demo-hist.svg", hist.save(&dir.join("demo-hist.svg"))),
-        ("demo-hist.png", hist.save(&dir.join("demo-hist.png"))),
+        ("demo-line", chart.save_pair(&dir, "demo-line")),
+        ("demo-hist", hist.save_pair(&dir, "demo-hist")),
     ] {
         if let Err(e) = result {
             eprintln!("demo: {name}: {e}");

@@ -1,9 +1,10 @@
 //! Chart descriptions (what to draw) and their layout into a [`Scene`].
 
-use crate::png::{self, Compression};
+use crate::raster;
 use crate::scene::{Anchor, Item, Rgb, Scene};
+use crate::units::{fmt_count, fmt_duration, fmt_size};
 use crate::{Error, ErrorKind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How an axis maps values to positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +20,10 @@ pub enum Scale {
 pub enum Format {
     /// Plain numbers (`12`, `0.5`, `25k`, `3M`).
     Number,
-    /// Sizes in powers of 1024 (`64B`, `16K`, `4M`); log ticks at powers of 2.
+    /// Sizes in bytes with binary units (`64 B`, `16 KiB`, `4 MiB`); log
+    /// ticks at powers of 2.
     Bytes,
-    /// Durations from nanoseconds (`80ns`, `1.5us`, `2ms`).
+    /// Durations from nanoseconds (`80 ns`, `1.5 µs`, `2 ms`).
     Nanos,
 }
 
@@ -413,16 +415,9 @@ macro_rules! outputs {
             pub fn to_svg(&self) -> Result<String, Error> {
                 Ok(self.scene()?.to_svg())
             }
-            /// The chart as PNG bytes.
+            /// The chart as PNG bytes, its text in the embedded font.
             pub fn to_png(&self) -> Result<Vec<u8>, Error> {
-                let scene = self.scene()?;
-                let px = scene.rasterize();
-                Ok(png::encode_rgb(
-                    scene.width,
-                    scene.height,
-                    &px,
-                    Compression::Fixed,
-                ))
+                raster::png(&self.scene()?)
             }
             /// Write the chart to `path`, as SVG or PNG after its extension.
             pub fn save(&self, path: &Path) -> Result<(), Error> {
@@ -439,18 +434,46 @@ macro_rules! outputs {
                         ))
                     }
                 };
-                std::fs::write(path, bytes).map_err(|e| {
-                    Error::new(
-                        ErrorKind::Io,
-                        format!("cannot write chart '{}': {e}", path.display()),
-                    )
-                })
+                write(path, &bytes)
+            }
+            /// Write the chart as `<dir>/<name>.svg` and `<dir>/<name>.png`
+            /// (creating `dir`), the one plot convention of pmlab's
+            /// `--plot DIR`. Returns the two paths, SVG first.
+            pub fn save_pair(&self, dir: &Path, name: &str) -> Result<[PathBuf; 2], Error> {
+                let scene = self.scene()?;
+                save_pair(dir, name, &scene.to_svg(), &raster::png(&scene)?)
             }
         }
     };
 }
 outputs!(LineChart);
 outputs!(BarChart);
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    std::fs::write(path, bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot write chart '{}': {e}", path.display()),
+        )
+    })
+}
+
+/// Write `<dir>/<name>.svg` and `<dir>/<name>.png`, creating `dir`.
+fn save_pair(dir: &Path, name: &str, svg: &str, png: &[u8]) -> Result<[PathBuf; 2], Error> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot create the plot directory '{}': {e}", dir.display()),
+        )
+    })?;
+    let (s, p) = (
+        dir.join(format!("{name}.svg")),
+        dir.join(format!("{name}.png")),
+    );
+    write(&s, svg.as_bytes())?;
+    write(&p, png)?;
+    Ok([s, p])
+}
 
 fn line(a: (f64, f64), b: (f64, f64), color: Rgb, width: f64) -> Item {
     Item::Line {
@@ -710,64 +733,30 @@ fn log_ticks(lo: f64, hi: f64, format: Format) -> Vec<f64> {
     out
 }
 
-/// Write `v` as a tick label in `format`.
+/// Write `v` as a tick label in `format` (`16 KiB`, `1.5 µs`, `25k`).
 pub fn fmt_tick(v: f64, format: Format) -> String {
-    fn short(v: f64) -> String {
-        let s = if v.abs() >= 100.0 || v == v.round() {
-            format!("{v:.0}")
-        } else if v.abs() >= 10.0 {
-            format!("{v:.1}")
-        } else {
-            format!("{v:.2}")
-        };
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
-    }
     match format {
-        Format::Number => {
-            let a = v.abs();
-            if a >= 1e9 {
-                format!("{}G", short(v / 1e9))
-            } else if a >= 1e6 {
-                format!("{}M", short(v / 1e6))
-            } else if a >= 1e4 {
-                format!("{}k", short(v / 1e3))
-            } else {
-                short(v)
-            }
-        }
-        Format::Bytes => {
-            let units = ["B", "K", "M", "G", "T"];
-            let mut x = v;
-            let mut i = 0;
-            while x.abs() >= 1024.0 && i + 1 < units.len() {
-                x /= 1024.0;
-                i += 1;
-            }
-            format!("{}{}", short(x), units[i])
-        }
-        Format::Nanos => {
-            let a = v.abs();
-            if a >= 1e9 {
-                format!("{}s", short(v / 1e9))
-            } else if a >= 1e6 {
-                format!("{}ms", short(v / 1e6))
-            } else if a >= 1e3 {
-                format!("{}us", short(v / 1e3))
-            } else {
-                format!("{}ns", short(v))
-            }
-        }
+        Format::Number => fmt_count(v),
+        Format::Bytes => fmt_size(v),
+        Format::Nanos => fmt_duration(v),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::png::decode_rgb;
+    use tiny_skia::Pixmap;
+
+    /// Width, height and RGB pixels of a PNG.
+    fn decode_rgb(png: &[u8]) -> Result<(u32, u32, Vec<u8>), String> {
+        let p = Pixmap::decode_png(png).map_err(|e| e.to_string())?;
+        let px = p
+            .pixels()
+            .iter()
+            .flat_map(|c| [c.red(), c.green(), c.blue()])
+            .collect();
+        Ok((p.width(), p.height(), px))
+    }
 
     fn sample() -> LineChart {
         let pts: Vec<(f64, f64)> = (6..=20).map(|e| (2f64.powi(e), 100.0 + e as f64)).collect();
@@ -779,7 +768,7 @@ mod tests {
                 "store",
                 pts.iter().map(|p| (p.0, p.1 * 2.0)).collect(),
             ))
-            .mark(16384.0, 114.0, "16K buffer")
+            .mark(16384.0, 114.0, "16 KiB buffer")
     }
 
     #[test]
@@ -791,8 +780,8 @@ mod tests {
         let opens = svg.matches("<text").count();
         assert_eq!(opens, svg.matches("</text>").count());
         assert_eq!(svg.matches("<polyline").count(), 2);
-        assert!(svg.contains(">16K buffer</text>"));
-        assert!(svg.contains(">1K</text>") && svg.contains(">1M</text>"));
+        assert!(svg.contains(">16 KiB buffer</text>"));
+        assert!(svg.contains(">1 KiB</text>") && svg.contains(">1 MiB</text>"));
         assert!(svg.contains(">pointer chasing</text>"));
     }
 
@@ -801,8 +790,14 @@ mod tests {
         let png = sample().size(640, 400).to_png().unwrap();
         let (w, h, px) = decode_rgb(&png).unwrap();
         assert_eq!((w, h), (640, 400));
-        let blue = px.chunks(3).filter(|p| p == &[0x1f, 0x77, 0xb4]).count();
-        let red = px.chunks(3).filter(|p| p == &[0xd6, 0x27, 0x28]).count();
+        // Anti-aliased edges blend with white: count pixels near each colour.
+        let near = |c: [u8; 3]| {
+            px.chunks(3)
+                .filter(|p| p.iter().zip(c).all(|(&a, b)| a.abs_diff(b) < 24))
+                .count()
+        };
+        let blue = near([0x1f, 0x77, 0xb4]);
+        let red = near([0xd6, 0x27, 0x28]);
         assert!(blue > 200 && red > 200, "blue {blue} red {red}");
     }
 
@@ -837,7 +832,7 @@ mod tests {
         let svg = h.to_svg().unwrap();
         // Background rect plus two non-empty bars (an empty bin has height 0).
         assert_eq!(svg.matches("<rect").count(), 4);
-        assert!(svg.contains(">100ns</text>"));
+        assert!(svg.contains(">100 ns</text>"));
         assert!(BarChart::histogram("x", "y", &[0.0], &[1.0], Format::Number).is_err());
         let png = h.to_png().unwrap();
         assert!(decode_rgb(&png).is_ok());
@@ -845,9 +840,9 @@ mod tests {
 
     #[test]
     fn ticks_are_readable() {
-        assert_eq!(fmt_tick(16384.0, Format::Bytes), "16K");
-        assert_eq!(fmt_tick(64.0, Format::Bytes), "64B");
-        assert_eq!(fmt_tick(1536.0, Format::Nanos), "1.54us");
+        assert_eq!(fmt_tick(16384.0, Format::Bytes), "16 KiB");
+        assert_eq!(fmt_tick(64.0, Format::Bytes), "64 B");
+        assert_eq!(fmt_tick(1536.0, Format::Nanos), "1.54 µs");
         assert_eq!(fmt_tick(25_000.0, Format::Number), "25k");
         assert_eq!(linear_ticks(0.0, 10.0), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         let t = log_ticks(64.0, 1024.0 * 1024.0 * 1024.0, Format::Bytes);
@@ -870,6 +865,27 @@ mod tests {
             .starts_with(b"\x89PNG"));
         let e = sample().save(&dir.join("c.jpg")).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn save_pair_writes_svg_and_png_into_a_new_directory() {
+        let dir = std::env::temp_dir().join(format!("pmlab-plot-pair-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let sub = dir.join("plots");
+        let [svg, png] = sample().save_pair(&sub, "latency").unwrap();
+        assert_eq!(svg, sub.join("latency.svg"));
+        assert_eq!(png, sub.join("latency.png"));
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains(">pointer chasing</text>"));
+        let (w, h, _) = decode_rgb(&std::fs::read(&png).unwrap()).unwrap();
+        assert_eq!((w, h), (800, 480));
+        // A directory that cannot be made is an Io error naming it.
+        let blocker = dir.join("file");
+        std::fs::write(&blocker, b"x").unwrap();
+        let e = sample().save_pair(&blocker.join("sub"), "x").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert!(e.to_string().contains("plot directory"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

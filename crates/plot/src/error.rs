@@ -18,6 +18,8 @@ pub enum ErrorKind {
     BadValue,
     /// The output file could not be written, or its extension is unknown.
     Io,
+    /// The SVG could not be rendered or encoded as PNG.
+    Render,
 }
 
 impl Error {

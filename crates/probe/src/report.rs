@@ -3,8 +3,8 @@
 
 use crate::infer::{self, Inferred, Thresholds};
 use crate::probes::{Curve, Kind};
-use crate::{Error, ErrorKind};
-use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
+use crate::{Error, ErrorKind, Op};
+use pmlab_plot::{fmt_size, Axis, Format, LineChart, Scale, Series};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -81,7 +81,7 @@ pub fn text(
         };
         let _ = writeln!(
             s,
-            "  read buffer {}: {:>6}  ({entry}; {:.0} -> {:.0} ns per line past it)",
+            "  read buffer {}: {:>7}  ({entry}; {:.0} -> {:.0} ns per line past it)",
             k + 1,
             size(b.capacity),
             b.before,
@@ -94,7 +94,7 @@ pub fn text(
     for (k, b) in inf.write_buffers.iter().enumerate() {
         let _ = writeln!(
             s,
-            "  write buffer {}: {:>6}  ({:.0} -> {:.0} ns per line past it)",
+            "  write buffer {}: {:>7}  ({:.0} -> {:.0} ns per line past it)",
             k + 1,
             size(b.capacity),
             b.before,
@@ -200,7 +200,7 @@ pub fn text(
                 .find(|b| b.capacity <= 2.0 * c.size as f64 && 2.0 * b.capacity >= c.size as f64);
             let _ = writeln!(
                 s,
-                "  L{} {:<8} {:>6}: {}",
+                "  L{} {:<8} {:>7}: {}",
                 c.level,
                 c.kind,
                 size(c.size as f64),
@@ -235,8 +235,53 @@ pub fn text(
     s
 }
 
-/// Draw every curve of `curves` into `dir` as `<id>.svg` and `<id>.png`,
-/// with the inferred points marked. Returns the files written.
+/// The title of a curve's plot, in words and units.
+pub fn title(c: &Curve) -> String {
+    let size_of = |k: &str| c.params.get(k).map(|&v| fmt_size(v)).unwrap_or("?".into());
+    let op = match c.op {
+        Op::Raw => "read-after-write",
+        o => o.name(),
+    };
+    match c.kind {
+        Kind::PtrchaseRegion if c.params.contains_key("outstanding") => format!(
+            "Streaming stores: time per line by region size ({} blocks, {} in flight)",
+            size_of("block"),
+            c.params["outstanding"]
+        ),
+        Kind::PtrchaseRegion => format!(
+            "Pointer chasing: {op} latency per line by region size ({} blocks)",
+            size_of("block")
+        ),
+        Kind::PtrchaseBlock => format!(
+            "Pointer chasing: {op} latency per line by block size ({} region)",
+            size_of("region")
+        ),
+        Kind::Overwrite => format!(
+            "Overwrite: time of each iteration over a {} region",
+            size_of("region")
+        ),
+        Kind::OverwriteSweep => format!(
+            "Overwrite: long tails by region size ({} written per region)",
+            size_of("total")
+        ),
+        Kind::StrideSize => format!(
+            "Stride: {op} bandwidth by access size ({} stride)",
+            size_of("stride")
+        ),
+        Kind::StrideInterleave => format!(
+            "Stride: {op} bandwidth by stride ({} accesses)",
+            size_of("size")
+        ),
+        Kind::StrideChannels => format!(
+            "Stride: {op} bandwidth by stride, multiples of the {} interleave",
+            size_of("granularity")
+        ),
+    }
+}
+
+/// Draw every curve of `curves` into `dir` as `<id>.svg` and `<id>.png`
+/// (creating `dir`), with the inferred points marked. Returns the files
+/// written.
 pub fn plots(curves: &[Curve], inf: &Inferred, dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let mut out = Vec::new();
     let th = Thresholds::default();
@@ -246,9 +291,15 @@ pub fn plots(curves: &[Curve], inf: &Inferred, dir: &Path) -> Result<Vec<PathBuf
         }
         let log_x = !matches!(c.kind, Kind::Overwrite | Kind::StrideChannels);
         let x_fmt = if log_x { Format::Bytes } else { Format::Number };
-        let mut ch = LineChart::new(format!("{} ({})", c.id, c.op.name()))
+        // Ticks carry the unit (`16 KiB`), so the label need not.
+        let x_label = if log_x {
+            c.x_label.trim_end_matches(" (bytes)")
+        } else {
+            &c.x_label
+        };
+        let mut ch = LineChart::new(title(c))
             .x_axis(
-                Axis::new(&c.x_label)
+                Axis::new(x_label)
                     .scale(if log_x { Scale::Log } else { Scale::Linear })
                     .format(x_fmt),
             )
@@ -309,12 +360,10 @@ pub fn plots(curves: &[Curve], inf: &Inferred, dir: &Path) -> Result<Vec<PathBuf
             }
             Kind::StrideSize => {}
         }
-        for ext in ["svg", "png"] {
-            let p = dir.join(format!("{}.{ext}", c.id));
-            ch.save(&p)
-                .map_err(|e| Error::new(ErrorKind::Io, format!("plot {}: {e}", c.id)))?;
-            out.push(p);
-        }
+        let pair = ch
+            .save_pair(dir, &c.id)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("plot {}: {e}", c.id)))?;
+        out.extend(pair);
     }
     Ok(out)
 }

@@ -129,13 +129,27 @@ impl Results {
         std::fs::write(&p, json).map_err(|e| io(e, &p))?;
         for c in &self.curves {
             let p = dir.join(format!("{}.csv", c.id));
-            let mut s = format!("# {} | {}\nx,y,min,max\n", c.x_label, c.y_label);
+            // The header is the first line; the columns carry their units.
+            let mut s = format!(
+                "{},{},min,max\n",
+                csv_field(&c.x_label),
+                csv_field(&c.y_label)
+            );
             for pt in &c.points {
                 s.push_str(&format!("{},{},{},{}\n", pt.x, pt.y, pt.lo, pt.hi));
             }
             std::fs::write(&p, s).map_err(|e| io(e, &p))?;
         }
         Ok(())
+    }
+}
+
+/// `s` as one CSV field: quoted when it holds a comma, quote or line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
     }
 }
 
@@ -355,5 +369,12 @@ mod tests {
         // The largest region caps the last sweep.
         let r = amplification_regions(&[1048576.0], 2 << 20);
         assert_eq!(r, vec![2 << 20]);
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_needed() {
+        assert_eq!(csv_field("stride (bytes)"), "stride (bytes)");
+        assert_eq!(csv_field("a, b"), "\"a, b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
 }

@@ -9,7 +9,7 @@ use pmlab_model::units::Nanos;
 use pmlab_trace::analyze::{Analyzer, Config, Histogram, Report};
 use pmlab_trace::Format;
 use serde_json::json;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -72,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         window_ns: window as u64,
         flushes_as_stores,
     };
-    let show_progress = args.progress || std::io::stderr().is_terminal();
+    let mut progress = crate::progress::Progress::new(args.json, args.progress);
     let started = Instant::now();
     let mut a = Analyzer::new(cfg);
     let mut n: u64 = 0;
@@ -80,13 +80,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         let rec = rec?;
         a.push(&rec);
         n += 1;
-        if show_progress && n.is_multiple_of(1 << 22) {
-            eprint!("\rpmlab: analyze: {} M records", n >> 20);
+        if n.is_multiple_of(1 << 20) {
+            progress.count("pmlab analyze: reading", n, "records");
         }
     }
-    if show_progress && n >= 1 << 22 {
-        eprintln!();
-    }
+    progress.finish();
     if n == 0 {
         bail!(
             "{}: the trace holds no records (an empty file, or comments only): nothing to analyse",

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use pmlab_sim::persistency::{media_write_ns, Config, FlushInvalidation, Model, Replay, Report};
 use pmlab_sim::System;
 use serde_json::json;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 
 /// One model to run, with its optional drain threshold.
@@ -116,7 +116,7 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
         ),
         None => None,
     };
-    let show = progress || std::io::stderr().is_terminal();
+    let mut shown = crate::progress::Progress::new(json_out, progress);
     let mut results: Vec<(String, Report)> = Vec::new();
     let mut system_name = String::new();
     for c in &choices {
@@ -131,9 +131,11 @@ pub fn run(o: &Options) -> anyhow::Result<u8> {
         if let Some(d) = c.drain_at {
             cfg.pb_drain_at = d;
         }
-        if show {
-            eprintln!("pmlab sim: replaying {} under {}", trace.display(), c.label);
-        }
+        shown.message(&format!(
+            "pmlab sim: replaying {} under {}",
+            trace.display(),
+            c.label
+        ));
         let (report, _) = Replay::new(sys, cfg).run(stream)?;
         if report.records == 0 {
             bail!(

@@ -11,8 +11,9 @@ use pmlab_probe::probes::{self, Curve, Settings};
 use pmlab_probe::sim::Sim;
 use pmlab_probe::suite::{self, Plan, Results};
 use pmlab_probe::{profile, report, Op, Target};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+
+use crate::progress::Progress;
 
 /// Write a line to stdout, returning the I/O error (a closed pipe ends the
 /// command quietly in `main`) instead of panicking like `println!`.
@@ -33,6 +34,12 @@ macro_rules! out {
 
 /// Arguments of `pmlab probe`.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Example: profile the simulated 1-DIMM Optane, keep the curves, plots \
+and fitted profile, then replay a trace on that profile:
+  pmlab probe all --target sim:optane-1dimm --out res --plot res/plots
+  pmlab sim --config res/profile.toml TRACE.pmt"
+)]
 pub struct Args {
     #[command(subcommand)]
     cmd: Cmd,
@@ -41,14 +48,38 @@ pub struct Args {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run every probe, infer the device's parameters, print the report.
+    #[command(
+        after_help = "Example: the whole suite on the simulator, with results and plots:
+  pmlab probe all --target sim:optane-1dimm --out res --plot res/plots
+(res/report.txt, res/results.json, one CSV per curve, res/profile.toml;
+res/plots/<curve>.svg and .png)"
+    )]
     All(AllArgs),
     /// Pointer chasing: latency per line across regions, or across blocks.
+    #[command(
+        after_help = "Example: load latency per line from 4 KiB to 64 MiB regions, plotted:
+  pmlab probe ptrchase --target sim:optane-1dimm --region 4KiB..64MiB --plot plots
+(plots/ptrchase-region-load.svg and .png, the buffers' capacities marked)"
+    )]
     Ptrchase(PtrArgs),
     /// Overwrite: time of each iteration, or long-tail frequency per region.
+    #[command(
+        after_help = "Example: how often 50,000 overwrites of 256 B take a long tail:
+  pmlab probe overwrite --target sim:optane-1dimm --region 256B --iterations 50000"
+    )]
     Overwrite(OwArgs),
     /// Stride: bandwidth across access sizes, or across strides.
+    #[command(
+        after_help = "Example: store bandwidth across strides on six interleaved DIMMs, as JSON:
+  pmlab probe stride --target sim:optane-6dimm --stride 256B..64KiB --size 256B --json"
+    )]
     Stride(StrideArgs),
     /// Infer a profile from saved results; prints the simulator TOML.
+    #[command(
+        after_help = "Example: fit a profile to saved results and load it in the simulator:
+  pmlab probe infer res > profile.toml
+  pmlab sim show --config profile.toml"
+    )]
     Infer(InferArgs),
 }
 
@@ -95,15 +126,17 @@ enum FenceArg {
 #[derive(Parser)]
 struct OutArgs {
     /// Directory for raw results (results.json, one CSV per curve).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Also draw every curve (SVG and PNG) into --out.
-    #[arg(long)]
-    plot: bool,
-    /// Print JSON instead of text.
+    /// Draw every curve into DIR as CURVE.svg and CURVE.png, with the
+    /// inferred points marked (DIR is created).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Print JSON instead of text (curves keyed by id: `.curves["ptrchase-region-load"].points`).
     #[arg(long)]
     json: bool,
-    /// Show progress on stderr even when it is not a terminal.
+    /// Show progress on stderr as plain lines even when it is not a
+    /// terminal (or with --json); a terminal gets bars anyway.
     #[arg(long)]
     progress: bool,
 }
@@ -303,52 +336,30 @@ fn base_settings(t: &TargetArgs) -> Settings {
     }
 }
 
-/// Progress on stderr: only on a terminal, or when asked.
-struct Bar {
-    on: bool,
-    last: String,
-}
-
-impl Bar {
-    fn new(flag: bool) -> Bar {
-        Bar {
-            on: flag || std::io::stderr().is_terminal(),
-            last: String::new(),
-        }
-    }
-    fn tick(&mut self, id: &str, done: usize, total: usize) {
-        if !self.on {
-            return;
-        }
-        let width = 30;
-        let fill = done * width / total.max(1);
-        if id != self.last && !self.last.is_empty() {
-            eprintln!();
-        }
-        self.last = id.to_string();
-        eprint!(
-            "\r{id:<32} [{}{}] {done}/{total}",
-            "#".repeat(fill),
-            ".".repeat(width - fill)
-        );
-        if done == total {
-            eprintln!();
-            self.last.clear();
-        }
-    }
-}
-
 fn finish(res: &Results, o: &OutArgs, inf: &infer::Inferred) -> anyhow::Result<()> {
     if let Some(dir) = &o.out {
         let json = serde_json::to_string_pretty(res)?;
         res.save(dir, &json)?;
-        if o.plot {
-            report::plots(&res.curves, inf, dir)?;
-        }
-    } else if o.plot {
-        bail!("--plot needs --out DIR to write the images into");
+    }
+    if let Some(dir) = &o.plot {
+        report::plots(&res.curves, inf, dir).context("--plot")?;
     }
     Ok(())
+}
+
+/// `res` as printed by `--json`: its fields with the curves keyed by id, so
+/// that one key path reaches a curve (`.curves["overwrite"].points`).
+fn json_view(res: &Results) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let serde_json::Value::Object(mut v) = serde_json::to_value(res)? else {
+        bail!("probe results did not serialise to a JSON object");
+    };
+    let by_id: serde_json::Map<String, serde_json::Value> = res
+        .curves
+        .iter()
+        .map(|c| Ok((c.id.clone(), serde_json::to_value(c)?)))
+        .collect::<anyhow::Result<_>>()?;
+    v.insert("curves".into(), serde_json::Value::Object(by_id));
+    Ok(v)
 }
 
 fn single(t: &TargetArgs, o: &OutArgs, curve: Curve, tgt: &dyn Target) -> anyhow::Result<u8> {
@@ -357,7 +368,7 @@ fn single(t: &TargetArgs, o: &OutArgs, curve: Curve, tgt: &dyn Target) -> anyhow
     let inf = infer::infer(&res.curves, &Thresholds::default());
     finish(&res, o, &inf)?;
     if o.json {
-        outln!("{}", serde_json::to_string_pretty(&res)?);
+        outln!("{}", serde_json::to_string_pretty(&json_view(&res)?)?);
     } else {
         let c = &res.curves[0];
         outln!("# {} on {}", c.id, res.description);
@@ -385,8 +396,8 @@ fn ptrchase(a: PtrArgs) -> anyhow::Result<u8> {
     let o = op(&a.op, &[Op::Load, Op::Store, Op::Raw])?;
     let regions = sizes(&a.region, "region")?;
     let blocks = sizes(&a.block, "block")?;
-    let mut bar = Bar::new(a.out.progress);
-    let mut tick = |id: &str, d: usize, n: usize| bar.tick(id, d, n);
+    let mut bar = Progress::new(a.out.json, a.out.progress);
+    let mut tick = bar.callback();
     let curve = match (regions.len(), blocks.len()) {
         (_, 1) => probes::ptrchase_region(t.as_mut(), &s, o, blocks[0], &regions, &mut tick)?,
         (1, _) => probes::ptrchase_block(t.as_mut(), &s, o, regions[0], &blocks, &mut tick)?,
@@ -399,8 +410,8 @@ fn overwrite(a: OwArgs) -> anyhow::Result<u8> {
     let mut t = make_target(&a.target)?;
     let s = settings(&a.target, base_settings(&a.target))?;
     let regions = sizes(&a.region, "region")?;
-    let mut bar = Bar::new(a.out.progress);
-    let mut tick = |id: &str, d: usize, n: usize| bar.tick(id, d, n);
+    let mut bar = Progress::new(a.out.json, a.out.progress);
+    let mut tick = bar.callback();
     let curve = if regions.len() == 1 {
         probes::overwrite(t.as_mut(), &s, regions[0], a.iterations)?
     } else {
@@ -448,8 +459,8 @@ fn stride(a: StrideArgs) -> anyhow::Result<u8> {
     let strides = sizes(&a.stride, "stride")?;
     let sz = sizes(&a.size, "size")?;
     let total = size(&a.total, "total")?;
-    let mut bar = Bar::new(a.out.progress);
-    let mut tick = |id: &str, d: usize, n: usize| bar.tick(id, d, n);
+    let mut bar = Progress::new(a.out.json, a.out.progress);
+    let mut tick = bar.callback();
     let curve = match (strides.len(), sz.len()) {
         (1, _) => probes::stride_size(t.as_mut(), &s, o, strides[0], &sz, total, &mut tick)?,
         (_, 1) => probes::stride_interleave(t.as_mut(), &s, o, sz[0], &strides, total, &mut tick)?,
@@ -521,8 +532,8 @@ fn all(a: AllArgs) -> anyhow::Result<u8> {
         plan.overwrite_total = size(t, "overwrite-total")?;
     }
     let mut t = make_target(&a.target)?;
-    let mut bar = Bar::new(a.out.progress);
-    let mut tick = |id: &str, d: usize, n: usize| bar.tick(id, d, n);
+    let mut bar = Progress::new(a.out.json, a.out.progress);
+    let mut tick = bar.callback();
     let res = suite::run_all(t.as_mut(), &a.target.target, &plan, &mut tick)?;
     let inf = infer::infer(&res.curves, &Thresholds::default());
     let caches = if is_host {
@@ -561,12 +572,13 @@ fn all(a: AllArgs) -> anyhow::Result<u8> {
         }
     }
     if a.out.json {
-        let v = serde_json::json!({
-            "results": res,
-            "inferred": inf,
-            "host_caches": caches,
-            "profile_check_max_error": fitted.as_ref().map(|f| f.1),
-        });
+        let mut v = json_view(&res)?;
+        v.insert("inferred".into(), serde_json::to_value(&inf)?);
+        v.insert("host_caches".into(), serde_json::to_value(&caches)?);
+        v.insert(
+            "profile_check_max_error".into(),
+            serde_json::to_value(fitted.as_ref().map(|f| f.1))?,
+        );
         outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         out!("{text}");

@@ -14,7 +14,7 @@
 use anyhow::{bail, Context};
 use pmlab_sim::drive::{Driver, Mode};
 use pmlab_sim::{presets, System};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab sim`.
@@ -212,10 +212,6 @@ fn build(preset: Option<&str>, config: Option<&Path>) -> anyhow::Result<System> 
     })
 }
 
-fn progress_on(flag: bool) -> bool {
-    flag || std::io::stderr().is_terminal()
-}
-
 fn replay(args: &Args) -> anyhow::Result<u8> {
     let Some(trace) = &args.trace else {
         bail!("no trace given: pmlab sim --preset NAME TRACE (or 'pmlab sim presets', 'pmlab sim show NAME', 'pmlab sim validate')");
@@ -236,7 +232,7 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     let mode = Mode::parse(&args.mode)?;
     let records = open_trace(trace, args.trace_format.as_deref())?;
     let format = records.header().format.name();
-    let show = progress_on(args.progress);
+    let mut progress = crate::progress::Progress::new(args.json, args.progress);
     let start = std::time::Instant::now();
     if args.parse_only {
         let mut n: u64 = 0;
@@ -267,13 +263,9 @@ fn replay(args: &Args) -> anyhow::Result<u8> {
     }
     let mut driver = Driver::new(mode);
     let summary = driver.run(&mut sys, records, |n| {
-        if show {
-            eprint!("\rpmlab sim: {} M records", n >> 20);
-        }
+        progress.count("pmlab sim: simulating", n, "records")
     })?;
-    if show && summary.requests + summary.skipped >= 1 << 20 {
-        eprintln!();
-    }
+    progress.finish();
     if summary.requests + summary.skipped == 0 {
         bail!(
             "{}: the trace holds no records (an empty file, or comments only): nothing to simulate",
@@ -483,12 +475,11 @@ fn validate(
     json: bool,
     progress: bool,
 ) -> anyhow::Result<u8> {
-    let show = progress_on(progress);
+    let mut shown = crate::progress::Progress::new(json, progress);
     let report = pmlab_sim::validate::run(quick, |step| {
-        if show {
-            eprintln!("pmlab sim validate: {step}");
-        }
+        shown.message(&format!("pmlab sim validate: {step}"))
     })?;
+    shown.finish();
     let command = if quick {
         "pmlab sim validate --quick --write docs/validation.md"
     } else {
