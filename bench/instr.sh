@@ -11,6 +11,13 @@
 # the hooks' filter, so (active - native) ns/iter is the hit-path cost per
 # access; the sort kernel gives the slowdown of compute-bound code; the miss
 # kernel (a pointer chase over 256 MiB) the slow path's cost per miss.
+# Issue 17's programs come last: the STREAM-like triad (workloads/stream.c,
+# 1 thread, 3 x 128 MiB, GB/s) and the compute-bound sort (workloads/sort.c,
+# qsort and radix over 16 MiB, ns per element), native against `pmlab run
+# --no-inject`: the slowdown the hooks cost where no delay hides them.
+# qsort moves the keys inside libc, which pmlab cc does not instrument
+# (only its comparison calls are): radix, all in the program, is the
+# sort that pays the hooks on every access.
 #
 # Usage: bench/instr.sh [REPS]   (PMLAB=path/to/pmlab, default target/release/pmlab;
 #   CC_UNDER_TEST=clang (default, CLANG=clang-14) or gcc (GCC=gcc): the
@@ -28,6 +35,10 @@ esac
 need_pmlab
 "$NATIVE_CC" -O2 -o "$TMP/native" "$ROOT/bench/instr_kernel.c"
 "$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/instr_kernel.c"
+for w in stream sort; do
+	"$NATIVE_CC" -O2 -std=gnu11 -o "$TMP/$w.native" "$ROOT/workloads/$w.c" -lpthread
+	"$PMLAB" cc -O2 -std=gnu11 -o "$TMP/$w.instr" "$ROOT/workloads/$w.c" -lpthread
+done
 
 run_variant() { # name command...
 	name=$1; shift
@@ -71,3 +82,31 @@ awk -v nh="$nh" -v ih="$ih" -v ah="$ah" -v ns="$ns" -v is="$is" -v as="$as" -v n
 	printf "compute-bound sort slowdown: %.1fx inactive, %.1fx counting\n", is / ns, as / ns
 	printf "slow path (model miss, counting): %.1f ns per miss\n", am - nm
 }'
+
+# Issue 17's programs: native against --no-inject, REPS runs each.
+program_runs() { # name key command...
+	name=$1; key=$2; shift 2
+	: > "$TMP/$name"
+	i=0
+	while [ $i -lt "$REPS" ]; do
+		"$@" 2>/dev/null | sed -n "s/.* $key=\([0-9.]*\).*/\1/p" >> "$TMP/$name"
+		i=$((i + 1))
+	done
+}
+NOINJ="$PMLAB run --quiet --source instrumented --no-inject --pm-latency 400ns --"
+program_runs triad.native gbps "$TMP/stream.native" -k triad -t 1
+program_runs triad.active gbps $NOINJ "$TMP/stream.instr" -k triad -t 1
+for a in qsort radix; do
+	program_runs $a.native ns_per_element "$TMP/sort.native" -a $a
+	program_runs $a.active ns_per_element $NOINJ "$TMP/sort.instr" -a $a
+done
+set -- $(stats "$TMP/triad.native"); tn=$1; tnl=$2; tnh=$3
+set -- $(stats "$TMP/triad.active"); ta=$1; tal=$2; tah=$3
+printf "triad (1 thread, 3 x 128 MiB): native %.2f GB/s [%.2f..%.2f], --no-inject %.2f GB/s [%.2f..%.2f]: %.1fx slower\n" \
+	"$tn" "$tnl" "$tnh" "$ta" "$tal" "$tah" "$(awk -v n="$tn" -v a="$ta" 'BEGIN { print n / a }')"
+for a in qsort radix; do
+	set -- $(stats "$TMP/$a.native"); sn=$1; snl=$2; snh=$3
+	set -- $(stats "$TMP/$a.active"); sa=$1; sal=$2; sah=$3
+	printf "sort %-5s (4M keys, 16 MiB): native %.2f ns/element [%.2f..%.2f], --no-inject %.2f [%.2f..%.2f]: %.1fx slower\n" \
+		"$a" "$sn" "$snl" "$snh" "$sa" "$sal" "$sah" "$(awk -v n="$sn" -v a="$sa" 'BEGIN { print a / n }')"
+done

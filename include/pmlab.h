@@ -27,7 +27,7 @@ extern "C" {
 /* ---------------------------------------------------------- versions --- */
 
 #define PMLAB_MAJOR_VERSION 1
-#define PMLAB_MINOR_VERSION 1
+#define PMLAB_MINOR_VERSION 2   /* 1: pmlab_pm_register(), pmlab_pm_unregister(); 2: pm_tx_add() */
 
 /*
  * pmlab_check_version -- check that the library matches this header
@@ -45,12 +45,16 @@ const char *pmlab_check_version(unsigned major, unsigned minor);
 #define PMLAB_E_NOMEM         (-2)  /* the PM pool is full or cannot be created */
 #define PMLAB_E_NOPOOL        (-3)  /* no PM pool exists yet */
 #define PMLAB_E_NOT_OURS      (-4)  /* pointer is not a live block of the pool */
+#define PMLAB_E_INVALID_RANGE (-5)  /* range empty, at NULL, or wrapping around */
+#define PMLAB_E_TOO_MANY_RANGES (-6) /* PMLAB_MAX_PM_RANGES ranges registered already */
+#define PMLAB_E_NO_RANGE      (-7)  /* no registered range has this start and length */
 
 /*
  * pmlab_errno -- the calling thread's last error code
  *
  * Returns PMLAB_OK or one of the PMLAB_E_* codes above, as left by the last
- * pmalloc(), pmalloc_flags(), pfree() or pmlab_pool_range() of this thread.
+ * pmalloc(), pmalloc_flags(), pfree(), pmlab_pool_range(),
+ * pmlab_pm_register() or pmlab_pm_unregister() of this thread.
  * See also: pmlab_errormsg().
  */
 int pmlab_errno(void);
@@ -121,11 +125,60 @@ void pfree(void *ptr);
 int pmlab_pool_range(void **base, size_t *size);
 
 /*
- * pm_is_pmem -- is [addr, addr+len) inside the PM pool?
+ * pm_is_pmem -- is [addr, addr+len) PM?
  *
- * Returns 1 if so, else 0.
+ * Returns 1 if the range lies inside the PM pool or inside one range
+ * registered with pmlab_pm_register(), else 0.
  */
 int pm_is_pmem(const void *addr, size_t len);
+
+/* ------------------------------------------- the program's own mappings --- */
+
+/* how many ranges pmlab_pm_register() keeps at once */
+#define PMLAB_MAX_PM_RANGES 64
+
+/*
+ * pmlab_pm_register -- [base, base+len) is persistent memory
+ *
+ * For programs that map PM themselves (a file mapped shared, a DAX file, a
+ * pool of their own): from this call on, the range counts as PM like the
+ * pmalloc() pool. Under `pmlab run --source instrumented` its loads and
+ * stores are given the PM latency (the first registration, or the first
+ * pmalloc(), ends the default "everything is PM" mode: from then on only
+ * the pool and registered ranges are PM; PMLAB_INSTR_PM=all keeps
+ * everything PM); under `pmlab trace` its stores are recorded one by one
+ * (for programs built with `pmlab cc` or `pmlab cargo`); pm_is_pmem()
+ * answers 1 for it. The hw and synthetic counter sources see no
+ * addresses and are unaffected. Flushes and fences are recorded when they
+ * go through pflush(), pm_fence() and pm_drain(), wherever they point; a
+ * clwb or sfence of the program's own (inline assembly) is not seen.
+ *
+ * The mapping itself is left alone (not remapped, bound or flushed). Ranges
+ * may overlap; registering the same range twice takes two entries.
+ * Programs that must run without libpmlab too look the function up at run
+ * time: dlsym(RTLD_DEFAULT, "pmlab_pm_register"), or a weak reference.
+ *
+ * Returns PMLAB_OK, or (also left in pmlab_errno()):
+ *   PMLAB_E_INVALID_RANGE: base is NULL, len is 0, or base+len wraps;
+ *   PMLAB_E_TOO_MANY_RANGES: PMLAB_MAX_PM_RANGES ranges are registered.
+ * See also: pmlab_pm_unregister(), pm_is_pmem(), pmalloc().
+ */
+int pmlab_pm_register(void *base, size_t len);
+
+/*
+ * pmlab_pm_unregister -- [base, base+len) is no longer persistent memory
+ *
+ * Call it before unmapping a registered range (its addresses may be reused
+ * for DRAM). `base` and `len` must be those given to pmlab_pm_register();
+ * one registration is removed. Unregistering the last range does not bring
+ * back the "everything is PM" default.
+ *
+ * Returns PMLAB_OK, or (also left in pmlab_errno()):
+ *   PMLAB_E_INVALID_RANGE: base is NULL, len is 0, or base+len wraps;
+ *   PMLAB_E_NO_RANGE: no registered range has this start and length.
+ * See also: pmlab_pm_register().
+ */
+int pmlab_pm_unregister(void *base, size_t len);
 
 /* ------------------------------------------------------- persistence --- */
 
@@ -193,7 +246,7 @@ void pm_tx_end(uint64_t id);
  * libpmemobj): no effect on memory or emulation, no return value. A
  * transaction that declares at least one range is checked: each PM store
  * inside it must fall in a declared range, the log itself included
- * (declare the log area too). Since minor version 1.
+ * (declare the log area too). Since minor version 2.
  * See also: pm_tx_begin().
  */
 void pm_tx_add(const void *addr, size_t len);

@@ -34,6 +34,8 @@ enum Command {
     /// As `c++`, always with g++.
     #[command(name = "g++")]
     Gxx(cmd::cc::Args),
+    /// Build Rust with pmlab's instrumentation (cargo with the hooks of `cc`).
+    Cargo(cmd::cargo::Args),
     /// Measure the emulator's accuracy on the bundled workloads.
     Validate(cmd::validate::Args),
     /// Simulate a memory device on a trace.
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Cxx(a) => cmd::cc::run(a, cmd::cc::Lang::Cxx, false),
         Command::Gcc(a) => cmd::cc::run(a, cmd::cc::Lang::C, true),
         Command::Gxx(a) => cmd::cc::run(a, cmd::cc::Lang::Cxx, true),
+        Command::Cargo(a) => cmd::cargo::run(a),
         Command::Validate(a) => cmd::validate::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Probe(a) => cmd::probe::run(a),

@@ -752,7 +752,16 @@ fn validate_quick_runs_every_study_end_to_end() {
     );
     // Every study of the quick plan produced points with finite values
     // (the accuracy itself is the study's business, not this test's).
-    for study in ["memlat", "chains", "multilat", "mtlat", "overhead"] {
+    for study in [
+        "memlat",
+        "chains",
+        "multilat",
+        "mtlat",
+        "overhead",
+        "shapes",
+        "workset",
+        "bandwidth",
+    ] {
         let mine: Vec<_> = points.iter().filter(|p| p["study"] == study).collect();
         assert!(!mine.is_empty(), "no {study} points");
         for p in mine {
@@ -787,4 +796,43 @@ fn validate_quick_runs_every_study_end_to_end() {
         std::fs::read_dir(&plots).unwrap().count() > 0,
         "plots written"
     );
+    // The new studies: every shape, the working set's emulated and
+    // --no-inject points at each region, the bandwidth targets; each says
+    // how its expectation was formed, and each has its charts, SVG and PNG.
+    for shape in ["idxchase", "hashprobe", "bptree"] {
+        assert!(
+            points
+                .iter()
+                .any(|p| p["study"] == "shapes" && p["config"].as_str().unwrap().starts_with(shape)),
+            "no {shape} point"
+        );
+    }
+    let workset: Vec<_> = points.iter().filter(|p| p["study"] == "workset").collect();
+    assert!(workset
+        .iter()
+        .any(|p| p["config"].as_str().unwrap().ends_with("no-inject")));
+    assert!(workset
+        .iter()
+        .any(|p| p["target_ns"].as_f64().unwrap() > 0.0));
+    for p in points
+        .iter()
+        .filter(|p| ["shapes", "workset", "bandwidth"].contains(&p["study"].as_str().unwrap()))
+    {
+        assert!(p["detail"].as_str().is_some_and(|d| !d.is_empty()), "{p}");
+    }
+    for stem in [
+        "workset-memlat-chains-1",
+        "bandwidth-triad",
+        "shapes-hashprobe",
+    ] {
+        for ext in ["svg", "png"] {
+            assert!(
+                std::fs::read_dir(&plots).unwrap().any(|e| {
+                    let n = e.unwrap().file_name().into_string().unwrap();
+                    n.starts_with(stem) && n.ends_with(ext)
+                }),
+                "no {stem}*.{ext} chart"
+            );
+        }
+    }
 }

@@ -231,7 +231,7 @@ pub fn family(cc: &Path) -> Result<Family> {
     }
 }
 
-fn which(p: &Path) -> Option<PathBuf> {
+pub(crate) fn which(p: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let ok = |c: &Path| {
         c.metadata()

@@ -1,5 +1,5 @@
 //! The emulator's library side: everything `pmlab run`, `pmlab trace`,
-//! `pmlab cc`, `pmlab calibrate` and `pmlab validate` do besides parsing
+//! `pmlab cc`, `pmlab cargo`, `pmlab calibrate` and `pmlab validate` do besides parsing
 //! their flags and printing.
 //!
 //! # Brief overview
@@ -13,6 +13,8 @@
 //! * [`cc`]: the compiler wrapper (which compiler, its family, the flags
 //!   added for clang's coverage hooks or gcc's ThreadSanitizer hooks, the
 //!   link line with libpmlab).
+//! * [`cargo`]: `pmlab cargo`, the same hooks for Rust programs (rustc's
+//!   flags, libpmlab on the link line, a separate target directory).
 //! * [`calibrate`]: the DRAM latency and TSC calibration ([`Calibration`])
 //!   and its per-machine cache; [`calibrate::Chaser`] to measure again
 //!   during a study.
@@ -39,6 +41,7 @@
 #![deny(missing_docs)]
 
 pub mod calibrate;
+pub mod cargo;
 pub mod cc;
 pub mod elf;
 mod error;

@@ -21,7 +21,12 @@
 //!   its own CPU time after every access (`mtlat -x`); the critical-path
 //!   formula (native run time plus the accesses on the schedule's
 //!   critical path x (target - DRAM)), a lower bound, is reported beside;
-//! * overhead: `--no-inject` runs against native runs.
+//! * overhead: `--no-inject` runs against native runs;
+//! * shapes, workset, bandwidth: foreign program shapes (an index-linked
+//!   chase, a hash-table probe, a B+-tree lookup), the working-set sweep
+//!   and the STREAM-like bandwidth study (issues 16 and 17), each with its
+//!   expectation documented in its module ([`shapes`], [`workset`],
+//!   [`bandwidth`]).
 //!
 //! # Tolerances and the verdict
 //!
@@ -54,6 +59,10 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+pub mod bandwidth;
+pub mod shapes;
+pub mod workset;
 
 /// What to run: the study's options (`pmlab validate`'s flags).
 #[derive(Debug, Clone)]
@@ -88,6 +97,21 @@ pub struct Tolerances {
     pub multilat: f64,
     /// mtlat.
     pub mtlat: f64,
+    /// The program shapes (index chase, hash probe, B+-tree).
+    pub shapes: f64,
+    /// Working set, regions of at least 4x the LLC.
+    pub workset_far: f64,
+    /// Working set, regions between half the LLC and 4x the LLC.
+    pub workset_mid: f64,
+    /// Working set, regions below half the LLC (or
+    /// [`workset_floor_ns`](Self::workset_floor_ns), whichever is larger).
+    pub workset_near: f64,
+    /// The floor of the near bound, ns per access.
+    pub workset_floor_ns: f64,
+    /// Working set, `--no-inject` against native, every region.
+    pub workset_overhead: f64,
+    /// Bandwidth against the `--pm-bandwidth` target.
+    pub bandwidth: f64,
 }
 
 impl Tolerances {
@@ -97,6 +121,13 @@ impl Tolerances {
         chains: 5.0,
         multilat: 2.0,
         mtlat: 5.0,
+        shapes: 5.0,
+        workset_far: 5.0,
+        workset_mid: 15.0,
+        workset_near: 10.0,
+        workset_floor_ns: 5.0,
+        workset_overhead: 10.0,
+        bandwidth: 5.0,
     };
     /// Loose enough for a loaded 2-vCPU VM, tight enough to catch a model
     /// that injects nothing or twice the latency (`--quick`, `--loose`).
@@ -105,11 +136,37 @@ impl Tolerances {
         chains: 20.0,
         multilat: 15.0,
         mtlat: 20.0,
+        // A model that injects nothing reads a large-region chase at
+        // DRAM / L (-51% at 300 ns, -85% at 1000 ns), a hash probe or tree
+        // lookup at least a third low; one that takes dependent loads for
+        // independent ones reads the index chase at the native 4-chain
+        // figure.
+        shapes: 20.0,
+        workset_far: 15.0,
+        workset_mid: 30.0,
+        workset_near: 20.0,
+        workset_floor_ns: 10.0,
+        // Hooks that cost more than the access itself show here at small
+        // regions; an injection that --no-inject fails to stop doubles the
+        // time at large ones.
+        workset_overhead: 30.0,
+        // A throttle that does nothing reads the instrumented build's own
+        // rate (about 2 GB/s here: +100% at 1 GB/s).
+        bandwidth: 25.0,
     };
 }
 
 /// The studies, in the order they run.
-pub const STUDIES: &[&str] = &["memlat", "chains", "multilat", "mtlat", "overhead"];
+pub const STUDIES: &[&str] = &[
+    "memlat",
+    "chains",
+    "multilat",
+    "mtlat",
+    "overhead",
+    "shapes",
+    "workset",
+    "bandwidth",
+];
 
 /// Median, minimum and maximum of a set of runs.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
@@ -270,6 +327,8 @@ struct Ctx<'a> {
     reps: usize,
     quick: bool,
     dram_ns: f64,
+    /// The last-level cache, bytes (the calibration's; 0 when unknown).
+    llc_bytes: u64,
     /// The calibration's chain, to measure the DRAM latency again before
     /// each emulated run.
     chaser: std::cell::RefCell<Chaser>,
@@ -349,12 +408,27 @@ impl Ctx<'_> {
         no_inject: bool,
         dram: f64,
     ) -> Result<String> {
+        self.emulated_with(prog, args, pm_ns, no_inject, dram, &[])
+    }
+
+    /// As [`emulated_given`](Self::emulated_given), with more `pmlab run`
+    /// flags (`flags`, e.g. `--pm-bandwidth`).
+    fn emulated_with(
+        &self,
+        prog: &str,
+        args: &[String],
+        pm_ns: f64,
+        no_inject: bool,
+        dram: f64,
+        flags: &[String],
+    ) -> Result<String> {
         let mut cmd = Command::new(&self.pmlab);
         cmd.args(["run", "--quiet", "--source", "instrumented"])
             .arg("--pm-latency")
             .arg(format!("{pm_ns}ns"))
             .arg("--dram-latency")
-            .arg(format!("{dram:.2}ns"));
+            .arg(format!("{dram:.2}ns"))
+            .args(flags);
         if no_inject {
             cmd.arg("--no-inject");
         }
@@ -550,6 +624,7 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         reps: opts.reps,
         quick: opts.quick,
         dram_ns: cal.dram_latency_ns,
+        llc_bytes: cal.llc_bytes,
         chaser: std::cell::RefCell::new(chaser),
         chase_steps: if opts.quick { 500_000 } else { 2_000_000 },
         bounds: if opts.quick || opts.loose {
@@ -580,6 +655,15 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
     }
     if want("overhead") {
         overhead_study(&ctx, &plan, &mut points)?;
+    }
+    if want("shapes") {
+        shapes::study(&ctx, &mut points)?;
+    }
+    if want("workset") {
+        workset::study(&ctx, &mut points)?;
+    }
+    if want("bandwidth") {
+        bandwidth::study(&ctx, &mut points)?;
     }
     Ok(Report {
         machine: machine_line(),
@@ -1089,11 +1173,60 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     Ok(())
 }
 
-/// One SVG per study: measured medians with min..max bars against the
-/// expected values.
+/// Write `chart` as `DIR/STEM.svg` and `DIR/STEM.png`.
+fn save_both(dir: &Path, chart: &pmlab_plot::LineChart, stem: &str) -> Result<()> {
+    for ext in ["svg", "png"] {
+        let path = dir.join(format!("{stem}.{ext}"));
+        chart.save(&path).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A judged point from its runs: the median against `expected`, within
+/// `bound` percent.
+#[allow(clippy::too_many_arguments)]
+fn simple_point(
+    study: &str,
+    config: String,
+    target_ns: f64,
+    unit: &str,
+    expected: f64,
+    runs: Vec<f64>,
+    bound: f64,
+    detail: String,
+    dram_runs: Vec<f64>,
+) -> Point {
+    let m = summarize(&runs);
+    Point {
+        study: s(study),
+        config,
+        target_ns,
+        unit: s(unit),
+        expected,
+        measured: m,
+        error_pct: error_pct(m.median, expected),
+        bound_pct: bound,
+        runs,
+        detail,
+        dram_runs,
+        ..Default::default()
+    }
+}
+
+/// One chart per study (SVG; the shapes, workset and bandwidth studies'
+/// also PNG): measured medians with min..max bars against the expected
+/// values.
 pub fn write_plots(dir: &Path, points: &[Point]) -> Result<()> {
     use pmlab_plot::{Axis, Format, LineChart, Series};
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    shapes::plot(dir, points)?;
+    workset::plot(dir, points)?;
+    bandwidth::plot(dir, points)?;
     let save = |chart: LineChart, name: &str| -> Result<()> {
         let path = dir.join(name);
         chart.save(&path).map_err(|e| {
@@ -1238,7 +1371,18 @@ fn find_workloads(given: Option<&Path>) -> Result<PathBuf> {
         })
 }
 
-/// Build memlat, multilat and mtlat natively (clang) and with `pmlab cc`.
+/// The workloads `pmlab validate` builds and runs.
+pub const WORKLOADS: &[&str] = &[
+    "memlat",
+    "multilat",
+    "mtlat",
+    "idxchase",
+    "hashprobe",
+    "bptree",
+    "stream",
+];
+
+/// Build the [`WORKLOADS`] natively (clang) and with `pmlab cc`.
 fn build_workloads(pmlab: &Path, wl: &Path, build: &Path) -> Result<(PathBuf, PathBuf)> {
     let native = build.join("native");
     let instr = build.join("instrumented");
@@ -1247,7 +1391,7 @@ fn build_workloads(pmlab: &Path, wl: &Path, build: &Path) -> Result<(PathBuf, Pa
         .with_context(|| format!("cannot create {}", build.display()))?;
     let include = wl.join("../include");
     let cc = crate::cc::find_compiler(crate::cc::Lang::C, false)?;
-    for prog in ["memlat", "multilat", "mtlat"] {
+    for prog in WORKLOADS {
         let src = wl.join(format!("{prog}.c"));
         for (dir, instrumented) in [(&native, false), (&instr, true)] {
             let mut cmd = if instrumented {

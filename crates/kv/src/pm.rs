@@ -8,6 +8,15 @@
 //! environment variable `PMKV_FLUSH` (`clwb`, `clflushopt`, `clflush`,
 //! `none`) overrides the choice, for example to trace with `clflush` as
 //! WHISPER's programs did; `none` skips flushing (DRAM-only timing).
+//!
+//! Under pmlab (`libpmlab.so` loaded, by `pmlab run`, `pmlab trace` or a
+//! `pmlab cargo` build), flushes and fences go through the runtime's
+//! `pflush` and `pm_drain` instead, found once with `dlsym`: the compiler
+//! hooks see loads and stores but not inline assembly, so this is how the
+//! emulator charges the engines' flushes and the tracer records them.
+//! `pflush` issues the same instruction the CPU offers (its own cpuid
+//! choice, `PMLAB_FLUSH` to override), so the flushes stay real;
+//! `PMKV_FLUSH` keeps the engines' own instructions even then.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -133,12 +142,59 @@ pub fn sfence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
+/// The runtime's `pflush` and `pm_drain` when libpmlab is loaded.
+#[derive(Clone, Copy)]
+struct Runtime {
+    pflush: unsafe extern "C" fn(*const c_void, usize),
+    drain: unsafe extern "C" fn(),
+}
+
+/// libpmlab's flush and drain, looked up once (`None` in a plain run, or
+/// when `PMKV_FLUSH` asks for the engines' own instructions).
+fn runtime() -> Option<Runtime> {
+    static RT: OnceLock<Option<Runtime>> = OnceLock::new();
+    *RT.get_or_init(|| {
+        if std::env::var_os("PMKV_FLUSH").is_some() {
+            return None;
+        }
+        // SAFETY: NUL-terminated names; RTLD_DEFAULT searches the global
+        // scope. `pflush` alone could be another library's: the register
+        // hook marks libpmlab, whose functions have the C signatures of
+        // include/pmlab.h.
+        unsafe {
+            let f = libc::dlsym(libc::RTLD_DEFAULT, c"pflush".as_ptr());
+            let d = libc::dlsym(libc::RTLD_DEFAULT, c"pm_drain".as_ptr());
+            let own = libc::dlsym(libc::RTLD_DEFAULT, c"pmlab_pm_register".as_ptr());
+            if f.is_null() || d.is_null() || own.is_null() {
+                return None;
+            }
+            Some(Runtime {
+                pflush: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*const c_void, usize),
+                >(f),
+                drain: std::mem::transmute::<*mut c_void, unsafe extern "C" fn()>(d),
+            })
+        }
+    })
+}
+
+/// Whether flushes and fences go through the pmlab runtime (see the
+/// module docs).
+pub fn through_pmlab() -> bool {
+    runtime().is_some()
+}
+
 /// Flush every cache line overlapping `[p, p + len)`, without a fence.
 ///
 /// # Safety
 /// The range must be mapped.
 pub unsafe fn flush(p: *const u8, len: usize) {
     if len == 0 {
+        return;
+    }
+    if let Some(rt) = runtime() {
+        (rt.pflush)(p.cast(), len);
         return;
     }
     let f = flush_kind();
@@ -166,6 +222,12 @@ pub unsafe fn persist(p: *const u8, len: usize) {
 
 /// The fence that orders the flushes issued so far (none for `clflush`).
 pub fn drain() {
+    if let Some(rt) = runtime() {
+        // SAFETY: pm_drain takes no arguments; it fences (and, under the
+        // emulator, waits for the write model).
+        unsafe { (rt.drain)() };
+        return;
+    }
     if flush_kind().needs_fence() {
         sfence();
     }

@@ -6,6 +6,7 @@
 use crate::emu::{self, State};
 use crate::persist::{self, LINE};
 use crate::pool;
+use crate::source::instrumented::pm;
 use crate::tracer::record;
 use libc::{c_char, c_int, c_void, size_t};
 use pmlab_trace::{Op, Space};
@@ -23,6 +24,12 @@ pub mod code {
     pub const NOPOOL: i32 = -3;
     /// The pointer is not a live pool block.
     pub const NOT_OURS: i32 = -4;
+    /// A PM range that is empty, starts at NULL or wraps around.
+    pub const INVALID_RANGE: i32 = -5;
+    /// As many PM ranges as the runtime keeps are registered.
+    pub const TOO_MANY_RANGES: i32 = -6;
+    /// No registered PM range has that start and length.
+    pub const NO_RANGE: i32 = -7;
 }
 
 /// Flags of `pmalloc_flags`.
@@ -93,6 +100,16 @@ pub fn pmlab_errormsg() -> *const c_char {
         }
         code::NOPOOL => c"no PM pool exists yet (nothing was allocated)".as_ptr(),
         code::NOT_OURS => c"the pointer is not a live block of the PM pool".as_ptr(),
+        code::INVALID_RANGE => {
+            c"the PM range is empty, starts at NULL or wraps around the address space".as_ptr()
+        }
+        code::TOO_MANY_RANGES => {
+            c"64 PM ranges are registered already (unregister one first)".as_ptr()
+        }
+        code::NO_RANGE => {
+            c"no registered PM range has this start and length (pass those given to pmlab_pm_register)"
+                .as_ptr()
+        }
         _ => c"unknown error".as_ptr(),
     }
 }
@@ -173,10 +190,40 @@ pub unsafe fn pmlab_pool_range(base: *mut *mut c_void, size: *mut size_t) -> c_i
     code::OK
 }
 
-/// `pm_is_pmem`.
+/// `pm_is_pmem`: inside the pool or inside one registered range.
 #[inline]
 pub fn pm_is_pmem(addr: *const c_void, len: size_t) -> c_int {
-    pool::contains(addr as usize, len) as c_int
+    (pool::contains(addr as usize, len) || pm::in_registered(addr as usize, len)) as c_int
+}
+
+fn range_code(r: Result<(), pm::RangeError>) -> c_int {
+    let c = match r {
+        Ok(()) => code::OK,
+        Err(pm::RangeError::Invalid) => code::INVALID_RANGE,
+        Err(pm::RangeError::Full) => code::TOO_MANY_RANGES,
+        Err(pm::RangeError::Unknown) => code::NO_RANGE,
+    };
+    set_err(c);
+    c
+}
+
+/// `pmlab_pm_register`: `[base, base+len)` is PM from now on (for the
+/// instrumented source's model and for traces).
+#[inline]
+pub fn pmlab_pm_register(base: *mut c_void, len: size_t) -> c_int {
+    let c = range_code(pm::register(base as usize, len));
+    if c == code::OK {
+        // A PMRANGE note (no file known): `pmlab check` counts stores
+        // there as PM stores.
+        crate::trace_notes::pm_range(base as u64, len as u64, "", 0, None);
+    }
+    c
+}
+
+/// `pmlab_pm_unregister`: forget a range given to `pmlab_pm_register`.
+#[inline]
+pub fn pmlab_pm_unregister(base: *mut c_void, len: size_t) -> c_int {
+    range_code(pm::unregister(base as usize, len))
 }
 
 /// `pflush`.
@@ -299,6 +346,73 @@ pub fn pm_annotate_user_data(addr: *const c_void, len: size_t) {
 mod tests {
     use super::*;
 
+    /// The value of `#define NAME VALUE` in `include/pmlab.h`.
+    fn header_define(header: &str, name: &str) -> i64 {
+        header
+            .lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("#define") && w.next() == Some(name)).then(|| {
+                    w.next()
+                        .unwrap()
+                        .trim_matches(|c| c == '(' || c == ')')
+                        .parse()
+                        .unwrap()
+                })
+            })
+            .unwrap_or_else(|| panic!("pmlab.h defines no {name}"))
+    }
+
+    #[test]
+    fn the_header_agrees_with_the_runtime() {
+        let header = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/pmlab.h"),
+        )
+        .unwrap();
+        let d = |n| header_define(&header, n);
+        assert_eq!(d("PMLAB_MAJOR_VERSION"), crate::API_MAJOR as i64);
+        assert_eq!(d("PMLAB_MINOR_VERSION"), crate::API_MINOR as i64);
+        assert_eq!(d("PMLAB_MAX_PM_RANGES"), pm::MAX_RANGES as i64);
+        for (name, c) in [
+            ("PMLAB_OK", code::OK),
+            ("PMLAB_E_INVALID_FLAGS", code::INVALID_FLAGS),
+            ("PMLAB_E_NOMEM", code::NOMEM),
+            ("PMLAB_E_NOPOOL", code::NOPOOL),
+            ("PMLAB_E_NOT_OURS", code::NOT_OURS),
+            ("PMLAB_E_INVALID_RANGE", code::INVALID_RANGE),
+            ("PMLAB_E_TOO_MANY_RANGES", code::TOO_MANY_RANGES),
+            ("PMLAB_E_NO_RANGE", code::NO_RANGE),
+        ] {
+            assert_eq!(d(name), c as i64, "{name}");
+        }
+    }
+
+    #[test]
+    fn registered_ranges_are_pm_until_unregistered() {
+        let _g = pm::TEST_TABLE_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut buf = vec![0u8; 8192];
+        let p = buf.as_mut_ptr() as *mut c_void;
+        assert_eq!(pm_is_pmem(p, 8192), 0);
+        assert_eq!(pmlab_pm_register(p, 8192), code::OK);
+        assert_eq!(pmlab_errno(), code::OK);
+        assert_eq!(pm_is_pmem(p, 8192), 1);
+        assert_eq!(pm_is_pmem(p, 8193), 0);
+        assert_eq!(pmlab_pm_unregister(p, 4096), code::NO_RANGE);
+        assert_eq!(pmlab_errno(), code::NO_RANGE);
+        assert_eq!(pmlab_pm_unregister(p, 8192), code::OK);
+        assert_eq!(pm_is_pmem(p, 8192), 0);
+        assert_eq!(
+            pmlab_pm_register(std::ptr::null_mut(), 64),
+            code::INVALID_RANGE
+        );
+        assert_eq!(pmlab_pm_register(p, 0), code::INVALID_RANGE);
+        assert!(!unsafe { std::ffi::CStr::from_ptr(pmlab_errormsg()) }
+            .to_bytes()
+            .starts_with(b"unknown"));
+    }
+
     #[test]
     fn api_without_emulation_allocates_and_persists() {
         let p = pmalloc_flags(256, ALLOC_ZERO) as *mut u8;
@@ -320,7 +434,8 @@ mod tests {
         assert_eq!(pmlab_errno(), code::NOT_OURS);
         assert!(pmalloc_flags(16, 0x80).is_null());
         assert_eq!(pmlab_errno(), code::INVALID_FLAGS);
-        assert!(pmlab_check_version(crate::API_MAJOR, 0).is_null());
+        assert!(pmlab_check_version(crate::API_MAJOR, crate::API_MINOR).is_null());
+        assert!(!pmlab_check_version(crate::API_MAJOR, crate::API_MINOR + 1).is_null());
         assert!(!pmlab_check_version(crate::API_MAJOR + 1, 0).is_null());
     }
 }

@@ -1133,6 +1133,7 @@ extern "C" fn after_fork_child() {
     crate::source::instrumented::thread::after_fork_child();
     FINISHED.lock.store(false, Ordering::Release);
     crate::pool::reset_after_fork();
+    crate::source::instrumented::pm::reset_after_fork();
     FORKED.store(true, Ordering::Relaxed);
     REPORTED.store(false, Ordering::Relaxed);
     EXIT_REPORT.store(0, Ordering::Relaxed);

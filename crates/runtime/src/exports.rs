@@ -68,6 +68,10 @@ export! {
     fn pfree(ptr: *mut c_void) => api::pfree;
     /// `pmlab_pool_range`.
     unsafe fn pmlab_pool_range(base: *mut *mut c_void, size: *mut size_t) -> c_int => api::pmlab_pool_range;
+    /// `pmlab_pm_register`: a mapping of the program's counts as PM.
+    fn pmlab_pm_register(base: *mut c_void, len: size_t) -> c_int => api::pmlab_pm_register;
+    /// `pmlab_pm_unregister`: forget a registered mapping.
+    fn pmlab_pm_unregister(base: *mut c_void, len: size_t) -> c_int => api::pmlab_pm_unregister;
     /// `pm_is_pmem`.
     fn pm_is_pmem(addr: *const c_void, len: size_t) -> c_int => api::pm_is_pmem;
     /// `pflush`.

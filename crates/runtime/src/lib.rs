@@ -80,4 +80,4 @@ pub use error::{Error, ErrorKind};
 /// Major version of the C API (`PMLAB_MAJOR_VERSION` in `pmlab.h`).
 pub const API_MAJOR: u32 = 1;
 /// Minor version of the C API (`PMLAB_MINOR_VERSION` in `pmlab.h`).
-pub const API_MINOR: u32 = 1;
+pub const API_MINOR: u32 = 2;

@@ -1,5 +1,9 @@
 //! The real libc/libpthread functions behind our hooks, resolved once with
-//! `dlsym(RTLD_NEXT)` and cached.
+//! `dlsym(RTLD_NEXT)` and cached. A program that links libpmlab after the
+//! C library (Rust doc tests built by `pmlab cargo`, a `-lpmlab` placed
+//! last) has nothing after us that defines them: the C library is then
+//! asked directly. (Its calls bind to the C library first anyway; only a
+//! preloaded libpmlab interposes.)
 
 use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,11 +24,30 @@ fn resolve_opt(cache: &AtomicUsize, name: &[u8]) -> Option<usize> {
         // SAFETY: name is NUL-terminated; dlsym is safe to call.
         f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
         if f == 0 {
+            f = in_libc(name);
+        }
+        if f == 0 {
             f = ABSENT;
         }
         cache.store(f, Ordering::Relaxed);
     }
     (f != ABSENT).then_some(f)
+}
+
+/// `name` as the loaded C library defines it (0 when it does not).
+#[cold]
+fn in_libc(name: &[u8]) -> usize {
+    // SAFETY: RTLD_NOLOAD only finds a library already loaded (libc.so.6
+    // always is); dlsym with a NUL-terminated name.
+    unsafe {
+        let h = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return 0;
+        }
+        let f = libc::dlsym(h, name.as_ptr() as *const c_char) as usize;
+        libc::dlclose(h);
+        f
+    }
 }
 
 macro_rules! real {

@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod calibrate;
+pub mod cargo;
 pub mod cc;
 pub mod check;
 pub mod crash;

@@ -123,7 +123,12 @@ fn pool_ranges_attribute_misses_and_write_backs() {
     let (pm_buf, dram_buf) = (vec![0u8; 4 << 20], vec![0u8; 4 << 20]);
     let pm_addr = pm_buf.as_ptr() as usize;
     let dram_addr = dram_buf.as_ptr() as usize;
-    add_pm_range(pm_addr, pm_buf.len());
+    {
+        let _t = super::pm::TEST_TABLE_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        assert!(add_pm_range(pm_addr, pm_buf.len()));
+    }
     let t = on_thread(move || {
         // Write every line of both 4 MiB buffers, twice: the second pass
         // misses again (8 MiB > 1 MiB model) and evicts dirty lines.
@@ -146,6 +151,7 @@ fn pool_ranges_attribute_misses_and_write_backs() {
     assert_eq!(t.pm_writebacks + t.dram_writebacks, 4 * lines - resident);
     assert!(t.pm_writebacks.abs_diff(t.dram_writebacks) <= resident);
     assert_eq!(t.pm_bytes(), (t.serial.pm_misses + t.pm_writebacks) * 64);
+    assert!(super::pm::unregister(pm_addr, pm_buf.len()).is_ok());
     drop((pm_buf, dram_buf));
 }
 

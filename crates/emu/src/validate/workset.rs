@@ -1,0 +1,439 @@
+//! The working-set study (`--only workset`, issue 16): memlat and the
+//! index-linked chase (`idxchase.c`), 1 and 4 chains, over regions from
+//! well inside the last-level cache to far outside it, at 300 and 1000 ns,
+//! each against its native run, and the one-chain curves against their
+//! `--no-inject` runs (the hooks' cost does not depend on the chains).
+//!
+//! memlat runs with `-q`: its chains linked in one sequential pass (a
+//! pseudo-random cycle per chain over a contiguous part of the region, as
+//! idxchase builds them) instead of the shuffle, the same timed loop with
+//! a set-up that stays short at 1 GiB under emulation.
+//!
+//! # Expectation
+//!
+//! Only the accesses that miss the LLC natively go to memory, so only they
+//! should cost `L - DRAM` more. Per access:
+//!
+//! ```text
+//! expected(r) = native(r) + m(r) x (L - DRAM)
+//! m(r)        = clamp((native(r) - c_k) / (DRAM - c_1), 0, 1)
+//! ```
+//!
+//! with `native(r)` the native ns per access at region `r`, `DRAM` the
+//! latency measured just before the emulated runs, `c_k` the in-cache time
+//! per access of the same program with the same `k` chains -- its native
+//! figure at the largest region below half the LLC (the smallest region
+//! when none is) -- and `c_1` that of one chain. With one chain, `m(r)` is
+//! the share of accesses that miss the LLC: each costs `DRAM` instead of
+//! `c_1`. With `k` chains it is the serial misses per access: if hits and
+//! misses overlap alike `k'` ways, `native = (m' DRAM + (1 - m') c_1) / k'`
+//! and `c_k = c_1 / k'`, so `(native - c_k) / (DRAM - c_1) = m' / k'`, and
+//! the added time per access is `m'/k' x (L - DRAM)`: at large regions
+//! `native x L / DRAM` as in the chains study.
+//!
+//! The method's error: a region below half the LLC counts as all hits
+//! (`m = 0`) although some of its lines are evicted (by the other
+//! programs, by the LLC's own replacement), and the clamp hides TLB walks
+//! at large regions (`native > DRAM`); between half and four times the
+//! LLC, `m` mixes LLC hits of different latencies, and the estimate leans
+//! on `native` at one region per curve (`c_k`, measured with the same
+//! noise as the rest): the bounds widen there accordingly.
+//!
+//! # Targets
+//!
+//! [`Tolerances`]: within 5% at regions of at least 4x the LLC, within 10%
+//! (or 5 ns, whichever is larger) below half the LLC, within 15% between;
+//! `--no-inject` within 10% of native at every region.
+
+use super::*;
+
+/// Sizes of the working-set study.
+struct Plan {
+    regions: Vec<u64>,
+    progs: Vec<&'static str>,
+    chains: Vec<u32>,
+    lat: Vec<f64>,
+    accesses: u64,
+    /// At most this many runs per point (the study has many points).
+    max_reps: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                regions: vec![4, 64, 128],
+                progs: vec!["memlat", "idxchase"],
+                chains: vec![1],
+                lat: vec![1000.0],
+                accesses: 200_000,
+                max_reps: 1,
+            }
+        } else {
+            Plan {
+                regions: vec![1, 4, 8, 16, 24, 32, 48, 64, 128, 256, 1024],
+                progs: vec!["memlat", "idxchase"],
+                chains: vec![1, 4],
+                lat: vec![300.0, 1000.0],
+                accesses: 300_000,
+                max_reps: 3,
+            }
+        }
+    }
+}
+
+/// Where a region sits against the LLC, for its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Below half the LLC.
+    Near,
+    /// From half to four times the LLC (or the LLC size is unknown).
+    Mid,
+    /// At least four times the LLC.
+    Far,
+}
+
+/// The class of a region of `region` bytes with an LLC of `llc` bytes (0:
+/// unknown).
+pub fn class(region: u64, llc: u64) -> Class {
+    if llc == 0 {
+        Class::Mid
+    } else if region * 2 < llc {
+        Class::Near
+    } else if region >= 4 * llc {
+        Class::Far
+    } else {
+        Class::Mid
+    }
+}
+
+/// The bound on |error| (percent) of an emulated point of `class` whose
+/// expectation is `expected` ns per access.
+pub fn bound(t: &Tolerances, class: Class, expected: f64) -> f64 {
+    match class {
+        Class::Far => t.workset_far,
+        Class::Mid => t.workset_mid,
+        Class::Near => t.workset_near.max(t.workset_floor_ns / expected * 100.0),
+    }
+}
+
+/// `(expected, m)`: the expected ns per access at the target and the
+/// serial misses per access, from `native` ns per access, the in-cache
+/// times `c_k` (these chains) and `c_1` (one chain), the DRAM latency and
+/// the target (see the module documentation).
+pub fn expectation(native: f64, c_k: f64, c_1: f64, dram: f64, target: f64) -> (f64, f64) {
+    let m = ((native - c_k) / (dram - c_1)).clamp(0.0, 1.0);
+    (native + m * (target - dram), m)
+}
+
+/// The in-cache time of a curve: the native figure at the largest region
+/// below half the LLC, or at the smallest region when none is.
+/// `curve`: (region MiB, native ns per access), regions ascending.
+pub fn in_cache(curve: &[(u64, f64)], llc: u64) -> f64 {
+    curve
+        .iter()
+        .rev()
+        .find(|(r, _)| class(r << 20, llc) == Class::Near)
+        .or(curve.first())
+        .map_or(f64::NAN, |&(_, v)| v)
+}
+
+/// The measured runs at one region.
+#[derive(Default)]
+struct Runs {
+    native: Vec<f64>,
+    no_inject: Vec<f64>,
+    emulated: Vec<Vec<f64>>,
+    dram: Vec<Vec<f64>>,
+}
+
+pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
+    let p = Plan::new(ctx.quick);
+    let reps = ctx.reps.min(p.max_reps);
+    let llc = ctx.llc_bytes;
+    for &prog in &p.progs {
+        // The one-chain in-cache time, for the other curves' m.
+        let mut c_1 = f64::NAN;
+        for &k in &p.chains {
+            ctx.say(&format!(
+                "workset: {prog} {k} chain(s), regions {:?} MiB: native, --no-inject and {:?} ns, interleaved",
+                p.regions, p.lat
+            ));
+            let mut all: Vec<Runs> = Vec::new();
+            for &r in &p.regions {
+                let mut args = vec![s("-c"), s(k), s("-r"), s(r), s("-n"), s(p.accesses)];
+                if prog == "memlat" {
+                    // Linked in one sequential pass, as idxchase is: the
+                    // shuffle of a 1 GiB region takes ~10 s under emulation.
+                    args.push(s("-q"));
+                }
+                let mut runs = Runs {
+                    emulated: vec![Vec::new(); p.lat.len()],
+                    dram: vec![Vec::new(); p.lat.len()],
+                    ..Default::default()
+                };
+                // --no-inject with one chain only: the hooks' cost does not
+                // depend on the chains, and the study has many runs.
+                let no_inject = k == p.chains[0];
+                for _ in 0..reps {
+                    runs.native
+                        .push(need(prog, &ctx.native(prog, &args)?, MEMLAT_KEY)?);
+                    if no_inject {
+                        let (o, _) = ctx.emulated(prog, &args, p.lat[0], true)?;
+                        runs.no_inject.push(need(prog, &o, MEMLAT_KEY)?);
+                    }
+                    // One DRAM measurement for the targets of a repetition:
+                    // the bounds here are 5% and wider.
+                    let dram = ctx.dram_now();
+                    for (j, &lat) in p.lat.iter().enumerate() {
+                        let o = ctx.emulated_given(prog, &args, lat, false, dram)?;
+                        runs.emulated[j].push(need(prog, &o, MEMLAT_KEY)?);
+                        runs.dram[j].push(dram);
+                    }
+                }
+                all.push(runs);
+            }
+            let curve: Vec<(u64, f64)> = p
+                .regions
+                .iter()
+                .zip(&all)
+                .map(|(&r, x)| (r, summarize(&x.native).median))
+                .collect();
+            let c_k = in_cache(&curve, llc);
+            if k == 1 || c_1.is_nan() {
+                c_1 = if k == 1 { c_k } else { c_k * k as f64 };
+            }
+            for ((&r, runs), &(_, native)) in p.regions.iter().zip(all).zip(&curve) {
+                let cls = class(r << 20, llc);
+                let name = format!("{prog} chains={k} region={r}MiB");
+                for (j, &lat) in p.lat.iter().enumerate() {
+                    let dram = summarize(&runs.dram[j]).median;
+                    let (expected, m) = expectation(native, c_k, c_1, dram, lat);
+                    let mut pt = simple_point(
+                        "workset",
+                        name.clone(),
+                        lat,
+                        "ns/access",
+                        expected,
+                        runs.emulated[j].clone(),
+                        bound(&ctx.bounds, cls, expected),
+                        format!(
+                            "native {native:.1} + m {m:.3} x ({lat} - {dram:.1}); m = (native - in-cache {c_k:.1}) / (DRAM - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC"
+                        ),
+                        runs.dram[j].clone(),
+                    );
+                    pt.native_runs = runs.native.clone();
+                    push(ctx, out, pt);
+                }
+                if runs.no_inject.is_empty() {
+                    continue;
+                }
+                let mut pt = simple_point(
+                    "workset",
+                    format!("{name} no-inject"),
+                    0.0,
+                    "ns/access",
+                    native,
+                    runs.no_inject,
+                    ctx.bounds.workset_overhead,
+                    format!("--no-inject against the native {native:.1} ns/access"),
+                    Vec::new(),
+                );
+                pt.native_runs = runs.native;
+                push(ctx, out, pt);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The region of a workset point's config (`region=16MiB`), bytes.
+fn region_of(config: &str) -> Option<f64> {
+    config.split_whitespace().find_map(|t| {
+        t.strip_prefix("region=")
+            .and_then(|v| v.strip_suffix("MiB"))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map(|m| m * 1048576.0)
+    })
+}
+
+/// One chart per program, chain count and target: native, expected,
+/// emulated and `--no-inject` ns per access against the region size.
+pub(super) fn plot(dir: &Path, points: &[Point]) -> Result<()> {
+    use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
+    let v: Vec<&Point> = points.iter().filter(|p| p.study == "workset").collect();
+    let mut curves: Vec<(String, f64)> = Vec::new();
+    for p in v.iter().filter(|p| p.target_ns > 0.0) {
+        let c: Vec<&str> = p.config.split_whitespace().take(2).collect();
+        let key = (c.join(" "), p.target_ns);
+        if !curves.contains(&key) {
+            curves.push(key);
+        }
+    }
+    for (curve, lat) in curves {
+        let mine = |p: &&&Point| p.config.starts_with(&format!("{curve} "));
+        let emu: Vec<&&Point> = v
+            .iter()
+            .filter(mine)
+            .filter(|p| p.target_ns == lat)
+            .collect();
+        let noinj: Vec<&&Point> = v
+            .iter()
+            .filter(mine)
+            .filter(|p| p.target_ns == 0.0)
+            .collect();
+        let xy = |pts: &[&&Point], y: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
+            pts.iter()
+                .filter_map(|p| region_of(&p.config).map(|x| (x, y(p))))
+                .filter(|&(_, y)| y > 0.0 && y.is_finite())
+                .collect()
+        };
+        let mut chart = LineChart::new(format!("working set: {curve}, {lat} ns"))
+            .x_axis(Axis::new("region").scale(Scale::Log).format(Format::Bytes))
+            .y_axis(
+                Axis::new("time per access")
+                    .scale(Scale::Log)
+                    .format(Format::Nanos),
+            )
+            .series(
+                Series::new("native", xy(&emu, &|p| summarize(&p.native_runs).median)).dots(true),
+            )
+            .series(Series::new("expected", xy(&emu, &|p| p.expected)).dots(true))
+            .series(
+                Series::new("emulated (median)", xy(&emu, &|p| p.measured.median))
+                    .spread(
+                        emu.iter()
+                            .filter(|p| region_of(&p.config).is_some())
+                            .map(|p| (p.measured.min, p.measured.max))
+                            .collect(),
+                    )
+                    .dots(true),
+            );
+        if !noinj.is_empty() {
+            chart = chart
+                .series(Series::new("--no-inject", xy(&noinj, &|p| p.measured.median)).dots(true));
+        }
+        let stem = format!("workset-{}-{}ns", curve.replace([' ', '='], "-"), lat);
+        save_both(dir, &chart, &stem)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_classed_against_the_llc() {
+        let llc = 32 << 20;
+        assert_eq!(class(8 << 20, llc), Class::Near);
+        assert_eq!(class(16 << 20, llc), Class::Mid);
+        assert_eq!(class(64 << 20, llc), Class::Mid);
+        assert_eq!(class(128 << 20, llc), Class::Far);
+        assert_eq!(class(1 << 20, 0), Class::Mid);
+        let t = Tolerances::TARGET;
+        assert_eq!(bound(&t, Class::Far, 400.0), 5.0);
+        assert_eq!(bound(&t, Class::Mid, 400.0), 15.0);
+        // Below half the LLC: 10%, or 5 ns when that is more.
+        assert_eq!(bound(&t, Class::Near, 100.0), 10.0);
+        assert!((bound(&t, Class::Near, 20.0) - 25.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn expectation_adds_the_latency_to_the_misses_only() {
+        // One chain: in cache 40 ns, DRAM 150: a region read at 95 ns
+        // natively misses half the time; at 1000 ns that adds 425 ns.
+        let (e, m) = expectation(95.0, 40.0, 40.0, 150.0, 1000.0);
+        assert!((m - 0.5).abs() < 1e-12, "{m}");
+        assert!((e - 520.0).abs() < 1e-9, "{e}");
+        // In cache: nothing added; past DRAM (TLB walks): m stays 1.
+        assert_eq!(expectation(39.0, 40.0, 40.0, 150.0, 1000.0), (39.0, 0.0));
+        assert_eq!(expectation(160.0, 40.0, 40.0, 150.0, 300.0), (310.0, 1.0));
+        // Four chains overlapping 4 ways: native 150/4, in cache 40/4; the
+        // chains study's native x L / DRAM comes out.
+        let (e, m) = expectation(37.5, 10.0, 40.0, 150.0, 300.0);
+        assert!((m - 0.25).abs() < 1e-12, "{m}");
+        assert!((e - 37.5 * 300.0 / 150.0).abs() < 1e-9, "{e}");
+    }
+
+    #[test]
+    fn in_cache_time_comes_from_the_largest_region_below_half_the_llc() {
+        let curve = [(1, 5.0), (4, 20.0), (8, 30.0), (16, 45.0), (64, 120.0)];
+        assert_eq!(in_cache(&curve, 32 << 20), 30.0);
+        // No region below half the LLC, or no LLC known: the smallest.
+        assert_eq!(in_cache(&curve[3..], 32 << 20), 45.0);
+        assert_eq!(in_cache(&curve, 0), 5.0);
+        assert!(in_cache(&[], 0).is_nan());
+    }
+
+    #[test]
+    fn the_new_studies_chart_as_svg_and_png() {
+        let pt = |study: &str, config: &str, target: f64, expected: f64, got: f64| {
+            let mut p = simple_point(
+                study,
+                config.into(),
+                target,
+                "ns/access",
+                expected,
+                vec![got * 0.98, got, got * 1.03],
+                5.0,
+                s("x"),
+                Vec::new(),
+            );
+            p.native_runs = vec![expected / 2.0];
+            p
+        };
+        let mut pts = Vec::new();
+        for r in [1, 16, 256] {
+            let e = 10.0 * r as f64;
+            pts.push(pt(
+                "workset",
+                &format!("memlat chains=1 region={r}MiB"),
+                300.0,
+                e,
+                e,
+            ));
+            pts.push(pt(
+                "workset",
+                &format!("memlat chains=1 region={r}MiB no-inject"),
+                0.0,
+                e,
+                e,
+            ));
+            pts.push(pt(
+                "workset",
+                &format!("memlat chains=4 region={r}MiB"),
+                300.0,
+                e,
+                e,
+            ));
+        }
+        pts.push(pt("shapes", "hashprobe 256MiB", 300.0, 200.0, 190.0));
+        pts.push(pt("shapes", "hashprobe 256MiB", 1000.0, 500.0, 400.0));
+        pts.push(pt("bandwidth", "triad threads=1 128MiB", 0.0, 1.0, 0.7));
+        pts.push(pt("bandwidth", "triad threads=1 128MiB", 0.0, 4.0, 1.9));
+        let dir = std::env::temp_dir().join(format!("pmlab-workset-plot-{}", std::process::id()));
+        write_plots(&dir, &pts).unwrap();
+        for stem in [
+            "workset-memlat-chains-1-300ns",
+            "workset-memlat-chains-4-300ns",
+            "shapes-hashprobe-256MiB",
+            "bandwidth-triad-threads-1-128MiB",
+        ] {
+            let svg = std::fs::read_to_string(dir.join(format!("{stem}.svg"))).unwrap();
+            assert!(svg.contains("<svg"), "{stem}");
+            let png = std::fs::read(dir.join(format!("{stem}.png"))).unwrap();
+            assert_eq!(&png[1..4], b"PNG", "{stem}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn regions_are_read_back_from_the_config() {
+        assert_eq!(
+            region_of("memlat chains=1 region=16MiB no-inject"),
+            Some(16.0 * 1048576.0)
+        );
+        assert_eq!(region_of("memlat chains=1"), None);
+    }
+}

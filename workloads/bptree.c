@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * bptree.c -- lookups in a B+-tree (pmlab workload, issue 16)
+ *
+ * A static B+-tree over sorted 64-bit keys: the leaves are the sorted key
+ * array (the region), each inner level holds the first key of every node
+ * of the level below, in nodes of B keys (one 64-byte line by default),
+ * children found by position (node n's child j is node n x B + j of the
+ * level below, as in a bulk-loaded tree). Every lookup walks from the root
+ * to a leaf: a short dependent chain of loads -- the child's address comes
+ * from comparing the keys just loaded -- with a scan of B keys (compute)
+ * at each node. The upper levels stay in the caches; the lowest ones and
+ * the leaves miss. Lookups are of random present keys and independent of
+ * each other. Plain C, no pmlab API.
+ *
+ * Prints one line:
+ *
+ *   bptree: region=... keys=... fanout=8 levels=... lookups=...
+ *           elapsed_ns=... ns_per_lookup=...
+ *
+ * Usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] [-s SEED]
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LEVELS 32
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] "
+			"[-s SEED]\n");
+	exit(2);
+}
+
+static long arg_long(const char *s, long lo, long hi)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+		usage();
+	return v;
+}
+
+static void *map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "bptree: cannot map %zu bytes: try a smaller -r\n", bytes);
+		exit(1);
+	}
+	madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	long region_mib = 128, lookups = 2000000, fanout = 8, seed = 11;
+	int opt;
+	while ((opt = getopt(argc, argv, "r:n:f:s:")) != -1) {
+		switch (opt) {
+		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
+		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
+		case 'f': fanout = arg_long(optarg, 4, 64); break;
+		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
+		default: usage();
+		}
+	}
+	uint64_t b = (uint64_t)fanout;
+	uint64_t n = ((uint64_t)region_mib << 20) / sizeof(uint64_t);
+	n -= n % b;
+	/* level[0] is the root; level[levels-1] the leaves. Each level is
+	 * padded to whole nodes with the largest key. */
+	uint64_t *level[MAX_LEVELS], count[MAX_LEVELS];
+	int levels = 0;
+	uint64_t *leaves = map(n * sizeof(uint64_t));
+	for (uint64_t i = 0; i < n; i++)
+		leaves[i] = 2 * i + 1; /* sorted, odd: every lookup finds its key */
+	uint64_t *below = leaves, nb = n;
+	uint64_t *lv[MAX_LEVELS], lc[MAX_LEVELS];
+	lv[0] = leaves;
+	lc[0] = n;
+	int up = 1;
+	while (nb > b) {
+		uint64_t nodes = (nb + b - 1) / b;
+		uint64_t padded = (nodes + b - 1) / b * b;
+		uint64_t *l = map(padded * sizeof(uint64_t));
+		for (uint64_t j = 0; j < padded; j++)
+			l[j] = j < nodes ? below[j * b] : UINT64_MAX;
+		lv[up] = l;
+		lc[up] = padded;
+		up++;
+		below = l;
+		nb = padded;
+	}
+	levels = up;
+	for (int i = 0; i < levels; i++) {
+		level[i] = lv[levels - 1 - i];
+		count[i] = lc[levels - 1 - i];
+	}
+	(void)count;
+	uint64_t sum = 0, r = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
+	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
+	uint64_t t0 = 0;
+	for (long q = -warm; q < lookups; q++) {
+		if (q == 0)
+			t0 = now_ns();
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t key = 2 * ((r >> 17) % n) + 1;
+		uint64_t node = 0;
+		for (int l = 0; l < levels; l++) {
+			const uint64_t *k = level[l] + node * b;
+			uint64_t j = 0;
+			/* the last key of the node not above `key` */
+			for (uint64_t x = 1; x < b; x++)
+				j += k[x] <= key;
+			if (l == levels - 1) {
+				sum += k[j] == key;
+				break;
+			}
+			node = node * b + j;
+		}
+	}
+	uint64_t t1 = now_ns();
+	if (sum != (uint64_t)(lookups + warm)) {
+		fprintf(stderr, "bptree: %llu of %ld lookups found their key\n",
+				(unsigned long long)sum, lookups + warm);
+		return 1;
+	}
+	printf("bptree: region=%llu keys=%llu fanout=%ld levels=%d lookups=%ld "
+			"elapsed_ns=%llu ns_per_lookup=%.2f\n",
+			(unsigned long long)(n * sizeof(uint64_t)), (unsigned long long)n,
+			fanout, levels, lookups, (unsigned long long)(t1 - t0),
+			(double)(t1 - t0) / (double)lookups);
+	return 0;
+}
