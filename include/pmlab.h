@@ -27,7 +27,7 @@ extern "C" {
 /* ---------------------------------------------------------- versions --- */
 
 #define PMLAB_MAJOR_VERSION 1
-#define PMLAB_MINOR_VERSION 1   /* 1: pmlab_pm_register(), pmlab_pm_unregister() */
+#define PMLAB_MINOR_VERSION 2   /* 1: pmlab_pm_register(), pmlab_pm_unregister(); 2: pm_tx_add() */
 
 /*
  * pmlab_check_version -- check that the library matches this header
@@ -236,6 +236,20 @@ void pm_dfence(void);
  */
 void pm_tx_begin(uint64_t id);
 void pm_tx_end(uint64_t id);
+
+/*
+ * pm_tx_add -- declare that the calling thread's open transaction (between
+ * pm_tx_begin() and pm_tx_end()) logs [addr, addr+len): the program's own
+ * undo or redo log covers a crash in the middle of its stores there.
+ *
+ * For traces only (`pmlab check`, like pmemobj_tx_add_range for
+ * libpmemobj): no effect on memory or emulation, no return value. A
+ * transaction that declares at least one range is checked: each PM store
+ * inside it must fall in a declared range, the log itself included
+ * (declare the log area too). Since minor version 2.
+ * See also: pm_tx_begin().
+ */
+void pm_tx_add(const void *addr, size_t len);
 
 /*
  * pm_memcpy_persist -- copy `len` bytes, flush them, drain

@@ -46,6 +46,10 @@ enum Command {
     Trace(cmd::trace::Args),
     /// Analyse a PM trace (WHISPER metrics).
     Analyze(cmd::analyze::Args),
+    /// Find missing flushes and fences, and unlogged transactional stores.
+    Check(cmd::check::Args),
+    /// Test a program's recovery on the crash images its trace allows.
+    Crash(cmd::crash::Args),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +70,8 @@ fn main() -> ExitCode {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Trace(a) => cmd::trace::run(a),
         Command::Analyze(a) => cmd::analyze::run(a),
+        Command::Check(a) => cmd::check::run(a),
+        Command::Crash(a) => cmd::crash::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

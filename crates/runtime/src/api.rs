@@ -211,7 +211,13 @@ fn range_code(r: Result<(), pm::RangeError>) -> c_int {
 /// instrumented source's model and for traces).
 #[inline]
 pub fn pmlab_pm_register(base: *mut c_void, len: size_t) -> c_int {
-    range_code(pm::register(base as usize, len))
+    let c = range_code(pm::register(base as usize, len));
+    if c == code::OK {
+        // A PMRANGE note (no file known): `pmlab check` counts stores
+        // there as PM stores.
+        crate::trace_notes::pm_range(base as u64, len as u64, "", 0, None);
+    }
+    c
 }
 
 /// `pmlab_pm_unregister`: forget a range given to `pmlab_pm_register`.

@@ -22,7 +22,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::source::instrumented::{hooks::on_access, memfns, tsan};
-use crate::{api, blocking, exec, interpose, pmdk, real};
+use crate::{api, blocking, exec, interpose, pmdk, real, trace_notes};
 use libc::{c_char, c_int, c_uint, c_void, size_t};
 
 /// Exported shells that call their implementation with the same
@@ -88,6 +88,8 @@ export! {
     fn pm_tx_begin(id: u64) => api::pm_tx_begin;
     /// `pm_tx_end`.
     fn pm_tx_end(id: u64) => api::pm_tx_end;
+    /// `pm_tx_add`: the open transaction logs the range (for `pmlab check`).
+    fn pm_tx_add(addr: *const c_void, len: size_t) => trace_notes::pm_tx_add;
     /// `pm_persist`.
     unsafe fn pm_persist(addr: *const c_void, len: size_t) => api::pm_persist;
     /// `pm_memcpy_persist`.
@@ -365,6 +367,18 @@ export! {
     unsafe fn pmemobj_tx_alloc(size: usize, type_num: u64) -> pmdk::PmemOid => pmdk::pmemobj_tx_alloc;
     /// `pmemobj_tx_zalloc` (libpmemobj).
     unsafe fn pmemobj_tx_zalloc(size: usize, type_num: u64) -> pmdk::PmemOid => pmdk::pmemobj_tx_zalloc;
+    /// `pmemobj_tx_xadd_range` (libpmemobj).
+    unsafe fn pmemobj_tx_xadd_range(oid: pmdk::PmemOid, hoff: u64, size: usize, flags: u64) -> c_int => pmdk::pmemobj_tx_xadd_range;
+    /// `pmemobj_tx_xadd_range_direct` (libpmemobj).
+    unsafe fn pmemobj_tx_xadd_range_direct(ptr: *const c_void, size: usize, flags: u64) -> c_int => pmdk::pmemobj_tx_xadd_range_direct;
+    /// `pmemobj_tx_xalloc` (libpmemobj).
+    unsafe fn pmemobj_tx_xalloc(size: usize, type_num: u64, flags: u64) -> pmdk::PmemOid => pmdk::pmemobj_tx_xalloc;
+    /// `pmemobj_create` (libpmemobj): a `PMRANGE` note for the pool.
+    unsafe fn pmemobj_create(path: *const c_char, layout: *const c_char, poolsize: usize, mode: libc::mode_t) -> *mut c_void => pmdk::pmemobj_create;
+    /// `pmemobj_open` (libpmemobj): a `PMRANGE` note for the pool.
+    unsafe fn pmemobj_open(path: *const c_char, layout: *const c_char) -> *mut c_void => pmdk::pmemobj_open;
+    /// `pmem_map_file` (libpmem): a `PMRANGE` note for the mapping.
+    unsafe fn pmem_map_file(path: *const c_char, len: usize, flags: c_int, mode: libc::mode_t, mapped_len: *mut usize, is_pmem: *mut c_int) -> *mut c_void => pmdk::pmem_map_file;
 }
 
 // ------------------- clang's sanitizer-coverage callbacks (`pmlab cc`)

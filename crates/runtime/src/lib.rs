@@ -28,7 +28,9 @@
 //!   compiler-instrumented programs: the hook ABI's body, gcc's `__tsan_*`
 //!   callbacks, libc's copies offered to the hooks, the per-thread miss log,
 //!   batch modelling, the modeller thread and cost calibration.
-//! * [`tracer`]: trace recording (the `.pmt` writer thread).
+//! * [`tracer`]: trace recording (the `.pmt` writer thread);
+//!   [`trace_notes`]: the annotations `pmlab check` and `pmlab crash` need
+//!   (call sites, data, modules, PM ranges, transaction log ranges).
 //! * [`config`]: the `PMLAB_*` options, read once; [`pool`], [`persist`],
 //!   [`clock`], [`mba`], [`stats`]: the PM pool allocator, flush
 //!   instructions, the TSC, the bandwidth throttle, the report.
@@ -70,6 +72,7 @@ pub mod source;
 mod startup;
 pub mod stats;
 mod sys;
+pub mod trace_notes;
 pub mod tracer;
 
 pub use error::{Error, ErrorKind};
@@ -77,4 +80,4 @@ pub use error::{Error, ErrorKind};
 /// Major version of the C API (`PMLAB_MAJOR_VERSION` in `pmlab.h`).
 pub const API_MAJOR: u32 = 1;
 /// Minor version of the C API (`PMLAB_MINOR_VERSION` in `pmlab.h`).
-pub const API_MINOR: u32 = 1;
+pub const API_MINOR: u32 = 2;

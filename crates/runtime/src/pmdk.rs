@@ -34,7 +34,13 @@
 //!   `pmemobj_tx_alloc`, `pmemobj_tx_zalloc`: `USERDATA` for the range the
 //!   program declares it will modify or allocates (the basis of write
 //!   amplification; it over-counts user data when a program snapshots more
-//!   than it changes).
+//!   than it changes); and a `TXADD` note (`trace_notes::tx_add`), the
+//!   transaction's log coverage for `pmlab check` (also for
+//!   `pmemobj_tx_xadd_range`, `_xadd_range_direct` and `pmemobj_tx_xalloc`);
+//! * `pmemobj_create`, `pmemobj_open`, `pmem_map_file`: a `PMRANGE` note
+//!   for the mapping and its file (with data, `pmemobj_open` and
+//!   `pmem_map_file` save the file's contents first, `pmemobj_create` the
+//!   pool as created, for `pmlab crash`).
 //!
 //! # What is not seen
 //!
@@ -61,9 +67,10 @@
 // contract is exactly that of the libpmem/libpmemobj function it replaces.
 #![allow(clippy::missing_safety_doc)]
 
+use crate::trace_notes::{self, tx_add};
 use crate::tracer::{enabled, record};
 use pmlab_trace::{Op, Space};
-use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 const PMEM_F_MEM_NODRAIN: c_uint = 1 << 0;
@@ -433,6 +440,20 @@ type AddRangeFn = unsafe extern "C" fn(PmemOid, u64, usize) -> c_int;
 type AddRangeDirectFn = unsafe extern "C" fn(*const c_void, usize) -> c_int;
 type TxAllocFn = unsafe extern "C" fn(usize, u64) -> PmemOid;
 type DirectFn = unsafe extern "C" fn(PmemOid) -> *mut c_void;
+type XAddRangeFn = unsafe extern "C" fn(PmemOid, u64, usize, u64) -> c_int;
+type XAddRangeDirectFn = unsafe extern "C" fn(*const c_void, usize, u64) -> c_int;
+type TxXAllocFn = unsafe extern "C" fn(usize, u64, u64) -> PmemOid;
+type CreateFn =
+    unsafe extern "C" fn(*const c_char, *const c_char, usize, libc::mode_t) -> *mut c_void;
+type OpenFn = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut c_void;
+type MapFileFn = unsafe extern "C" fn(
+    *const c_char,
+    usize,
+    c_int,
+    libc::mode_t,
+    *mut usize,
+    *mut c_int,
+) -> *mut c_void;
 
 /// `pmemobj_tx_begin` (libpmemobj): records `TXBEGIN`. Forwards the first
 /// four variadic words (see the module documentation).
@@ -482,8 +503,151 @@ pub unsafe fn pmemobj_tx_add_range(oid: PmemOid, hoff: u64, size: usize) -> c_in
             base.wrapping_add(hoff),
             size.min(u32::MAX as usize) as u32,
         );
+        tx_add(base.wrapping_add(hoff), size as u64);
     }
     r
+}
+
+/// `pmemobj_tx_xadd_range` (libpmemobj): records `USERDATA` and `TXADD`.
+pub unsafe fn pmemobj_tx_xadd_range(oid: PmemOid, hoff: u64, size: usize, flags: u64) -> c_int {
+    let real = real!(c"pmemobj_tx_xadd_range", XAddRangeFn);
+    let r = real(oid, hoff, size, flags);
+    if enabled() && r == 0 {
+        let direct = real!(c"pmemobj_direct", DirectFn);
+        let a = (direct(oid) as u64).wrapping_add(hoff);
+        record(
+            Op::UserData,
+            Space::Pm,
+            a,
+            size.min(u32::MAX as usize) as u32,
+        );
+        tx_add(a, size as u64);
+    }
+    r
+}
+
+/// `pmemobj_tx_xadd_range_direct` (libpmemobj): records `USERDATA` and
+/// `TXADD`.
+pub unsafe fn pmemobj_tx_xadd_range_direct(ptr: *const c_void, size: usize, flags: u64) -> c_int {
+    let real = real!(c"pmemobj_tx_xadd_range_direct", XAddRangeDirectFn);
+    let r = real(ptr, size, flags);
+    if enabled() && r == 0 {
+        record(
+            Op::UserData,
+            Space::Pm,
+            ptr as u64,
+            size.min(u32::MAX as usize) as u32,
+        );
+        tx_add(ptr as u64, size as u64);
+    }
+    r
+}
+
+/// `pmemobj_tx_xalloc` (libpmemobj): records `USERDATA` and `TXADD` for
+/// the new object.
+pub unsafe fn pmemobj_tx_xalloc(size: usize, type_num: u64, flags: u64) -> PmemOid {
+    let real = real!(c"pmemobj_tx_xalloc", TxXAllocFn);
+    let oid = real(size, type_num, flags);
+    if enabled() && oid.off != 0 {
+        let direct = real!(c"pmemobj_direct", DirectFn);
+        let a = direct(oid) as u64;
+        record(
+            Op::UserData,
+            Space::Pm,
+            a,
+            size.min(u32::MAX as usize) as u32,
+        );
+        tx_add(a, size as u64);
+    }
+    oid
+}
+
+fn file_len(path: *const c_char) -> u64 {
+    if path.is_null() {
+        return 0;
+    }
+    // SAFETY: path is the program's NUL-terminated string.
+    let p = unsafe { CStr::from_ptr(path) };
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::metadata(std::ffi::OsStr::from_bytes(p.to_bytes()))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+fn path_string(path: *const c_char) -> String {
+    if path.is_null() {
+        return String::new();
+    }
+    // SAFETY: as file_len.
+    let p = unsafe { CStr::from_ptr(path) };
+    let s = p.to_string_lossy().into_owned();
+    std::fs::canonicalize(&s)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or(s)
+}
+
+fn saved_before(path: *const c_char) -> Option<String> {
+    if path.is_null() || !enabled() {
+        return None;
+    }
+    // SAFETY: as file_len.
+    trace_notes::save_initial(unsafe { CStr::from_ptr(path) })
+}
+
+/// `pmemobj_create` (libpmemobj): a `PMRANGE` note for the pool, with the
+/// pool's contents as created when tracing with data.
+pub unsafe fn pmemobj_create(
+    path: *const c_char,
+    layout: *const c_char,
+    poolsize: usize,
+    mode: libc::mode_t,
+) -> *mut c_void {
+    let real = real!(c"pmemobj_create", CreateFn);
+    let pop = real(path, layout, poolsize, mode);
+    if enabled() && !pop.is_null() {
+        // The pool as created is the initial image: libpmemobj writes its
+        // header through a mapping of its own before this one, and has made
+        // everything durable when it returns (crashes inside
+        // pmemobj_create are not tested).
+        let init = saved_before(path);
+        trace_notes::pm_range(pop as u64, file_len(path), &path_string(path), 0, init);
+    }
+    pop
+}
+
+/// `pmemobj_open` (libpmemobj): a `PMRANGE` note for the pool.
+pub unsafe fn pmemobj_open(path: *const c_char, layout: *const c_char) -> *mut c_void {
+    let real = real!(c"pmemobj_open", OpenFn);
+    let init = saved_before(path);
+    let pop = real(path, layout);
+    if enabled() && !pop.is_null() {
+        trace_notes::pm_range(pop as u64, file_len(path), &path_string(path), 0, init);
+    }
+    pop
+}
+
+/// `pmem_map_file` (libpmem): a `PMRANGE` note for the mapping.
+pub unsafe fn pmem_map_file(
+    path: *const c_char,
+    len: usize,
+    flags: c_int,
+    mode: libc::mode_t,
+    mapped_len: *mut usize,
+    is_pmem: *mut c_int,
+) -> *mut c_void {
+    let real = real!(c"pmem_map_file", MapFileFn);
+    let init = saved_before(path);
+    let mut mlen = 0usize;
+    let out = if mapped_len.is_null() {
+        &mut mlen as *mut usize
+    } else {
+        mapped_len
+    };
+    let p = real(path, len, flags, mode, out, is_pmem);
+    if enabled() && !p.is_null() {
+        trace_notes::pm_range(p as u64, *out as u64, &path_string(path), 0, init);
+    }
+    p
 }
 
 /// `pmemobj_tx_add_range_direct` (libpmemobj): records `USERDATA`.
@@ -498,6 +662,7 @@ pub unsafe fn pmemobj_tx_add_range_direct(ptr: *const c_void, size: usize) -> c_
             ptr as u64,
             size.min(u32::MAX as usize) as u32,
         );
+        tx_add(ptr as u64, size as u64);
     }
     r
 }
@@ -517,6 +682,7 @@ macro_rules! alloc_wrapper {
                     direct(oid) as u64,
                     size.min(u32::MAX as usize) as u32,
                 );
+                tx_add(direct(oid) as u64, size as u64);
             }
             oid
         }

@@ -100,9 +100,11 @@ fn map_pool(cfg: &Config) -> Result<(*mut u8, usize), String> {
     let size = cfg.pool_size as usize;
     // SAFETY: plain mmap/open/ftruncate calls on values we own.
     unsafe {
+        let mut file_init = None;
         let addr = if let Some(path) = &cfg.pm_file {
             let c = std::ffi::CString::new(path.as_str())
                 .map_err(|_| format!("PMLAB_PM_FILE '{path}' contains a NUL byte"))?;
+            file_init = Some(crate::trace_notes::save_initial(&c));
             let fd = libc::open(
                 c.as_ptr(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
@@ -163,6 +165,18 @@ fn map_pool(cfg: &Config) -> Result<(*mut u8, usize), String> {
                 ));
             }
         }
+        let path = cfg.pm_file.as_deref().map(|p| {
+            std::fs::canonicalize(p)
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| p.to_string())
+        });
+        crate::trace_notes::pm_range(
+            addr as u64,
+            size as u64,
+            path.as_deref().unwrap_or(""),
+            0,
+            file_init.flatten(),
+        );
         Ok((addr as *mut u8, size))
     }
 }

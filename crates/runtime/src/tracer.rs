@@ -56,6 +56,8 @@
 //!   `exec` (at most ~1 ms worth) are lost.
 
 use crate::clock::monotonic_ns;
+use crate::trace_notes as notes;
+use pmlab_trace::ext::{code as note_code, Note};
 use pmlab_trace::{binary, Op, Record, Space};
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::CStr;
@@ -86,13 +88,23 @@ pub fn enabled() -> bool {
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Entry {
+pub(crate) struct Entry {
     time: u64,
     addr: u64,
+    /// Call site of a store or flush (0: not recorded).
+    site: u64,
     size: u32,
+    /// An [`Op`] code, or an annotation code ([`note_code::TXADD`],
+    /// [`note_code::DATA`]: `size` bytes follow in the next
+    /// `ceil(size / 32)` entries).
     op: u8,
     space: u8,
 }
+
+/// Bytes of data one ring entry carries after a `DATA` entry.
+const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+/// The longest data one `DATA` entry announces; longer stores are split.
+const DATA_CHUNK: usize = 4096;
 
 /// One thread's single-producer single-consumer ring.
 #[repr(C)]
@@ -140,6 +152,123 @@ pub fn record(op: Op, space: Space, addr: u64, size: u32) {
 }
 
 fn record_slow(op: Op, space: Space, addr: u64, size: u32) {
+    with_ring(|r| {
+        let data = notes::data_on();
+        if data {
+            emit_pending_data(r);
+        }
+        let site = if notes::sites_on() && space == Space::Pm && (op.is_store() || op.is_flush()) {
+            notes::call_site()
+        } else {
+            0
+        };
+        push(
+            r,
+            &[Entry {
+                time: now(),
+                addr,
+                site,
+                size,
+                op: op.code(),
+                space: (space == Space::Dram) as u8,
+            }],
+        );
+        if data && space == Space::Pm {
+            if op.is_store() {
+                PENDING.with(|p| p.set((addr, size)));
+            } else if op.is_flush() {
+                emit_data(r, addr, size);
+            }
+        }
+    });
+}
+
+/// The monotonic time at which the trace started.
+pub(crate) fn start_ns() -> u64 {
+    START_NS.load(Ordering::Relaxed)
+}
+
+fn now() -> u64 {
+    monotonic_ns().saturating_sub(START_NS.load(Ordering::Relaxed))
+}
+
+thread_local! {
+    /// A store whose data is read at the thread's next record (the
+    /// instrumentation hooks record a store before it happens).
+    static PENDING: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// Record the bytes of the thread's pending store, if any.
+fn emit_pending_data(r: &Ring) {
+    let (addr, size) = PENDING.with(|p| p.replace((0, 0)));
+    if size > 0 {
+        emit_data(r, addr, size);
+    }
+}
+
+/// Record what `[addr, addr+size)` holds now, in chunks of at most
+/// [`DATA_CHUNK`] bytes. Memory that cannot be read (unmapped since) is
+/// skipped.
+fn emit_data(r: &Ring, addr: u64, size: u32) {
+    let mut done = 0usize;
+    let total = size as usize;
+    let mut entries = [Entry {
+        time: 0,
+        addr: 0,
+        site: 0,
+        size: 0,
+        op: 0,
+        space: 0,
+    }; 1 + DATA_CHUNK / ENTRY_BYTES];
+    while done < total {
+        let n = (total - done).min(DATA_CHUNK);
+        let a = addr + done as u64;
+        let k = n.div_ceil(ENTRY_BYTES);
+        // SAFETY: entries[1..=k] is plain old data of at least n bytes.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(entries[1..].as_mut_ptr() as *mut u8, k * ENTRY_BYTES)
+        };
+        if !notes::read_own_memory(a, &mut dst[..n]) {
+            return;
+        }
+        entries[0] = Entry {
+            time: now(),
+            addr: a,
+            site: 0,
+            size: n as u32,
+            op: note_code::DATA,
+            space: 0,
+        };
+        push(r, &entries[..1 + k]);
+        done += n;
+    }
+}
+
+/// Record an annotation entry (`TXADD`) of the calling thread.
+pub(crate) fn record_code(code: u8, addr: u64, size: u32) {
+    if !enabled() {
+        return;
+    }
+    with_ring(|r| {
+        if notes::data_on() {
+            emit_pending_data(r);
+        }
+        push(
+            r,
+            &[Entry {
+                time: now(),
+                addr,
+                site: 0,
+                size,
+                op: code,
+                space: 0,
+            }],
+        )
+    });
+}
+
+/// Run `f` with the calling thread's ring, under the re-entrancy guard.
+fn with_ring(f: impl FnOnce(&Ring)) {
     // try_with: a record from a thread being torn down is dropped.
     let Ok(busy) = BUSY.try_with(|b| b.replace(true)) else {
         DROPPED_GLOBAL.fetch_add(1, Ordering::Relaxed);
@@ -159,38 +288,43 @@ fn record_slow(op: Op, space: Space, addr: u64, size: u32) {
         }
         LOCAL.with(|l| l.set(ring));
     }
-    let time = monotonic_ns().saturating_sub(START_NS.load(Ordering::Relaxed));
     // SAFETY: ring points to a live mapping owned by this thread (producer
     // side) and never unmapped.
-    let r = unsafe { &*ring };
+    f(unsafe { &*ring });
+    BUSY.with(|b| b.set(false));
+}
+
+/// Append `es` to the ring and publish them together (a `DATA` entry and
+/// its bytes are never seen apart); waits for room as configured.
+fn push(r: &Ring, es: &[Entry]) {
+    let need = es.len();
     let tail = r.tail.load(Ordering::Relaxed);
     let mut head = r.head.load(Ordering::Acquire);
-    if tail.wrapping_sub(head) >= RING_ENTRIES && BLOCK_WHEN_FULL.load(Ordering::Relaxed) {
+    let full = |head: usize| tail.wrapping_sub(head) + need > RING_ENTRIES;
+    if full(head) && BLOCK_WHEN_FULL.load(Ordering::Relaxed) {
         WAITS.fetch_add(1, Ordering::Relaxed);
         let give_up = monotonic_ns() + 1_000_000_000;
-        while tail.wrapping_sub(head) >= RING_ENTRIES && monotonic_ns() < give_up {
+        while full(head) && monotonic_ns() < give_up {
             // SAFETY: sched_yield has no preconditions and is
             // async-signal-safe.
             unsafe { libc::sched_yield() };
             head = r.head.load(Ordering::Acquire);
         }
     }
-    if tail.wrapping_sub(head) >= RING_ENTRIES {
-        r.dropped.fetch_add(1, Ordering::Relaxed);
-    } else {
-        let e = Entry {
-            time,
-            addr,
-            size,
-            op: op.code(),
-            space: (space == Space::Dram) as u8,
-        };
-        // SAFETY: the slot at tail is not visible to the writer until the
-        // release store below; the index is in bounds.
-        unsafe { r.entries[tail % RING_ENTRIES].get().write(e) };
-        r.tail.store(tail.wrapping_add(1), Ordering::Release);
+    if full(head) {
+        r.dropped.fetch_add(need as u64, Ordering::Relaxed);
+        return;
     }
-    BUSY.with(|b| b.set(false));
+    for (i, e) in es.iter().enumerate() {
+        // SAFETY: the slots from tail are not visible to the writer until
+        // the release store below; the index is in bounds.
+        unsafe {
+            r.entries[tail.wrapping_add(i) % RING_ENTRIES]
+                .get()
+                .write(*e)
+        };
+    }
+    r.tail.store(tail.wrapping_add(need), Ordering::Release);
 }
 
 #[cold]
@@ -229,6 +363,7 @@ pub fn start(path: &str, meta_extra: &[(&str, &str)]) -> std::io::Result<()> {
     }
     START_NS.store(monotonic_ns(), Ordering::Relaxed);
     let file = File::create(path)?;
+    notes::set_trace_path(path);
     let program = program_name();
     let pid = std::process::id().to_string();
     let mut meta: Vec<(&str, &str)> = vec![
@@ -321,9 +456,9 @@ fn program_name() -> String {
         .replace(['\n', '='], "_")
 }
 
-fn drain_all(w: &mut binary::Writer<File>) -> std::io::Result<bool> {
+fn drain_all(w: &mut binary::Writer<File>, sites: &mut [u64]) -> std::io::Result<bool> {
+    let mut any = notes::write_global_notes(w)?;
     let n = NEXT_THREAD.load(Ordering::Acquire).min(MAX_THREADS);
-    let mut any = false;
     for (t, slot) in SLOTS.iter().enumerate().take(n) {
         let ring = slot.load(Ordering::Acquire);
         if ring.is_null() {
@@ -339,6 +474,43 @@ fn drain_all(w: &mut binary::Writer<File>) -> std::io::Result<bool> {
             // moves past them.
             let e = unsafe { r.entries[head % RING_ENTRIES].get().read() };
             head = head.wrapping_add(1);
+            any = true;
+            if e.op == note_code::DATA {
+                let k = (e.size as usize).div_ceil(ENTRY_BYTES);
+                let mut bytes = Vec::with_capacity(k * ENTRY_BYTES);
+                for _ in 0..k {
+                    // SAFETY: as above: the data entries were published
+                    // with their DATA entry.
+                    let d = unsafe { r.entries[head % RING_ENTRIES].get().read() };
+                    head = head.wrapping_add(1);
+                    // SAFETY: Entry is plain old data.
+                    bytes.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(&d as *const Entry as *const u8, ENTRY_BYTES)
+                    });
+                }
+                bytes.truncate(e.size as usize);
+                let note = Note::Data {
+                    addr: e.addr,
+                    bytes,
+                };
+                w.write_note(e.time, t as u32, &note)
+                    .map_err(std::io::Error::other)?;
+                continue;
+            }
+            if e.op == note_code::TXADD {
+                let note = Note::TxAdd {
+                    addr: e.addr,
+                    len: e.size as u64,
+                };
+                w.write_note(e.time, t as u32, &note)
+                    .map_err(std::io::Error::other)?;
+                continue;
+            }
+            if e.site != 0 && sites[t] != e.site {
+                sites[t] = e.site;
+                w.write_note(e.time, t as u32, &Note::Site { ip: e.site })
+                    .map_err(std::io::Error::other)?;
+            }
             let op = Op::from_code(e.op).unwrap_or(Op::Untraced);
             let rec = Record {
                 time_ns: e.time,
@@ -349,7 +521,6 @@ fn drain_all(w: &mut binary::Writer<File>) -> std::io::Result<bool> {
                 size: e.size,
             };
             w.write(&rec).map_err(std::io::Error::other)?;
-            any = true;
         }
         r.head.store(head, Ordering::Release);
     }
@@ -371,9 +542,15 @@ fn dropped_total() -> u64 {
 
 fn writer_loop(mut w: binary::Writer<File>, offsets: [u64; 4]) {
     let result = (|| -> std::io::Result<()> {
+        let mut sites = vec![0u64; MAX_THREADS];
+        notes::note_modules();
         loop {
             let stopping = STOP.load(Ordering::Acquire);
-            let any = drain_all(&mut w)?;
+            if stopping {
+                // Objects loaded since the start (dlopen) get their notes.
+                notes::note_modules();
+            }
+            let any = drain_all(&mut w, &mut sites)?;
             if stopping && !any {
                 break;
             }
@@ -412,6 +589,7 @@ pub fn finish() {
         return;
     }
     run_before_finish();
+    flush_pending_data();
     ENABLED.store(false, Ordering::Release);
     STOP.store(true, Ordering::Release);
     let handle = WRITER.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -440,12 +618,21 @@ pub fn finish_before_exit() {
     if ENABLED.load(Ordering::Acquire) {
         // Counts first: recording stops with ENABLED.
         run_before_finish();
+        flush_pending_data();
         ENABLED.store(false, Ordering::Release);
         STOP.store(true, Ordering::Release);
     }
     crate::clock::wait_while(crate::clock::HANDOFF_WAIT_NS, || {
         !WRITER_DONE.load(Ordering::Acquire)
     });
+}
+
+/// Record the data of the calling thread's last store (the others' last
+/// stores keep no data: their next record never comes).
+fn flush_pending_data() {
+    if enabled() && notes::data_on() {
+        with_ring(emit_pending_data);
+    }
 }
 
 #[cfg_attr(test, allow(dead_code))]
@@ -502,6 +689,7 @@ pub fn request_from_env() -> Option<TraceRequest> {
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
         }
     }
+    notes::init_from_env(env);
     let stores = env("PMLAB_TRACE_STORES").as_deref() == Some("1");
     Some(TraceRequest { path, stores })
 }

@@ -1,4 +1,4 @@
-//! The binary trace format, `.pmt`, version 1.
+//! The binary trace format, `.pmt`, version 2 (reads 1 and 2).
 //!
 //! Layout (all integers little-endian; the full description is in
 //! `docs/trace-format.md`):
@@ -16,14 +16,22 @@
 //! address and size follow as plain varints. A typical record takes 3 to 5
 //! bytes. The file ends at a record boundary; there is no footer, so a trace
 //! cut short by a crash is readable up to its last whole record.
+//!
+//! Version 2 adds annotations (codes 13-17, [`crate::ext`]): the same tag,
+//! time and thread, then their own fields (varints, and a length-prefixed
+//! payload for data and paths). The record iterator skips them;
+//! [`Reader::next_event`] returns them.
 
+use crate::ext::{code, Event, Note, MAX_PAYLOAD};
 use crate::{Error, ErrorKind, Op, Record, Space};
 use std::io::{self, Read, Write};
 
 /// The first eight bytes of every binary trace.
 pub const MAGIC: &[u8; 8] = b"PMLABTRC";
-/// The version this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The version this build writes (it reads this one and 1).
+pub const VERSION: u16 = 2;
+/// The oldest version this build reads.
+pub const MIN_VERSION: u16 = 1;
 
 const TAG_OP_MASK: u8 = 0x1f;
 const TAG_DRAM: u8 = 1 << 5;
@@ -62,6 +70,7 @@ pub struct Writer<W: Write> {
     prev_thread: Option<u32>,
     prev_addr: u64,
     records: u64,
+    notes: u64,
 }
 
 impl<W: Write> Writer<W> {
@@ -102,6 +111,7 @@ impl<W: Write> Writer<W> {
             prev_thread: None,
             prev_addr: 0,
             records: 0,
+            notes: 0,
         })
     }
 
@@ -154,6 +164,86 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Append one annotation of `thread` at `time_ns` (format version 2).
+    /// Payloads (data bytes, paths) longer than [`MAX_PAYLOAD`] are an
+    /// error: split data into several notes.
+    pub fn write_note(&mut self, time_ns: u64, thread: u32, note: &Note) -> Result<(), Error> {
+        let mut tag = note.code();
+        let same_thread = self.prev_thread == Some(thread);
+        if same_thread {
+            tag |= TAG_SAME_THREAD;
+        }
+        let payload_len = match note {
+            Note::Data { bytes, .. } => bytes.len(),
+            Note::Module { path, .. } | Note::PmRange { path, .. } => path.len(),
+            _ => 0,
+        };
+        if payload_len > MAX_PAYLOAD {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("an annotation's payload of {payload_len} bytes exceeds the limit of {MAX_PAYLOAD}: split it"),
+            ));
+        }
+        self.buf.push(tag);
+        put_varint(
+            &mut self.buf,
+            zigzag(time_ns.wrapping_sub(self.prev_time) as i64),
+        );
+        self.prev_time = time_ns;
+        if !same_thread {
+            put_varint(&mut self.buf, thread as u64);
+            self.prev_thread = Some(thread);
+        }
+        match note {
+            Note::Site { ip } => put_varint(&mut self.buf, *ip),
+            Note::TxAdd { addr, len } => {
+                put_varint(&mut self.buf, *addr);
+                put_varint(&mut self.buf, *len);
+            }
+            Note::Data { addr, bytes } => {
+                put_varint(&mut self.buf, *addr);
+                put_varint(&mut self.buf, bytes.len() as u64);
+                self.buf.extend_from_slice(bytes);
+            }
+            Note::Module {
+                start,
+                len,
+                bias,
+                path,
+            } => {
+                put_varint(&mut self.buf, *start);
+                put_varint(&mut self.buf, *len);
+                put_varint(&mut self.buf, *bias);
+                put_varint(&mut self.buf, path.len() as u64);
+                self.buf.extend_from_slice(path.as_bytes());
+            }
+            Note::PmRange {
+                base,
+                len,
+                file_offset,
+                path,
+                init,
+            } => {
+                put_varint(&mut self.buf, *base);
+                put_varint(&mut self.buf, *len);
+                put_varint(&mut self.buf, *file_offset);
+                put_varint(&mut self.buf, *init as u64);
+                put_varint(&mut self.buf, path.len() as u64);
+                self.buf.extend_from_slice(path.as_bytes());
+            }
+        }
+        self.notes += 1;
+        if self.buf.len() >= (1 << 16) - MAX_RECORD {
+            self.flush_buf()?;
+        }
+        Ok(())
+    }
+
+    /// Annotations written so far.
+    pub fn notes(&self) -> u64 {
+        self.notes
+    }
+
     fn flush_buf(&mut self) -> Result<(), Error> {
         self.inner
             .write_all(&self.buf)
@@ -162,7 +252,7 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// Records written so far.
+    /// Records written so far (annotations not included).
     pub fn records(&self) -> u64 {
         self.records
     }
@@ -198,6 +288,7 @@ pub struct Reader<R: Read> {
     prev_addr: u64,
     meta: Vec<(String, String)>,
     failed: bool,
+    version: u16,
 }
 
 impl<R: Read> Reader<R> {
@@ -212,10 +303,10 @@ impl<R: Read> Reader<R> {
             ));
         }
         let version = u16::from_le_bytes([head[8], head[9]]);
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(Error::new(
                 ErrorKind::Version,
-                format!("trace format version {version} is not supported by this build (it reads version {VERSION})"),
+                format!("trace format version {version} is not supported by this build (it reads versions {MIN_VERSION} to {VERSION})"),
             ));
         }
         let meta_len = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as usize;
@@ -243,7 +334,6 @@ impl<R: Read> Reader<R> {
         Ok(Reader {
             inner,
             name: "trace".to_string(),
-            buf: vec![0u8; 1 << 16].into_boxed_slice(),
             pos: 0,
             end: 0,
             eof: false,
@@ -254,7 +344,25 @@ impl<R: Read> Reader<R> {
             prev_addr: 0,
             meta,
             failed: false,
+            version,
+            buf: vec![0u8; 1 << 17].into_boxed_slice(),
         })
+    }
+
+    /// The format version in the header (1 or 2).
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// The next operation or annotation, in file order; `Ok(None)` at the
+    /// end. Unlike the iterator, annotations are returned.
+    pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
+        if self.failed {
+            return Ok(None);
+        }
+        let r = self.decode_any();
+        self.failed = r.is_err();
+        r
     }
 
     /// Name the input in error messages (a file path).
@@ -277,6 +385,12 @@ impl<R: Read> Reader<R> {
     }
 
     fn refill(&mut self) -> Result<(), Error> {
+        self.refill_to(MAX_RECORD)
+    }
+
+    /// Make at least `want` bytes available after `pos` unless the input
+    /// ends first.
+    fn refill_to(&mut self, want: usize) -> Result<(), Error> {
         if self.eof {
             return Ok(());
         }
@@ -284,7 +398,7 @@ impl<R: Read> Reader<R> {
         self.base += self.pos as u64;
         self.end -= self.pos;
         self.pos = 0;
-        while self.end < MAX_RECORD && !self.eof {
+        while self.end < want && !self.eof {
             match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.end += n,
@@ -328,6 +442,90 @@ impl<R: Read> Reader<R> {
     }
 
     fn decode(&mut self) -> Result<Option<Record>, Error> {
+        loop {
+            match self.decode_any()? {
+                None => return Ok(None),
+                Some(Event::Record(r)) => return Ok(Some(r)),
+                Some(Event::Note { .. }) => {}
+            }
+        }
+    }
+
+    fn payload(&mut self, start: u64, what: &str) -> Result<Vec<u8>, Error> {
+        let len = self.varint(start)?;
+        if len > MAX_PAYLOAD as u64 {
+            return Err(Error::new(
+                ErrorKind::Malformed,
+                format!(
+                    "{}: {what} of {len} bytes (limit {MAX_PAYLOAD}) in the record at offset {start}",
+                    self.name
+                ),
+            ));
+        }
+        let len = len as usize;
+        if self.end - self.pos < len {
+            self.refill_to(len)?;
+            if self.end - self.pos < len {
+                return Err(Error::new(
+                    ErrorKind::Truncated,
+                    format!(
+                        "{}: trace ends inside the record at offset {start}",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        let v = self.buf[self.pos..self.pos + len].to_vec();
+        self.pos += len;
+        Ok(v)
+    }
+
+    fn path(&mut self, start: u64) -> Result<String, Error> {
+        let bytes = self.payload(start, "a path")?;
+        String::from_utf8(bytes).map_err(|_| {
+            Error::new(
+                ErrorKind::Malformed,
+                format!(
+                    "{}: a path that is not UTF-8 in the record at offset {start}",
+                    self.name
+                ),
+            )
+        })
+    }
+
+    fn note(&mut self, code: u8, start: u64) -> Result<Note, Error> {
+        Ok(match code {
+            code::SITE => Note::Site {
+                ip: self.varint(start)?,
+            },
+            code::TXADD => Note::TxAdd {
+                addr: self.varint(start)?,
+                len: self.varint(start)?,
+            },
+            code::DATA => {
+                let addr = self.varint(start)?;
+                Note::Data {
+                    addr,
+                    bytes: self.payload(start, "data")?,
+                }
+            }
+            code::MODULE => Note::Module {
+                start: self.varint(start)?,
+                len: self.varint(start)?,
+                bias: self.varint(start)?,
+                path: self.path(start)?,
+            },
+            _ => Note::PmRange {
+                base: self.varint(start)?,
+                len: self.varint(start)?,
+                file_offset: self.varint(start)?,
+                init: self.varint(start)? != 0,
+                path: self.path(start)?,
+            },
+        })
+    }
+
+    fn decode_any(&mut self) -> Result<Option<Event>, Error> {
         if self.end - self.pos < MAX_RECORD {
             self.refill()?;
             if self.pos == self.end {
@@ -337,7 +535,10 @@ impl<R: Read> Reader<R> {
         let start = self.base + self.pos as u64;
         let tag = self.buf[self.pos];
         self.pos += 1;
-        let op = Op::from_code(tag & TAG_OP_MASK).ok_or_else(|| {
+        let code = tag & TAG_OP_MASK;
+        let is_note = self.version >= 2 && (code::SITE..=code::PMRANGE).contains(&code);
+        let op = Op::from_code(code).or(if is_note { Some(Op::Untraced) } else { None });
+        let op = op.ok_or_else(|| {
             Error::new(
                 ErrorKind::Malformed,
                 format!(
@@ -376,6 +577,14 @@ impl<R: Read> Reader<R> {
             self.have_thread = true;
             t
         };
+        if is_note {
+            let note = self.note(code, start)?;
+            return Ok(Some(Event::Note {
+                time_ns,
+                thread,
+                note,
+            }));
+        }
         let compact = tag & TAG_COMPACT != 0;
         let (addr, size) = if addressed(op) {
             let d = unzigzag(self.varint(start)?);
@@ -398,7 +607,7 @@ impl<R: Read> Reader<R> {
                 ),
             )
         })?;
-        Ok(Some(Record {
+        Ok(Some(Event::Record(Record {
             time_ns,
             thread,
             op,
@@ -409,7 +618,7 @@ impl<R: Read> Reader<R> {
             },
             addr,
             size,
-        }))
+        })))
     }
 }
 
@@ -537,6 +746,99 @@ mod tests {
     }
 
     #[test]
+    fn notes_round_trip_and_the_iterator_skips_them() {
+        let notes = [
+            Note::Module {
+                start: 0x5555_0000_0000,
+                len: 0x4000,
+                bias: 0x5555_0000_0000,
+                path: "/bin/app".into(),
+            },
+            Note::PmRange {
+                base: 0x7f00_0000_0000,
+                len: 1 << 30,
+                file_offset: 4096,
+                path: "/mnt/pool".into(),
+                init: true,
+            },
+            Note::Site {
+                ip: 0x5555_0000_1234,
+            },
+            Note::TxAdd {
+                addr: 0x7f00_0000_0040,
+                len: 1 << 33,
+            },
+            Note::Data {
+                addr: 0x7f00_0000_0040,
+                bytes: (0..=255u8).cycle().take(MAX_PAYLOAD).collect(),
+            },
+        ];
+        let mut w = Writer::new(Vec::new()).unwrap();
+        let recs = sample();
+        for (i, r) in recs.iter().enumerate() {
+            w.write(r).unwrap();
+            let n = &notes[i % notes.len()];
+            w.write_note(r.time_ns, (i % 3) as u32, n).unwrap();
+        }
+        assert!(w
+            .write_note(
+                0,
+                0,
+                &Note::Data {
+                    addr: 0,
+                    bytes: vec![0; MAX_PAYLOAD + 1]
+                }
+            )
+            .is_err());
+        let bytes = w.finish().unwrap();
+        let back: Vec<Record> = Reader::new(&bytes[..])
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(back, recs, "the iterator returns the operations only");
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        assert_eq!(r.version(), VERSION);
+        let mut i = 0;
+        while let Some(e) = r.next_event().unwrap() {
+            let k = i / 2;
+            match e {
+                Event::Record(rec) => {
+                    assert_eq!(i % 2, 0);
+                    assert_eq!(rec, recs[k]);
+                }
+                Event::Note { thread, note, .. } => {
+                    assert_eq!(i % 2, 1);
+                    assert_eq!(thread, (k % 3) as u32);
+                    assert_eq!(note, notes[k % notes.len()]);
+                }
+            }
+            i += 1;
+        }
+        assert_eq!(i, recs.len() * 2);
+    }
+
+    #[test]
+    fn version_1_traces_are_still_read_and_hold_no_notes() {
+        let mut bytes = encode(&sample());
+        bytes[8] = 1;
+        let r = Reader::new(&bytes[..]).unwrap();
+        assert_eq!(r.version(), 1);
+        let back: Vec<Record> = r.collect::<Result<_, _>>().unwrap();
+        assert_eq!(back, sample());
+        // Code 13 is an annotation in version 2 and unknown in version 1.
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.write_note(0, 0, &Note::Site { ip: 1 }).unwrap();
+        let mut bytes = w.finish().unwrap();
+        bytes[8] = 1;
+        let e = Reader::new(&bytes[..])
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown operation code 13"), "{e}");
+    }
+
+    #[test]
     fn garbage_never_panics() {
         let base = encode(&sample());
         let mut seed = 12345u64;
@@ -551,6 +853,9 @@ mod tests {
             }
             if let Ok(r) = Reader::new(&b[..]) {
                 for _ in r {}
+            }
+            if let Ok(mut r) = Reader::new(&b[..]) {
+                while let Ok(Some(_)) = r.next_event() {}
             }
         }
     }

@@ -12,6 +12,9 @@
 //! * [`binary::Writer`] / [`binary::Reader`]: the compact `.pmt` encoding
 //!   (versioned header, delta and varint coded records). Readers stream: memory
 //!   use is constant in trace length.
+//! * [`ext::Note`], [`ext::Event`]: annotations of format version 2 (call
+//!   sites, logged ranges, stored data, modules, PM mappings), read with
+//!   [`binary::Reader::next_event`].
 //! * [`text::Reader`] / [`text::write_record`]: one record per line, for
 //!   people and for hand-made tests.
 //! * [`open`]: opens a file of any supported format (`.pmt`, pmlab text,
@@ -48,6 +51,7 @@
 pub mod analyze;
 pub mod binary;
 mod error;
+pub mod ext;
 pub mod import;
 mod open;
 mod record;

@@ -177,7 +177,7 @@ pub fn open(path: &Path, format: Option<Format>) -> Result<Trace, Error> {
             let r = binary::Reader::new(input)
                 .map_err(|e| Error::new(e.kind(), format!("{name}: {e}")))?
                 .with_name(name);
-            header.version = Some(binary::VERSION);
+            header.version = Some(r.version());
             header.meta = r.meta().to_vec();
             Box::new(r)
         }
@@ -351,7 +351,7 @@ mod tests {
         let (h, recs) = opened("a.pmt", &w.finish().unwrap());
         assert_eq!(h.format, Format::Binary);
         assert!(h.recognised);
-        assert_eq!(h.version, Some(1));
+        assert_eq!(h.version, Some(binary::VERSION));
         assert_eq!(h.meta_value("x"), Some("1"));
         assert!(h.stores_unseen());
         assert_eq!(recs.len(), 1);

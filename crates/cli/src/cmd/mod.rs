@@ -5,6 +5,8 @@ pub mod analyze;
 pub mod calibrate;
 pub mod cargo;
 pub mod cc;
+pub mod check;
+pub mod crash;
 pub mod persistency;
 pub mod probe;
 pub mod run;

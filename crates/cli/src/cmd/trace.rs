@@ -34,6 +34,14 @@ pub struct Args {
     /// of a sentence on stderr.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Record the call site of every PM store and flush (for `pmlab
+    /// check`; slows the program).
+    #[arg(long)]
+    pub sites: bool,
+    /// Record the bytes every PM store wrote and every flush wrote back
+    /// (for `pmlab crash`).
+    #[arg(long)]
+    pub data: bool,
     /// The program and its arguments (after `--`).
     #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -53,6 +61,12 @@ fn command(args: &Args, program: &Path, runtime: Option<&Path>, out: Option<&Pat
     }
     if let Some(o) = out {
         env.push(("PMLAB_TRACE_FILE".into(), o.to_string_lossy().into_owned()));
+        if args.sites {
+            env.push(("PMLAB_TRACE_SITES".into(), "1".into()));
+        }
+        if args.data {
+            env.push(("PMLAB_TRACE_DATA".into(), "1".into()));
+        }
         if pmlab_emu::elf::is_instrumented(program).unwrap_or(false) {
             // Built with `pmlab cc`: its stores into PM are recorded too.
             env.push(("PMLAB_TRACE_STORES".into(), "1".into()));
