@@ -294,7 +294,7 @@ impl System {
                     let dirty = self.front.dirty.as_mut().expect("cached stores");
                     if let Some((victim, _)) = dirty.insert(l, t, 1) {
                         // An eviction writes the victim back; nobody waits.
-                        self.ctrl.write(victim, wb);
+                        self.ctrl.write(victim, wb, r.thread);
                         self.bytes_written += 64;
                     }
                 }
@@ -306,7 +306,7 @@ impl System {
                 let mut p = None;
                 for l in lines() {
                     if self.front.dirty.as_mut().expect("cached stores").remove(l) {
-                        let a = self.ctrl.write(l, t + self.front.store_ns);
+                        let a = self.ctrl.write(l, t + self.front.store_ns, r.thread);
                         self.bytes_written += 64;
                         p = Some(p.unwrap_or(a).max(a));
                     }
@@ -328,7 +328,7 @@ impl System {
                 };
                 let mut p = t;
                 for l in lines() {
-                    p = p.max(self.ctrl.write(l, t + lat));
+                    p = p.max(self.ctrl.write(l, t + lat, r.thread));
                     self.bytes_written += 64;
                 }
                 let th = r.thread as usize;
@@ -340,7 +340,7 @@ impl System {
             }
             Op::Clwb | Op::ClflushOpt | Op::Clflush => (t + self.front.flush_ns, None, 3),
             Op::SFence | Op::DFence => {
-                self.ctrl.fence(t);
+                self.ctrl.fence(t, r.thread);
                 let lp = self
                     .last_persist
                     .get(r.thread as usize)
