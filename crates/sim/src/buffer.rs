@@ -235,6 +235,15 @@ impl Lru {
         self.free.push(i);
         true
     }
+
+    /// Remove `key` if present, returning its mask.
+    #[inline]
+    pub fn take(&mut self, key: u64) -> Option<u32> {
+        let i = self.map.remove(&key)?;
+        self.unlink(i);
+        self.free.push(i);
+        Some(self.nodes[i as usize].mask)
+    }
 }
 
 #[cfg(test)]

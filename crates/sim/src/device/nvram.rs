@@ -18,7 +18,8 @@
 //!   partial XPLine drained from the LSQ stays in it, dirty, and later
 //!   writes to the rest of the line merge into it; the line goes to the
 //!   media once all its 64 B lines are written, or when it is evicted
-//!   (a partial media write). Write amplification therefore depends on
+//!   (a partial media write, read-modify-write: its old content is read
+//!   then, unless it was in the buffer before the write). Write amplification therefore depends on
 //!   the size of the region written round-robin, with a knee at the
 //!   buffer's capacity. With `"lsq"` every drained LSQ entry is a media
 //!   write (combining in the LSQ's window only).
@@ -80,6 +81,9 @@ pub struct Nvram {
     /// Partial XPLines stay dirty in the RMW buffer (its mask: the 64 B
     /// lines written) until complete or evicted.
     combine_in_buffer: bool,
+    /// Dirty partial XPLines of the RMW buffer whose old content was not
+    /// read yet.
+    unread: IntMap<()>,
     ait: Lru,
     ait_entry: u64,
     /// An AIT miss fills the whole entry (critical XPLine first, the rest in
@@ -270,6 +274,7 @@ impl Nvram {
             rmw: Lru::new((rmw / xp) as usize),
             rmw_hit_ns,
             combine_in_buffer,
+            unread: IntMap::default(),
             ait: Lru::new((ait / ait_entry) as usize),
             ait_entry,
             ait_fill_entry,
@@ -311,12 +316,15 @@ impl Nvram {
         let per = self.ait_entry / self.xp;
         let page = blk / per;
         let bit = 1u32 << (blk % per);
-        if let Some((victim, _)) = self.ait.insert(page, at, bit) {
-            for b in victim * per..(victim + 1) * per {
-                if self.rmw.peek(b).is_some_and(|h| h.mask != 0) {
+        if let Some((victim, valid)) = self.ait.insert(page, at, bit) {
+            // Only the entry's valid XPLines can be in the RMW buffer.
+            let mut m = valid;
+            while m != 0 {
+                let b = victim * per + m.trailing_zeros() as u64;
+                m &= m - 1;
+                if self.rmw.take(b).is_some_and(|d| d != 0) {
                     self.write_back(b, at);
                 }
-                self.rmw.remove(b);
             }
         }
     }
@@ -331,11 +339,17 @@ impl Nvram {
         }
     }
 
-    /// Media write of a partial XPLine leaving the RMW buffer (its old
-    /// content was read when it entered).
+    /// Media write of a partial XPLine leaving the RMW buffer, after
+    /// reading its old content if it entered the buffer without it.
+    #[inline(never)]
     fn write_back(&mut self, blk: u64, at: f64) {
         self.s.partial_writebacks += 1;
-        self.media_write(blk, at);
+        let mut start = at;
+        if !self.unread.is_empty() && self.unread.remove(&blk).is_some() {
+            self.s.rmw_modify_reads += 1;
+            start = self.fetch(blk, at);
+        }
+        self.media_write(blk, start);
     }
 
     /// One XPLine media write, no earlier than `at`; returns its start.
@@ -442,28 +456,38 @@ impl Nvram {
         let e = self.lsq.pop_front().expect("non-empty LSQ");
         self.s.lsq_occupancy_ns += l - e.since;
         self.s.span_end = self.s.span_end.max(l);
-        let mut start = l;
         let held = self.rmw.touch(e.blk);
+        let was_dirty = held.is_some_and(|h| h.mask != 0);
+        if was_dirty {
+            self.s.buffer_merges += 1;
+        }
+        let dirty = held.map_or(0, |h| h.mask) | e.mask;
+        if self.combine_in_buffer {
+            if dirty != self.full_mask {
+                // Partial: it waits in the buffer for the rest of its
+                // XPLine; the read of its old content is deferred to its
+                // write-back (none if the line completes first).
+                if held.is_none() {
+                    self.unread.insert(e.blk, ());
+                }
+                self.rmw_insert(e.blk, l, e.mask);
+                return;
+            }
+            if was_dirty {
+                self.unread.remove(&e.blk);
+            }
+        }
+        let mut start = l;
         if e.mask != self.full_mask && held.is_none() {
             self.s.rmw_modify_reads += 1;
             start = self.fetch(e.blk, l);
         }
-        let dirty = held.map_or(0, |h| h.mask) | e.mask;
-        if self.combine_in_buffer && dirty != self.full_mask {
-            // Partial: it waits in the buffer for the rest of its XPLine.
-            if held.is_some_and(|h| h.mask != 0) {
-                self.s.buffer_merges += 1;
-            }
-            self.rmw_insert(e.blk, start, e.mask);
-            self.ait_fill(e.blk, start);
-            return;
-        }
-        if self.combine_in_buffer && held.is_some_and(|h| h.mask != 0) {
-            self.s.buffer_merges += 1;
-        }
         let w = self.media_write(e.blk, start);
         self.rmw_insert(e.blk, w, 0);
-        self.rmw.set_mask(e.blk, 0);
+        if was_dirty {
+            // Written whole: clean again.
+            self.rmw.set_mask(e.blk, 0);
+        }
         self.ait_fill(e.blk, w);
     }
 
@@ -519,12 +543,19 @@ impl Device for Nvram {
         let done = if self.lsq.iter().any(|e| e.blk == blk && e.mask & bit != 0) {
             self.s.lsq_forwards += 1;
             t + self.rmw_hit_ns
-        } else if let Some(h) = self.rmw.touch(blk) {
+        } else if let Some(h) = self.rmw.touch(blk).filter(|h| {
+            // A partial line written without its old content serves only
+            // the 64 B lines written.
+            h.mask == 0 || h.mask & bit != 0 || !self.unread.contains_key(&blk)
+        }) {
             self.s.rmw_hits += 1;
             t.max(h.valid_at) + self.rmw_hit_ns
         } else {
             self.s.rmw_misses += 1;
             let d = self.fetch(blk, t);
+            if !self.unread.is_empty() {
+                self.unread.remove(&blk);
+            }
             self.rmw_insert(blk, d, 0);
             d + self.rmw_hit_ns
         };
@@ -817,6 +848,19 @@ mod tests {
         d.read(8192, t);
         assert_eq!(d.s.partial_writebacks, 2);
         assert_eq!(d.s.media_writes, 2);
+        // Each read its old content at write-back, not before.
+        assert_eq!(d.s.rmw_modify_reads, 2);
+        // A line completed in the buffer needs no read at all.
+        let mut c = dimm("write_combining = \"buffer\"\nlsq_bytes = 256");
+        let mut t = 0.0;
+        for k in 0..4 {
+            t = c.write(k * 64, t, Order::epoch(0)) + 1000.0;
+        }
+        c.drain(t);
+        assert_eq!(
+            (c.s.rmw_modify_reads, c.s.media_reads, c.s.media_writes),
+            (0, 0, 1)
+        );
     }
 
     #[test]
