@@ -123,8 +123,8 @@ enum Sub {
     /// write the report.
     #[command(after_help = "Example:
   pmlab sim validate --quick --write v.md --plot v/
-      compares the simulator with 15 published Optane and DRAM figures and
-      7 curve shapes; v.md holds the table, v/ the curves (SVG and PNG)")]
+      compares the simulator with 23 published Optane and DRAM figures and
+      8 curve shapes; v.md holds the table, v/ the curves (SVG and PNG)")]
     Validate {
         /// Write the Markdown report to this file (docs/validation.md).
         #[arg(long)]
