@@ -460,6 +460,38 @@ mod tests {
         assert_eq!(other.done_ns, 1.0, "another thread has nothing to wait for");
     }
 
+    /// Thread 0 stores the four 64 B lines of each XPLine in turn while
+    /// thread 1 fences between them: on Optane, thread 0's lines still
+    /// combine in the LSQ (a fence orders only its own thread's writes);
+    /// when thread 0 fences itself they do not, and combine only later, in
+    /// the write-combining buffer. One media write per XPLine either way.
+    #[test]
+    fn another_threads_fences_do_not_split_combining() {
+        let run = |fencer: u32| {
+            let mut s = System::preset("optane-1dimm").unwrap();
+            let mut t = 0.0;
+            for x in 0..64u64 {
+                for k in 0..4 {
+                    let a = (1 << 30) + x * 4096 + k * 64;
+                    s.submit(&Request::new(t, Op::NtWrite, a, 64));
+                    s.submit(&Request::new(t, Op::SFence, 0, 0).on_thread(fencer));
+                    t += 1.0;
+                }
+                t += 10_000.0;
+            }
+            s.drain(t);
+            let st = s.stats();
+            let get = |k: &str| st.get(&format!("controller.dimm0.{k}")).unwrap();
+            (
+                get("lsq.merges"),
+                get("rmw_buffer.write_merges"),
+                get("media.writes"),
+            )
+        };
+        assert_eq!(run(1), (192.0, 0.0, 64.0), "thread 1's fences");
+        assert_eq!(run(0), (0.0, 192.0, 64.0), "thread 0's own fences");
+    }
+
     #[test]
     fn multi_line_requests_complete_with_their_last_line() {
         let mut s = System::from_toml(MINI, "t").unwrap();
