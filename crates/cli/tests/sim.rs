@@ -187,6 +187,83 @@ fn binary_traces_from_gen_replay_and_parse() {
     assert!(!d.0.join("z.pmt").exists(), "no output file on error");
 }
 
+/// `sim gen` with threads, chunks and fences: the records are the
+/// accesses split into 64 B lines, interleaved one access per thread, each
+/// thread in its own region, an sfence after every K accesses of a thread.
+#[test]
+fn gen_writes_threaded_chunked_fenced_traces() {
+    let d = TempDir::new("gen-mt");
+    let v = json(&pmlab(
+        &d.0,
+        &[
+            "sim",
+            "gen",
+            "seq-ntwrite",
+            "t.txt",
+            "--threads",
+            "2",
+            "--chunk",
+            "128B",
+            "--fence-every",
+            "2",
+            "--span",
+            "512B",
+            "--count",
+            "8",
+            "--format",
+            "text",
+            "--json",
+        ],
+    ));
+    // 8 accesses of 2 records, and 2 fences per thread.
+    assert_eq!(v["records"], 8 * 2 + 4);
+    let text = std::fs::read_to_string(d.0.join("t.txt")).unwrap();
+    let recs: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(recs.len(), 20, "{text}");
+    // Thread 0's first access, then thread 1's (its region at 512 B).
+    let addr = |r: &Vec<&str>| u64::from_str_radix(r[3].trim_start_matches("0x"), 16).unwrap();
+    assert_eq!((recs[0][1], addr(&recs[0])), ("0", 0));
+    assert_eq!((recs[1][1], addr(&recs[1])), ("0", 64));
+    assert_eq!((recs[2][1], addr(&recs[2])), ("1", 512));
+    // Each thread's second access is followed by its fence.
+    let fences: Vec<&str> = recs
+        .iter()
+        .filter(|r| r[2] == "SFENCE")
+        .map(|r| r[1])
+        .collect();
+    assert_eq!(fences, ["0", "1", "0", "1"]);
+    assert_eq!(recs[6][2], "SFENCE");
+    assert_eq!(recs[6][1], "0");
+    // Sequential accesses wrap around the 512 B region: thread 0's fifth
+    // access (its index 4) is at 0 again.
+    assert!(recs
+        .iter()
+        .filter(|r| r[1] == "0" && r[2] == "NT")
+        .all(|r| addr(r) < 512));
+    // The trace replays.
+    let v = json(&pmlab(
+        &d.0,
+        &["sim", "--preset", "optane-1dimm", "t.txt", "--json"],
+    ));
+    assert_eq!(v["requests"], 20);
+    for (args, msg) in [
+        (&["--chunk", "100B"][..], "--chunk must be a multiple of 64"),
+        (&["--threads", "0"], "--threads must be from 1"),
+        (
+            &["--threads", "2", "--format", "dramsim"],
+            "DRAMsim3 lines carry no thread ids",
+        ),
+    ] {
+        let mut a = vec!["sim", "gen", "seq-read", "x.pmt"];
+        a.extend_from_slice(args);
+        assert_one_line_error(&pmlab(&d.0, &a), msg);
+    }
+}
+
 #[test]
 fn imports_lackey_and_dram_simulator_traces() {
     let d = TempDir::new("import");

@@ -153,6 +153,33 @@ impl Lru {
         }
     }
 
+    /// Replace a present entry's mask without changing its recency; false
+    /// when `key` is absent.
+    pub fn set_mask(&mut self, key: u64, mask: u32) -> bool {
+        match self.map.get(&key) {
+            Some(&i) => {
+                self.nodes[i as usize].mask = mask;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keys and masks of the entries whose mask is not zero, least recently
+    /// used first.
+    pub fn masked(&self) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        let mut i = self.tail;
+        while i != NIL {
+            let n = &self.nodes[i as usize];
+            if n.mask != 0 {
+                out.push((n.key, n.mask));
+            }
+            i = n.prev;
+        }
+        out
+    }
+
     /// Insert or update `key` as most recently used: the mask is OR-ed in and
     /// `valid_at` raised to at least the given time for a present entry.
     /// Returns the evicted key and its mask, if the set was full.
@@ -207,6 +234,15 @@ impl Lru {
         self.unlink(i);
         self.free.push(i);
         true
+    }
+
+    /// Remove `key` if present, returning its mask.
+    #[inline]
+    pub fn take(&mut self, key: u64) -> Option<u32> {
+        let i = self.map.remove(&key)?;
+        self.unlink(i);
+        self.free.push(i);
+        Some(self.nodes[i as usize].mask)
     }
 }
 

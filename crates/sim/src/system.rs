@@ -294,7 +294,7 @@ impl System {
                     let dirty = self.front.dirty.as_mut().expect("cached stores");
                     if let Some((victim, _)) = dirty.insert(l, t, 1) {
                         // An eviction writes the victim back; nobody waits.
-                        self.ctrl.write(victim, wb);
+                        self.ctrl.write(victim, wb, r.thread);
                         self.bytes_written += 64;
                     }
                 }
@@ -306,7 +306,7 @@ impl System {
                 let mut p = None;
                 for l in lines() {
                     if self.front.dirty.as_mut().expect("cached stores").remove(l) {
-                        let a = self.ctrl.write(l, t + self.front.store_ns);
+                        let a = self.ctrl.write(l, t + self.front.store_ns, r.thread);
                         self.bytes_written += 64;
                         p = Some(p.unwrap_or(a).max(a));
                     }
@@ -328,7 +328,7 @@ impl System {
                 };
                 let mut p = t;
                 for l in lines() {
-                    p = p.max(self.ctrl.write(l, t + lat));
+                    p = p.max(self.ctrl.write(l, t + lat, r.thread));
                     self.bytes_written += 64;
                 }
                 let th = r.thread as usize;
@@ -340,7 +340,7 @@ impl System {
             }
             Op::Clwb | Op::ClflushOpt | Op::Clflush => (t + self.front.flush_ns, None, 3),
             Op::SFence | Op::DFence => {
-                self.ctrl.fence(t);
+                self.ctrl.fence(t, r.thread);
                 let lp = self
                     .last_persist
                     .get(r.thread as usize)
@@ -458,6 +458,38 @@ mod tests {
         assert_eq!(f.done_ns, p);
         let other = s.submit(&Request::new(1.0, Op::SFence, 0, 0).on_thread(1));
         assert_eq!(other.done_ns, 1.0, "another thread has nothing to wait for");
+    }
+
+    /// Thread 0 stores the four 64 B lines of each XPLine in turn while
+    /// thread 1 fences between them: on Optane, thread 0's lines still
+    /// combine in the LSQ (a fence orders only its own thread's writes);
+    /// when thread 0 fences itself they do not, and combine only later, in
+    /// the write-combining buffer. One media write per XPLine either way.
+    #[test]
+    fn another_threads_fences_do_not_split_combining() {
+        let run = |fencer: u32| {
+            let mut s = System::preset("optane-1dimm").unwrap();
+            let mut t = 0.0;
+            for x in 0..64u64 {
+                for k in 0..4 {
+                    let a = (1 << 30) + x * 4096 + k * 64;
+                    s.submit(&Request::new(t, Op::NtWrite, a, 64));
+                    s.submit(&Request::new(t, Op::SFence, 0, 0).on_thread(fencer));
+                    t += 1.0;
+                }
+                t += 10_000.0;
+            }
+            s.drain(t);
+            let st = s.stats();
+            let get = |k: &str| st.get(&format!("controller.dimm0.{k}")).unwrap();
+            (
+                get("lsq.merges"),
+                get("rmw_buffer.write_merges"),
+                get("media.writes"),
+            )
+        };
+        assert_eq!(run(1), (192.0, 0.0, 64.0), "thread 1's fences");
+        assert_eq!(run(0), (0.0, 192.0, 64.0), "thread 0's own fences");
     }
 
     #[test]

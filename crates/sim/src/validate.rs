@@ -274,6 +274,74 @@ pub fn overwrite(preset: &str, region: u64, iterations: u64) -> Result<Vec<f32>,
     Ok(out)
 }
 
+/// Yang et al.'s XPBuffer experiment (FAST'20, Fig. 9): 128 B
+/// non-temporal stores to the first half of every XPLine of a `region`,
+/// then to the second halves, round after round (16 outstanding, no
+/// fences). Returns the write amplification (media bytes written over
+/// bytes stored) after one warm-up round.
+pub fn xpbuffer_amplification(preset: &str, region: u64) -> Result<f64, Error> {
+    let mut sys = fresh(preset)?;
+    let lines = (region / 256).max(1);
+    let mut d = Driver::new(Mode::Open(16));
+    let rounds = (200_000 / (lines * 4)).clamp(3, 1000);
+    let round = |d: &mut Driver, sys: &mut System| {
+        for half in 0..2 {
+            for x in 0..lines {
+                for k in 0..2 {
+                    let a = (1u64 << 32) + x * 256 + half * 128 + k * 64;
+                    d.step(sys, &Record::new(0, 0, Op::NtWrite, a, 64));
+                }
+            }
+        }
+    };
+    round(&mut d, &mut sys);
+    sys.reset_stats();
+    for _ in 0..rounds {
+        round(&mut d, &mut sys);
+    }
+    Ok(sys
+        .stats()
+        .get("controller.dimm0.media.write_amplification")
+        .unwrap_or(0.0))
+}
+
+/// Write amplification of 64 B non-temporal stores at random lines of a
+/// `region`, each followed by a fence (one thread, closed loop), after a
+/// warm-up of one store per line.
+pub fn fenced_random_amplification(preset: &str, region: u64, seed: u64) -> Result<f64, Error> {
+    let mut sys = fresh(preset)?;
+    let lines = (region / 64).max(1);
+    let mut rng = Rng(seed);
+    let mut d = Driver::new(Mode::Closed);
+    let store = |d: &mut Driver, sys: &mut System, rng: &mut Rng| {
+        let a = (1u64 << 32) + rng.below(lines) * 64;
+        d.step(sys, &Record::new(0, 0, Op::NtWrite, a, 64));
+        d.step(sys, &Record::new(0, 0, Op::SFence, 0, 0));
+    };
+    for _ in 0..lines.min(100_000) {
+        store(&mut d, &mut sys, &mut rng);
+    }
+    sys.reset_stats();
+    for _ in 0..100_000 {
+        store(&mut d, &mut sys, &mut rng);
+    }
+    Ok(sys
+        .stats()
+        .get("controller.dimm0.media.write_amplification")
+        .unwrap_or(0.0))
+}
+
+/// The `q` quantile (0..1) of `lat`, nearest rank.
+pub fn quantile(lat: &[f32], q: f64) -> f64 {
+    if lat.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = lat.to_vec();
+    let k = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    let (_, x, _) = v.select_nth_unstable_by(k, f32::total_cmp);
+    *x as f64
+}
+
 /// Median, count of iterations above 100x the median, and the mean
 /// interval between them (NaN with fewer than two), by
 /// `pmlab_model::tails`.
@@ -288,6 +356,10 @@ pub fn tails(lat: &[f32]) -> (f64, usize, f64) {
 
 const YANG: &str = "Yang et al., FAST'20";
 const LENS: &str = "LENS, MICRO'20, Fig. 5a";
+const YANG_WA: &str =
+    "Yang et al., FAST'20, Fig. 9 (data: github.com/NVSL/OptaneStudy graphs/09-infer_xpbuffer.csv)";
+const YANG_TAIL: &str =
+    "Yang et al., FAST'20, Fig. 3 (data: github.com/NVSL/OptaneStudy graphs/03-tail_latency.csv)";
 
 /// Run every experiment. `quick` shortens the wear-leveling runs (for
 /// tests); the report then says so.
@@ -569,6 +641,77 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
             && (rget(256) - 1.0).abs() < 0.1
             && (rget(512) - 1.0).abs() < 0.1,
     });
+    progress("write combining");
+    // Yang et al. FAST'20 Fig. 9: region, label, published amplification
+    // (their data file, linked in the source) and the tolerance.
+    let xp_regions: [(u64, &str, f64, f64); 5] = [
+        (8 << 10, "8 KiB", 1.036, 7.0),
+        (16 << 10, "16 KiB", 1.036, 7.0),
+        (32 << 10, "32 KiB", 1.820, 13.0),
+        (64 << 10, "64 KiB", 2.043, 6.0),
+        (1 << 20, "1 MiB", 2.075, 7.0),
+    ];
+    // Plotted, not scored: in regions of 4 KiB and less the LSQ (4 KiB)
+    // holds the whole region and also merges a line's next round into it,
+    // so the model goes below Yang et al.'s 1.03 at 4 KiB (0.80 at 256 B
+    // shows the real device does this too, in smaller regions).
+    let mut xp_publ: Vec<(f64, f64)> = vec![(256.0, 0.798), (4096.0, 1.034)];
+    xp_publ.extend(xp_regions.iter().map(|p| (p.0 as f64, p.2)));
+    let mut xp_sim = vec![
+        (256.0, xpbuffer_amplification("optane-1dimm", 256)?),
+        (4096.0, xpbuffer_amplification("optane-1dimm", 4096)?),
+    ];
+    for (r, label, publ, tol) in xp_regions {
+        let v = xpbuffer_amplification("optane-1dimm", r)?;
+        xp_sim.push((r as f64, v));
+        figures.push(fig(
+            &format!("write amplification, 128 B halves of each XPLine, {label} region"),
+            "optane-1dimm",
+            "x",
+            v,
+            publ,
+            YANG_WA,
+            false,
+            tol,
+        ));
+    }
+    let mut fenced = Vec::new();
+    for (i, r) in [4u64 << 10, 16 << 10, 64 << 10, 1 << 20, 64 << 20]
+        .iter()
+        .enumerate()
+    {
+        fenced.push((
+            *r,
+            fenced_random_amplification("optane-1dimm", *r, 70 + i as u64)?,
+        ));
+    }
+    curves.push(Curve {
+        id: "write-amplification",
+        title: "write amplification against region size, one Optane DIMM",
+        x_label: "region",
+        x_bytes: true,
+        y_label: "media bytes written / bytes stored",
+        y_ns: false,
+        y_log: false,
+        series: vec![
+            ("pmlab sim, 128 B halves".into(), xp_sim),
+            ("Yang et al. Fig. 9".into(), xp_publ),
+            (
+                "pmlab sim, random 64 B + fence".into(),
+                fenced.iter().map(|(r, v)| (*r as f64, *v)).collect(),
+            ),
+        ],
+    });
+    let fget = |r: u64| fenced.iter().find(|p| p.0 == r).map(|p| p.1).unwrap_or(0.0);
+    shapes.push(Shape {
+        name: "random 64 B stores, a fence after each: amplification at most about 1 while the region fits the 16 KiB buffer (lines complete there), 4 (one XPLine per 64 B) far beyond it (Yang et al. FAST'20, section 3.3)".into(),
+        measured: fenced
+            .iter()
+            .map(|(r, v)| format!("{}: {v:.2}", fmt_region(*r)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        reproduced: fget(4 << 10) < 1.3 && fget(16 << 10) < 1.5 && fget(64 << 20) > 3.6,
+    });
     progress("pointer chasing, Quartz's model");
     let mut quartz_contrast = Vec::new();
     for (i, r) in [16u64 << 10, 64 << 10, 1 << 20, 32 << 20]
@@ -636,6 +779,51 @@ pub fn run(quick: bool, mut progress: impl FnMut(&str)) -> Result<Report, Error>
         name: "256 B overwrite: a tail over 100x the median about every 14,000 iterations (LENS Fig. 7b)".into(),
         measured: format!("{iters} iterations: median {median:.0} ns, {n} tails (max {max:.0} ns = {:.0}x), one every {interval:.0} iterations", max / median),
         reproduced: n >= 2 && max > 100.0 * median && (interval - 14_000.0).abs() < 0.2 * 14_000.0,
+    });
+    progress("tail latency of hot regions");
+    // Yang et al. FAST'20 Fig. 3: 99.999th-percentile write latency of a
+    // hot region (µs); region, label, iterations (enough for several
+    // wear-leveling migrations), published value, tolerance.
+    // The 256 KiB region has no figure: Yang et al.'s 0.39 µs there is
+    // their ordinary write latency, which includes costs this experiment
+    // does not model (their p99.99 is 0.32-0.38 µs at every region); the
+    // shape below checks only that the tail is gone.
+    type Hot = (u64, &'static str, u64, Option<(f64, f64, bool)>);
+    let hot: [Hot; 4] = [
+        (256, "256 B", 200_000, Some((52.74, 8.0, true))),
+        (4 << 10, "4 KiB", 400_000, Some((50.98, 5.0, false))),
+        (16 << 10, "16 KiB", 1_200_000, Some((47.64, 10.0, false))),
+        (256 << 10, "256 KiB", 400_000, None),
+    ];
+    let mut hot_tails = Vec::new();
+    for (r, label, n, publ) in hot {
+        let lat = overwrite("optane-1dimm", r, n)?;
+        let p5 = quantile(&lat, 0.99999) / 1000.0;
+        let p4 = quantile(&lat, 0.9999) / 1000.0;
+        hot_tails.push((r, p4, p5));
+        if let Some((publ, tol, cal)) = publ {
+            figures.push(fig(
+                &format!("p99.999 latency of 256 B nt-store + fence, {label} hot region"),
+                "optane-1dimm",
+                "µs",
+                p5,
+                publ,
+                YANG_TAIL,
+                cal,
+                tol,
+            ));
+        }
+    }
+    shapes.push(Shape {
+        name: "hot-region writes: p99.99 stays near the median while p99.999 reaches tens of µs up to 16 KiB regions, and not from 256 KiB (Yang et al. FAST'20 Fig. 3)".into(),
+        measured: hot_tails
+            .iter()
+            .map(|(r, p4, p5)| format!("{}: p99.99 {p4:.2} µs, p99.999 {p5:.2} µs", fmt_region(*r)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        reproduced: hot_tails.iter().all(|(_, p4, _)| *p4 < 1.0)
+            && hot_tails.iter().filter(|h| h.0 <= 16 << 10).all(|h| h.2 > 10.0)
+            && hot_tails.iter().filter(|h| h.0 >= 256 << 10).all(|h| h.2 < 1.0),
     });
     let long = if quick { 0 } else { 2_600_000 };
     if long > 0 {
@@ -725,8 +913,9 @@ impl Report {
         s.push_str("VANS on the same pointer chase (figures of issue 4, run on this machine): 136 ns up to 16 KiB,\n317 at 64 KiB, 361 at 1 MiB, 433 at 32 MiB, that is errors of 23.6%, 14.9%, 16.5% and 25.9%\nagainst LENS's 178, 276, 310 and 344.\n\n");
         s.push_str("Calibration: `cpu.read_ns` was fitted on the DRAM rows; `rmw_hit_ns`, `ait_ns` and\n`media_read_ns` on the Optane pointer-chase and idle-latency rows (one value each for all\nrows); the media bandwidths are Yang et al.'s one-DIMM peaks, so the two bandwidth rows check\nthe composition, not a prediction; the four store-latency rows are the idle path
 `cpu.store_ns` / `cpu.nt_store_ns` (the mean of Yang et al.'s DRAM and Optane figures), so they
-check only that nothing else adds to an idle write. Everything else comes from the structure
-LENS reports.\n\n");
+check only that nothing else adds to an idle write. `migration_ns` (the wear-leveling
+stall beyond copying 64 KiB) was fitted on the 256 B hot-region p99.999 row; the 4 KiB and
+16 KiB rows check it. Everything else comes from the structure LENS and Yang et al. report.\n\n");
         s.push_str("## Shapes (LENS)\n\n| shape | measured | reproduced |\n|---|---|---|\n");
         for sh in &self.shapes {
             s.push_str(&format!(
@@ -758,8 +947,10 @@ LENS reports.\n\n");
 fn fmt_region(r: u64) -> String {
     if r >= 1 << 20 {
         format!("{} MiB", r >> 20)
-    } else {
+    } else if r >= 1 << 10 {
         format!("{} KiB", r >> 10)
+    } else {
+        format!("{r} B")
     }
 }
 
@@ -773,7 +964,7 @@ mod tests {
     #[test]
     fn every_published_figure_stays_within_its_tolerance() {
         let r = run(true, |_| {}).unwrap();
-        assert_eq!(r.figures.len(), 15, "figures added or lost");
+        assert_eq!(r.figures.len(), 23, "figures added or lost");
         let misses: Vec<String> = r
             .figures
             .iter()

@@ -123,8 +123,8 @@ enum Sub {
     /// write the report.
     #[command(after_help = "Example:
   pmlab sim validate --quick --write v.md --plot v/
-      compares the simulator with 15 published Optane and DRAM figures and
-      7 curve shapes; v.md holds the table, v/ the curves (SVG and PNG)")]
+      compares the simulator with 23 published Optane and DRAM figures and
+      8 curve shapes; v.md holds the table, v/ the curves (SVG and PNG)")]
     Validate {
         /// Write the Markdown report to this file (docs/validation.md).
         #[arg(long)]
@@ -139,28 +139,63 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
-    /// Write a synthetic trace (64 B requests, 1 ns apart) for benchmarks
-    /// and experiments.
-    #[command(after_help = "Example:
+    /// Write a synthetic trace (64 B records, 1 ns apart) for benchmarks
+    /// and experiments: one or more threads, accesses of any multiple of
+    /// 64 B, optional fences.
+    #[command(
+        after_help = "Each access of --chunk bytes becomes chunk/64 records of 64 B at
+consecutive addresses. With --threads N the threads' accesses are
+interleaved one access at a time (thread 0, 1, ..., N-1, 0, ...), each
+record carrying its thread id; each thread has its own --span region
+(thread i at i x span) unless --shared. --fence-every K puts an sfence
+record of the thread after every K of its accesses. --count is the number
+of accesses of all threads together.
+
+Examples:
   pmlab sim gen random-write w.trc --count 100000 --span 64MiB --format dramsim
       100,000 random 64 B writes over 64 MiB as DRAMsim3 lines, for pmlab sim
-      and for other simulators")]
+      and for other simulators
+  pmlab sim gen seq-ntwrite hot.pmt --span 256B --chunk 256B --fence-every 1 --count 400000
+  pmlab sim --preset optane-1dimm hot.pmt
+      LENS's overwrite (Yang et al.'s hot region): 256 B non-temporal stores
+      to one XPLine, a fence after each; the latency table shows the
+      wear-leveling stalls (tens of us) at p99.999
+  pmlab sim gen random-ntwrite mt.pmt --threads 4 --fence-every 1 --span 1MiB
+      four threads, each storing 64 B at random in its own 1 MiB and fencing
+      after each store: each thread's fence orders only its own writes"
+    )]
     Gen(GenArgs),
 }
 
 /// Arguments of `pmlab sim gen`.
 #[derive(clap::Args)]
 struct GenArgs {
-    /// seq-read, seq-write, seq-ntwrite, random-read or random-write.
+    /// seq-read, seq-write, seq-ntwrite, random-read, random-write or
+    /// random-ntwrite.
     pattern: String,
     /// Output file.
     out: PathBuf,
-    /// Number of requests.
+    /// Number of accesses (all threads together).
     #[arg(long, default_value_t = 1_000_000)]
     count: u64,
-    /// Address span of random patterns (e.g. 1GiB).
+    /// Address span of each thread's region (e.g. 1GiB); sequential
+    /// patterns wrap around in it.
     #[arg(long, default_value = "1GiB")]
     span: String,
+    /// Bytes per access, a multiple of 64 (e.g. 256B): split into 64 B
+    /// records at consecutive addresses.
+    #[arg(long, default_value = "64B")]
+    chunk: String,
+    /// Threads, their accesses interleaved one at a time.
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// All threads use the same region (default: one region per thread).
+    #[arg(long)]
+    shared: bool,
+    /// An sfence of the thread after every this many of its accesses
+    /// (0: none).
+    #[arg(long, default_value_t = 0)]
+    fence_every: u64,
     /// Output format: pmt, text or dramsim.
     #[arg(long, default_value = "pmt")]
     format: String,
@@ -173,7 +208,8 @@ struct GenArgs {
 }
 
 /// Synthetic access patterns of `pmlab sim gen`.
-const PATTERNS: &str = "seq-read, seq-write, seq-ntwrite, random-read, random-write";
+const PATTERNS: &str =
+    "seq-read, seq-write, seq-ntwrite, random-read, random-write, random-ntwrite";
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
@@ -540,12 +576,20 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
         g.seed,
         g.json,
     );
-    let span = g.span.as_str();
-    let span = pmlab_model::Bytes::parse(span)
+    let span = pmlab_model::Bytes::parse(&g.span)
         .map_err(|e| anyhow::anyhow!("--span: {e}"))?
         .get();
     if span < 64 {
         bail!("--span must be at least 64 bytes, got {span}");
+    }
+    let chunk = pmlab_model::Bytes::parse(&g.chunk)
+        .map_err(|e| anyhow::anyhow!("--chunk: {e}"))?
+        .get();
+    if chunk == 0 || chunk % 64 != 0 || chunk > span {
+        bail!("--chunk must be a multiple of 64 bytes from 64 B to --span ({span} B), got {chunk}");
+    }
+    if g.threads == 0 || g.threads > 4096 {
+        bail!("--threads must be from 1 to 4096, got {}", g.threads);
     }
     let (op, random) = match pattern {
         "seq-read" => (Op::Read, false),
@@ -553,23 +597,49 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
         "seq-ntwrite" => (Op::NtWrite, false),
         "random-read" => (Op::Read, true),
         "random-write" => (Op::Write, true),
+        "random-ntwrite" => (Op::NtWrite, true),
         _ => bail!("unknown pattern '{pattern}': expected one of {PATTERNS}"),
     };
     if !["pmt", "text", "dramsim"].contains(&format) {
         bail!("unknown output format '{format}': expected pmt, text or dramsim");
     }
-    let lines = span / 64;
+    if format == "dramsim" && (g.threads > 1 || g.fence_every > 0) {
+        bail!("DRAMsim3 lines carry no thread ids or fences: use --format pmt or text with --threads or --fence-every");
+    }
+    let threads = g.threads as u64;
+    let chunks = span / chunk;
     let mut state = seed;
-    let mut next_addr = |i: u64| -> u64 {
-        if random {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) % lines) * 64
-        } else {
-            (i % lines) * 64
+    let mut rand = move || -> u64 {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    // Access i is thread i % threads's access number i / threads.
+    let mut records = 0u64;
+    let mut emit = |sink: &mut dyn FnMut(&Record) -> anyhow::Result<()>| -> anyhow::Result<()> {
+        for i in 0..count {
+            let th = i % threads;
+            let k = i / threads;
+            let pos = if random { rand() % chunks } else { k % chunks };
+            let base = if g.shared { 0 } else { th * span };
+            for l in 0..chunk / 64 {
+                sink(&Record::new(
+                    records,
+                    th as u32,
+                    op,
+                    base + pos * chunk + l * 64,
+                    64,
+                ))?;
+                records += 1;
+            }
+            if g.fence_every > 0 && (k + 1).is_multiple_of(g.fence_every) {
+                sink(&Record::new(records, th as u32, Op::SFence, 0, 0))?;
+                records += 1;
+            }
         }
+        Ok(())
     };
     let tmp = out.with_extension("tmp");
     let file =
@@ -580,26 +650,22 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
             &mut w,
             &[("generator", "pmlab sim gen"), ("pattern", pattern)],
         )?;
-        for i in 0..count {
-            bw.write(&Record::new(i, 0, op, next_addr(i), 64))?;
-        }
+        emit(&mut |r| Ok(bw.write(r)?))?;
         bw.finish()?;
+    } else if format == "text" {
+        emit(&mut |r| Ok(text::write_record(&mut w, r)?))?;
     } else {
-        for i in 0..count {
-            let r = Record::new(i, 0, op, next_addr(i), 64);
-            if format == "text" {
-                text::write_record(&mut w, &r)?;
-            } else {
-                dramsim::write_record(&mut w, &r)?;
-            }
-        }
+        emit(&mut |r| {
+            dramsim::write_record(&mut w, r)?;
+            Ok(())
+        })?;
     }
     w.flush()?;
     drop(w);
     std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
     if json {
         let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
-        let v = serde_json::json!({"path": out.display().to_string(), "pattern": pattern, "records": count, "format": format, "bytes": bytes});
+        let v = serde_json::json!({"path": out.display().to_string(), "pattern": pattern, "accesses": count, "records": records, "threads": threads, "chunk": chunk, "fence_every": g.fence_every, "format": format, "bytes": bytes});
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(0)

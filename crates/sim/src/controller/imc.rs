@@ -3,9 +3,10 @@
 //! pending queue (bounded outstanding reads) and a write pending queue (the
 //! ADR persistence domain) that drains to its device in FIFO order over a
 //! bus with a per-line transfer time, combining writes to a line that is
-//! still waiting, unless a fence came between them (the epoch travels
-//! with each line to the device). Reads of a line still in the WPQ are
-//! forwarded from it.
+//! still waiting, unless the writing thread fenced since that line was
+//! queued (the fence order, [`Order`], travels with each line to the
+//! device; another thread's fence does not stop combining). Reads of a
+//! line still in the WPQ are forwarded from it.
 //!
 //! Write scheduling (`write_policy`):
 //!
@@ -20,7 +21,7 @@
 
 use super::Controller;
 use crate::config::Params;
-use crate::device::Device;
+use crate::device::{Device, Order};
 use crate::stats::Stats;
 use crate::Error;
 use std::cmp::Reverse;
@@ -32,7 +33,7 @@ struct WEntry {
     /// When the scheduler lets it go (None: held by the watermark policy).
     release: Option<f64>,
     depart: Option<f64>,
-    epoch: u64,
+    order: Order,
 }
 
 struct Channel {
@@ -63,8 +64,11 @@ pub struct Imc {
     fwd_ns: f64,
     hold: bool,
     high: usize,
-    /// Fences seen so far: writes of different epochs never combine.
-    epoch: u64,
+    /// Fences seen so far, of all threads.
+    fences: u64,
+    /// Per thread: `fences` just after its last fence (a write joins only
+    /// entries queued since then).
+    floors: Vec<u64>,
     // stats
     reads: u64,
     writes: u64,
@@ -140,7 +144,8 @@ impl Imc {
             fwd_ns: fwd,
             hold: policy == "watermark",
             high: high as usize,
-            epoch: 0,
+            fences: 0,
+            floors: Vec::new(),
             reads: 0,
             writes: 0,
             merges: 0,
@@ -179,7 +184,7 @@ impl Channel {
             .ready
             .max(self.bus_free)
             .max(front.release.unwrap_or(force_at));
-        let accepted = self.dev.write(front.line, offer, front.epoch);
+        let accepted = self.dev.write(front.line, offer, front.order);
         let depart = accepted + xfer;
         front.depart = Some(depart);
         self.bus_free = depart;
@@ -222,7 +227,7 @@ impl Channel {
     }
 
     /// Append a write accepted at `at`, applying the scheduling policy.
-    fn push(&mut self, line: u64, at: f64, epoch: u64, pol: Policy) {
+    fn push(&mut self, line: u64, at: f64, order: Order, pol: Policy) {
         let release = if !pol.hold || self.draining {
             Some(at)
         } else {
@@ -233,7 +238,7 @@ impl Channel {
             ready: at,
             release,
             depart: None,
-            epoch,
+            order,
         });
         if pol.hold && !self.draining && self.wpq.len() >= pol.high {
             self.draining = true;
@@ -274,10 +279,14 @@ impl Controller for Imc {
         done
     }
 
-    fn write(&mut self, addr: u64, t: f64) -> f64 {
+    fn write(&mut self, addr: u64, t: f64, thread: u32) -> f64 {
         self.writes += 1;
         let (c, dev_addr) = self.route(addr);
-        let (xfer, cap, epoch) = (self.xfer, self.wpq_cap, self.epoch);
+        let order = Order {
+            stamp: self.fences,
+            floor: self.floors.get(thread as usize).copied().unwrap_or(0),
+        };
+        let (xfer, cap) = (self.xfer, self.wpq_cap);
         let pol = Policy {
             hold: self.hold,
             high: self.high,
@@ -289,7 +298,7 @@ impl Controller for Imc {
         if ch
             .wpq
             .iter()
-            .any(|e| e.line == line && e.epoch == epoch && e.depart.is_none())
+            .any(|e| e.line == line && order.may_join(e.order.stamp) && e.depart.is_none())
         {
             self.merges += 1;
             return t;
@@ -304,11 +313,11 @@ impl Controller for Imc {
             ch.pop();
         }
         self.wpq_wait += at - t;
-        ch.push(line, at, epoch, pol);
+        ch.push(line, at, order, pol);
         at
     }
 
-    fn fence(&mut self, t: f64) {
+    fn fence(&mut self, t: f64, thread: u32) {
         let xfer = self.xfer;
         for ch in &mut self.channels {
             ch.advance(t, xfer);
@@ -318,7 +327,12 @@ impl Controller for Imc {
                 e.release.get_or_insert(t);
             }
         }
-        self.epoch += 1;
+        self.fences += 1;
+        let th = thread as usize;
+        if th >= self.floors.len() {
+            self.floors.resize(th + 1, 0);
+        }
+        self.floors[th] = self.fences;
     }
 
     fn drain(&mut self, t: f64) -> f64 {
@@ -403,38 +417,56 @@ mod tests {
     #[test]
     fn wpq_full_blocks_until_the_front_departs() {
         let mut c = imc("");
-        assert_eq!(c.write(0, 0.0), 0.0);
-        assert_eq!(c.write(64 * 1000, 0.0), 0.0);
+        assert_eq!(c.write(0, 0.0, 0), 0.0);
+        assert_eq!(c.write(64 * 1000, 0.0, 0), 0.0);
         // Two lines fill the 128 B WPQ: the third waits for the front to
         // leave: the DIMM accepts its write command after tRCD (the row is
         // closed), then the line takes one transfer time.
         let trcd = 19.0 * 0.75;
-        assert_eq!(c.write(64 * 2000, 0.0), trcd + 10.0);
+        assert_eq!(c.write(64 * 2000, 0.0, 0), trcd + 10.0);
         // Not blocked when offered after the WPQ drained.
-        assert_eq!(c.write(64 * 3000, 500.0), 500.0);
+        assert_eq!(c.write(64 * 3000, 500.0, 0), 500.0);
     }
 
     #[test]
     fn wpq_merges_and_forwards_until_a_fence() {
         let mut c = imc("");
-        c.write(0, 0.0); // goes to the DIMM first
-        c.write(64, 0.0); // waits behind it
-        c.write(64, 0.0);
+        c.write(0, 0.0, 0); // goes to the DIMM first
+        c.write(64, 0.0, 0); // waits behind it
+        c.write(64, 0.0, 0);
         assert_eq!(c.merges, 1);
         assert_eq!(c.read(64, 0.0), c.fwd_ns, "forwarded from the WPQ");
-        c.fence(0.0);
-        c.write(64, 0.0);
+        c.fence(0.0, 0);
+        c.write(64, 0.0, 0);
         assert_eq!(c.merges, 1, "sealed by the fence");
+    }
+
+    #[test]
+    fn a_fence_seals_only_its_own_threads_writes() {
+        let mut c = imc("");
+        c.write(0, 0.0, 0); // goes to the DIMM first
+        c.write(64, 0.0, 0); // waits behind it
+        c.fence(0.0, 1);
+        c.write(64, 0.0, 0);
+        assert_eq!(c.merges, 1, "thread 1's fence does not order thread 0");
+        c.fence(0.0, 0);
+        c.write(64, 0.0, 0);
+        assert_eq!(c.merges, 1, "thread 0's own fence does");
+        c.write(64, 0.0, 1);
+        assert_eq!(
+            c.merges, 2,
+            "thread 1 joins the entry queued after its fence"
+        );
     }
 
     #[test]
     fn watermark_holds_writes_until_drain_high() {
         let mut c = imc("wpq_bytes = 256\nwrite_policy = \"watermark\"\ndrain_high = 3");
-        c.write(0, 0.0);
-        c.write(64 * 1000, 0.0);
+        c.write(0, 0.0, 0);
+        c.write(64 * 1000, 0.0, 0);
         c.channels[0].advance(1000.0, c.xfer);
         assert_eq!(c.channels[0].wpq.len(), 2, "below the watermark: held");
-        c.write(64 * 2000, 1000.0);
+        c.write(64 * 2000, 1000.0, 0);
         c.channels[0].advance(999.0 + 1.0, c.xfer);
         c.channels[0].advance(5000.0, c.xfer);
         assert!(
@@ -446,10 +478,10 @@ mod tests {
     #[test]
     fn watermark_releases_writes_at_a_fence() {
         let mut c = imc("wpq_bytes = 256\nwrite_policy = \"watermark\"");
-        c.write(0, 0.0);
+        c.write(0, 0.0, 0);
         c.channels[0].advance(1000.0, c.xfer);
         assert_eq!(c.channels[0].wpq.len(), 1);
-        c.fence(1000.0);
+        c.fence(1000.0, 0);
         c.channels[0].advance(1000.0 + 5.0, c.xfer);
         assert_eq!(
             c.channels[0].wpq.len(),

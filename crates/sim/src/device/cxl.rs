@@ -51,13 +51,13 @@ impl Device for Cxl {
         self.rx_free = start + self.xfer;
         start + self.xfer + self.link_ns
     }
-    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
+    fn write(&mut self, addr: u64, t: f64, order: super::Order) -> f64 {
         self.writes += 1;
         let start = t.max(self.tx_free);
         self.link_wait += start - t;
         self.tx_free = start + self.xfer;
         self.inner
-            .write(addr, start + self.xfer + self.link_ns, epoch);
+            .write(addr, start + self.xfer + self.link_ns, order);
         start + self.xfer
     }
     fn drain(&mut self, t: f64) -> f64 {
@@ -129,9 +129,9 @@ mod tests {
     #[test]
     fn a_write_is_accepted_once_its_flit_is_sent() {
         let (mut c, log) = link();
-        assert_eq!(c.write(0x80, 10.0, 3), 12.0);
+        assert_eq!(c.write(0x80, 10.0, crate::device::Order::epoch(3)), 12.0);
         // Two at once: the second flit waits for the first.
-        assert_eq!(c.write(0xc0, 10.0, 3), 14.0);
+        assert_eq!(c.write(0xc0, 10.0, crate::device::Order::epoch(3)), 14.0);
         // The device sees each a link crossing after its flit.
         assert_eq!(log.borrow().writes, vec![(0x80, 47.0, 3), (0xc0, 49.0, 3)]);
         // A drain starts after the last flit and crosses the link.

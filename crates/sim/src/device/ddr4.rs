@@ -253,7 +253,7 @@ impl Device for Ddr4 {
 
     /// Accepted when the write command issues (its data burst follows
     /// tCWL later on the bus).
-    fn write(&mut self, addr: u64, t: f64, _epoch: u64) -> f64 {
+    fn write(&mut self, addr: u64, t: f64, _order: super::Order) -> f64 {
         self.writes += 1;
         self.access(addr, t, true) - self.t.burst - self.t.cwl
     }

@@ -36,8 +36,8 @@ impl Device for Fixed {
     fn read(&mut self, addr: u64, t: f64) -> f64 {
         self.inner.read(addr, t) + self.read_extra
     }
-    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
-        self.inner.write(addr, t + self.write_extra, epoch)
+    fn write(&mut self, addr: u64, t: f64, order: super::Order) -> f64 {
+        self.inner.write(addr, t + self.write_extra, order)
     }
     fn drain(&mut self, t: f64) -> f64 {
         self.inner.drain(t)
@@ -69,7 +69,7 @@ mod tests {
         assert_eq!(f.read(0x40, 1000.0), 1280.0);
         assert_eq!(log.borrow().reads, vec![(0x40, 1000.0)]);
         // Without a write extra, writes pass straight through.
-        assert_eq!(f.write(0x80, 5.0, 7), 15.0);
+        assert_eq!(f.write(0x80, 5.0, crate::device::Order::epoch(7)), 15.0);
         assert_eq!(log.borrow().writes, vec![(0x80, 5.0, 7)]);
     }
 
@@ -81,7 +81,7 @@ mod tests {
             read_extra: 0.0,
             write_extra: 30.0,
         };
-        assert_eq!(f.write(0x80, 5.0, 1), 45.0);
+        assert_eq!(f.write(0x80, 5.0, crate::device::Order::epoch(1)), 45.0);
         assert_eq!(log.borrow().writes, vec![(0x80, 35.0, 1)]);
         assert_eq!(f.read(0, 0.0), 80.0);
         // Drain and statistics are the device's.

@@ -19,6 +19,39 @@ pub mod ddr4;
 pub mod fixed;
 pub mod nvram;
 
+/// Fence ordering of one write, as the controller saw it.
+///
+/// `stamp` is the number of fences (of any thread) before the write; a
+/// buffered entry keeps the stamp of the write that created it. `floor` is
+/// the stamp right after the writing thread's own last fence. A write may
+/// join a buffered entry only if that entry was created after the thread's
+/// last fence (`entry stamp >= floor`): a fence orders its own thread's
+/// writes, and another thread's fence does not stop combining. With one
+/// thread, `stamp == floor` and this is "same epoch".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Order {
+    /// Fences seen (all threads) when the write arrived.
+    pub stamp: u64,
+    /// Stamp just after the writing thread's last fence.
+    pub floor: u64,
+}
+
+impl Order {
+    /// One thread, `fences` fences before this write.
+    pub fn epoch(fences: u64) -> Order {
+        Order {
+            stamp: fences,
+            floor: fences,
+        }
+    }
+
+    /// Whether the write may combine with an entry created at `stamp`.
+    #[inline]
+    pub fn may_join(self, stamp: u64) -> bool {
+        stamp >= self.floor
+    }
+}
+
 /// A memory device (a DIMM or a CXL memory device).
 pub trait Device {
     /// A 64-byte read arriving at the device at `t`; returns the time its
@@ -26,10 +59,9 @@ pub trait Device {
     fn read(&mut self, addr: u64, t: f64) -> f64;
     /// A 64-byte write offered by the controller at `t`; returns the time
     /// the device accepted it (the controller's queue slot is free then).
-    /// `epoch` counts the fences the controller has seen before the write
-    /// was accepted: writes of different epochs never combine (LENS III-C:
-    /// an mfence flushes the WPQ and the LSQ).
-    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64;
+    /// `order` says which buffered writes it may combine with (LENS III-C:
+    /// an mfence flushes the WPQ and the LSQ, for the fencing thread).
+    fn write(&mut self, addr: u64, t: f64, order: Order) -> f64;
     /// Push every buffered write to the media, starting no earlier than
     /// `t`; returns when the last one got there.
     fn drain(&mut self, t: f64) -> f64;
@@ -53,7 +85,7 @@ pub(crate) mod stub {
     pub(crate) struct Log {
         /// (address, arrival time) of every read.
         pub(crate) reads: Vec<(u64, f64)>,
-        /// (address, arrival time, epoch) of every write.
+        /// (address, arrival time, order stamp) of every write.
         pub(crate) writes: Vec<(u64, f64, u64)>,
         /// Arrival time of every drain.
         pub(crate) drains: Vec<f64>,
@@ -85,8 +117,8 @@ pub(crate) mod stub {
             self.log.borrow_mut().reads.push((addr, t));
             t + self.read_ns
         }
-        fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
-            self.log.borrow_mut().writes.push((addr, t, epoch));
+        fn write(&mut self, addr: u64, t: f64, order: super::Order) -> f64 {
+            self.log.borrow_mut().writes.push((addr, t, order.stamp));
             t + self.write_ns
         }
         fn drain(&mut self, t: f64) -> f64 {

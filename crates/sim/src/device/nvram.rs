@@ -5,14 +5,24 @@
 //!
 //! * **LSQ** (load-store queue, 4 KiB): writes from the controller are
 //!   combined into XPLine-sized (256 B) entries; a 64 B write joins a
-//!   waiting entry of the same XPLine unless a fence came between them
-//!   (the controller's epoch). Entries
+//!   waiting entry of the same XPLine unless its thread fenced since that
+//!   entry was created (the controller's [`Order`]). Entries
 //!   drain in FIFO order after a combining window, one at a time to the
 //!   media. A partial entry needs a read-modify-write: if its XPLine is not
 //!   in the RMW buffer it is first read (through the AIT).
 //! * **RMW buffer** (SRAM, 16 KiB of 256 B entries, LRU): serves reads at
 //!   XPLine granularity; a miss fetches the whole XPLine (read
-//!   amplification 4 for 64 B reads). Inclusive in the AIT buffer.
+//!   amplification 4 for 64 B reads). Inclusive in the AIT buffer. With
+//!   `write_combining = "buffer"` (the Optane presets) it is also the
+//!   write-combining buffer Yang et al. (FAST'20) call the XPBuffer: a
+//!   partial XPLine drained from the LSQ stays in it, dirty, and later
+//!   writes to the rest of the line merge into it; the line goes to the
+//!   media once all its 64 B lines are written, or when it is evicted
+//!   (a partial media write, read-modify-write: its old content is read
+//!   then, unless it was in the buffer before the write). Write amplification therefore depends on
+//!   the size of the region written round-robin, with a knee at the
+//!   buffer's capacity. With `"lsq"` every drained LSQ entry is a media
+//!   write (combining in the LSQ's window only).
 //! * **AIT**: address translation (one table read from the on-DIMM DRAM per
 //!   RMW miss) and the AIT buffer (16 MiB of 4 KiB entries in that DRAM,
 //!   LRU, with a valid bit per XPLine). A miss reads the wanted XPLine
@@ -24,13 +34,13 @@
 //!   (inclusion).
 //! * **media**: one server per DIMM; an XPLine read occupies it for
 //!   `xpline / media_read_gbs` and returns after `media_read_ns`; a write
-//!   occupies it for `xpline / media_write_gbs`. Writes are write-through:
-//!   every drained LSQ entry is a media write.
+//!   occupies it for `xpline / media_write_gbs`.
 //! * **wear leveling**: the AIT keeps a write counter per XPLine, reset at
 //!   the start of each window of `wear_window` media writes (a hot-block
 //!   detector). A block reaching `wear_threshold` writes within a window is
 //!   migrated: the media copies its `migration_bytes` region (a read and a
-//!   write per XPLine), stalling writes (and the media) meanwhile. With the
+//!   write per XPLine) and spends `migration_ns` more (remapping),
+//!   stalling writes (and the media) meanwhile. With the
 //!   defaults a 256 B overwrite loop migrates every 14,000 writes (LENS
 //!   III-D) while a loop over 64 KiB or more never reaches the threshold
 //!   within a window (the frequency drop of LENS Fig. 7c).
@@ -41,7 +51,7 @@
 //!   it stays inside the AIT entry: the next entry's media location is not
 //!   known before it is translated.
 
-use super::Device;
+use super::{Device, Order};
 use crate::buffer::{IntMap, Lru};
 use crate::config::Params;
 use crate::stats::Stats;
@@ -54,7 +64,8 @@ struct LEntry {
     since: f64,
     mask: u32,
     ready: f64,
-    epoch: u64,
+    /// Fence stamp of the write that created it.
+    stamp: u64,
 }
 
 /// The NVRAM DIMM.
@@ -67,6 +78,12 @@ pub struct Nvram {
     combine_ns: f64,
     rmw: Lru,
     rmw_hit_ns: f64,
+    /// Partial XPLines stay dirty in the RMW buffer (its mask: the 64 B
+    /// lines written) until complete or evicted.
+    combine_in_buffer: bool,
+    /// Dirty partial XPLines of the RMW buffer whose old content was not
+    /// read yet.
+    unread: IntMap<()>,
     ait: Lru,
     ait_entry: u64,
     /// An AIT miss fills the whole entry (critical XPLine first, the rest in
@@ -92,6 +109,7 @@ pub struct Nvram {
     wear_threshold: u32,
     wear_window: u64,
     migration_bytes: u64,
+    migration_ns: f64,
     migrating: Vec<(u64, f64)>,
     media_writes_total: u64,
     s: NvStats,
@@ -117,6 +135,10 @@ struct NvStats {
     ait_misses: u64,
     media_reads: u64,
     media_writes: u64,
+    /// Media writes of partial XPLines evicted from the RMW buffer.
+    partial_writebacks: u64,
+    /// LSQ entries merged into a dirty XPLine of the RMW buffer.
+    buffer_merges: u64,
     prefetches: u64,
     ait_fill_reads: u64,
     migrations: u64,
@@ -157,6 +179,12 @@ impl Nvram {
             112.0,
             "DIMM-side latency of a read served by the RMW buffer (DDR-T request/grant, SRAM)",
         )?;
+        let combine_in_buffer = p.choice(
+            "write_combining",
+            "lsq",
+            &["lsq", "buffer"],
+            "where partial XPLines combine: lsq (within the LSQ's window; every drained entry is a media write) or buffer (also in the RMW buffer until the XPLine is complete or evicted; Yang et al. FAST'20: a ~16 KB XPBuffer)",
+        )? == "buffer";
         let ait = p.bytes(
             "ait_buffer_bytes",
             16 << 20,
@@ -225,6 +253,11 @@ impl Nvram {
             xp,
             "region copied by one wear-leveling migration (LENS III-D: 64 KiB)",
         )?;
+        let migration_ns = p.ns(
+            "migration_ns",
+            0.0,
+            "fixed cost of one migration besides copying its region (remapping, AIT update)",
+        )?;
         let dram = p.device("dram")?;
         let lines = (xp / 64) as u32;
         Ok(Nvram {
@@ -240,6 +273,8 @@ impl Nvram {
             combine_ns,
             rmw: Lru::new((rmw / xp) as usize),
             rmw_hit_ns,
+            combine_in_buffer,
+            unread: IntMap::default(),
             ait: Lru::new((ait / ait_entry) as usize),
             ait_entry,
             ait_fill_entry,
@@ -259,6 +294,7 @@ impl Nvram {
             wear_threshold,
             wear_window,
             migration_bytes,
+            migration_ns,
             migrating: Vec::new(),
             media_writes_total: 0,
             s: NvStats::default(),
@@ -280,11 +316,51 @@ impl Nvram {
         let per = self.ait_entry / self.xp;
         let page = blk / per;
         let bit = 1u32 << (blk % per);
-        if let Some((victim, _)) = self.ait.insert(page, at, bit) {
-            for b in victim * per..(victim + 1) * per {
-                self.rmw.remove(b);
+        if let Some((victim, valid)) = self.ait.insert(page, at, bit) {
+            // Only the entry's valid XPLines can be in the RMW buffer.
+            let mut m = valid;
+            while m != 0 {
+                let b = victim * per + m.trailing_zeros() as u64;
+                m &= m - 1;
+                if self.rmw.take(b).is_some_and(|d| d != 0) {
+                    self.write_back(b, at);
+                }
             }
         }
+    }
+
+    /// Insert XPLine `blk` into the RMW buffer (OR-ing `dirty` into its
+    /// mask); a dirty victim is written back to the media.
+    fn rmw_insert(&mut self, blk: u64, at: f64, dirty: u32) {
+        if let Some((victim, mask)) = self.rmw.insert(blk, at, dirty) {
+            if mask != 0 {
+                self.write_back(victim, at);
+            }
+        }
+    }
+
+    /// Media write of a partial XPLine leaving the RMW buffer, after
+    /// reading its old content if it entered the buffer without it.
+    #[inline(never)]
+    fn write_back(&mut self, blk: u64, at: f64) {
+        self.s.partial_writebacks += 1;
+        let mut start = at;
+        if !self.unread.is_empty() && self.unread.remove(&blk).is_some() {
+            self.s.rmw_modify_reads += 1;
+            start = self.fetch(blk, at);
+        }
+        self.media_write(blk, start);
+    }
+
+    /// One XPLine media write, no earlier than `at`; returns its start.
+    fn media_write(&mut self, blk: u64, at: f64) -> f64 {
+        let w = at.max(self.media_free).max(self.stall_of(blk));
+        self.media_free = w + self.write_occ;
+        self.s.media_busy += self.write_occ;
+        self.s.media_writes += 1;
+        self.media_writes_total += 1;
+        self.wear_count(blk);
+        w
     }
 
     /// Give the media's idle time up to `now` to the background entry fills,
@@ -380,19 +456,39 @@ impl Nvram {
         let e = self.lsq.pop_front().expect("non-empty LSQ");
         self.s.lsq_occupancy_ns += l - e.since;
         self.s.span_end = self.s.span_end.max(l);
+        let held = self.rmw.touch(e.blk);
+        let was_dirty = held.is_some_and(|h| h.mask != 0);
+        if was_dirty {
+            self.s.buffer_merges += 1;
+        }
+        let dirty = held.map_or(0, |h| h.mask) | e.mask;
+        if self.combine_in_buffer {
+            if dirty != self.full_mask {
+                // Partial: it waits in the buffer for the rest of its
+                // XPLine; the read of its old content is deferred to its
+                // write-back (none if the line completes first).
+                if held.is_none() {
+                    self.unread.insert(e.blk, ());
+                }
+                self.rmw_insert(e.blk, l, e.mask);
+                return;
+            }
+            if was_dirty {
+                self.unread.remove(&e.blk);
+            }
+        }
         let mut start = l;
-        if e.mask != self.full_mask && self.rmw.touch(e.blk).is_none() {
+        if e.mask != self.full_mask && held.is_none() {
             self.s.rmw_modify_reads += 1;
             start = self.fetch(e.blk, l);
         }
-        let w = start.max(self.media_free).max(self.stall_of(e.blk));
-        self.media_free = w + self.write_occ;
-        self.s.media_busy += self.write_occ;
-        self.s.media_writes += 1;
-        self.media_writes_total += 1;
-        self.rmw.insert(e.blk, w, 0);
+        let w = self.media_write(e.blk, start);
+        self.rmw_insert(e.blk, w, 0);
+        if was_dirty {
+            // Written whole: clean again.
+            self.rmw.set_mask(e.blk, 0);
+        }
         self.ait_fill(e.blk, w);
-        self.wear_count(e.blk);
     }
 
     fn wear_count(&mut self, blk: u64) {
@@ -406,7 +502,7 @@ impl Nvram {
         if *c >= self.wear_threshold {
             *c = 0;
             let lines = (self.migration_bytes / self.xp) as f64;
-            let dur = lines * (self.read_occ + self.write_occ);
+            let dur = lines * (self.read_occ + self.write_occ) + self.migration_ns;
             let start = self.media_free;
             self.media_free = start + dur;
             self.s.media_busy += dur;
@@ -447,13 +543,20 @@ impl Device for Nvram {
         let done = if self.lsq.iter().any(|e| e.blk == blk && e.mask & bit != 0) {
             self.s.lsq_forwards += 1;
             t + self.rmw_hit_ns
-        } else if let Some(h) = self.rmw.touch(blk) {
+        } else if let Some(h) = self.rmw.touch(blk).filter(|h| {
+            // A partial line written without its old content serves only
+            // the 64 B lines written.
+            h.mask == 0 || h.mask & bit != 0 || !self.unread.contains_key(&blk)
+        }) {
             self.s.rmw_hits += 1;
             t.max(h.valid_at) + self.rmw_hit_ns
         } else {
             self.s.rmw_misses += 1;
             let d = self.fetch(blk, t);
-            self.rmw.insert(blk, d, 0);
+            if !self.unread.is_empty() {
+                self.unread.remove(&blk);
+            }
+            self.rmw_insert(blk, d, 0);
             d + self.rmw_hit_ns
         };
         if new_xpline && self.run >= self.prefetch_after {
@@ -468,14 +571,14 @@ impl Device for Nvram {
                 if self.rmw.peek(b).is_none() {
                     self.s.prefetches += 1;
                     let dd = self.fetch(b, t);
-                    self.rmw.insert(b, dd, 0);
+                    self.rmw_insert(b, dd, 0);
                 }
             }
         }
         done
     }
 
-    fn write(&mut self, addr: u64, t: f64, epoch: u64) -> f64 {
+    fn write(&mut self, addr: u64, t: f64, order: Order) -> f64 {
         self.s.writes += 1;
         self.s.span_start.get_or_insert(t);
         self.advance(t);
@@ -484,7 +587,7 @@ impl Device for Nvram {
         if let Some(e) = self
             .lsq
             .iter_mut()
-            .find(|e| e.blk == blk && e.epoch == epoch)
+            .find(|e| e.blk == blk && order.may_join(e.stamp))
         {
             e.mask |= bit;
             self.s.lsq_merges += 1;
@@ -505,7 +608,7 @@ impl Device for Nvram {
             since: at,
             mask: bit,
             ready: at + self.combine_ns,
-            epoch,
+            stamp: order.stamp,
         });
         at
     }
@@ -514,6 +617,10 @@ impl Device for Nvram {
         while !self.lsq.is_empty() {
             let l = self.front_leave();
             self.commit(l);
+        }
+        for (blk, _) in self.rmw.masked() {
+            self.write_back(blk, t);
+            self.rmw.set_mask(blk, 0);
         }
         t.max(self.media_free)
     }
@@ -552,6 +659,8 @@ impl Device for Nvram {
             "ratio",
         );
         rmw.set("modify_reads", st.rmw_modify_reads as f64, "count");
+        rmw.set("write_merges", st.buffer_merges as f64, "count");
+        rmw.set("partial_writebacks", st.partial_writebacks as f64, "count");
         rmw.set("prefetches", st.prefetches as f64, "count");
         s.push(rmw);
         let mut ait = Stats::new("ait_buffer");
@@ -665,7 +774,7 @@ mod tests {
     fn lsq_combines_four_lines_into_one_media_write() {
         let mut d = dimm("");
         for i in 0..4 {
-            d.write(i * 64, 0.0, 0);
+            d.write(i * 64, 0.0, Order::epoch(0));
         }
         d.drain(0.0);
         assert_eq!(d.s.media_writes, 1);
@@ -676,7 +785,7 @@ mod tests {
     #[test]
     fn partial_xpline_write_reads_first() {
         let mut d = dimm("");
-        d.write(0, 0.0, 0);
+        d.write(0, 0.0, Order::epoch(0));
         d.drain(0.0);
         assert_eq!(
             (d.s.rmw_modify_reads, d.s.media_reads, d.s.media_writes),
@@ -687,10 +796,85 @@ mod tests {
     #[test]
     fn writes_across_a_fence_do_not_combine() {
         let mut d = dimm("combine_window_ns = 1000.0");
-        d.write(0, 0.0, 0);
-        d.write(64, 2.0, 1);
+        d.write(0, 0.0, Order::epoch(0));
+        d.write(64, 2.0, Order::epoch(1));
         d.drain(2.0);
         assert_eq!(d.s.media_writes, 2, "no combining across a fence");
+    }
+
+    /// Yang et al.'s XPBuffer experiment in miniature: 128 B halves of
+    /// each XPLine of a region, first halves then second halves. A region
+    /// that fits the RMW buffer costs one media write per XPLine, a larger
+    /// one two (each half a partial write).
+    #[test]
+    fn buffer_combines_halves_while_the_region_fits() {
+        for (xplines, per_round) in [(4u64, 4u64), (64, 128)] {
+            // 4 XPLines of RMW buffer; an LSQ of one entry.
+            let mut d = dimm("write_combining = \"buffer\"\nrmw_bytes = 1024\nlsq_bytes = 256");
+            let round = |d: &mut Nvram, mut t: f64| {
+                for half in 0..2 {
+                    for x in 0..xplines {
+                        for k in 0..2 {
+                            t = d.write(x * 256 + half * 128 + k * 64, t, Order::epoch(0)) + 1000.0;
+                        }
+                    }
+                }
+                t
+            };
+            let t = round(&mut d, 0.0);
+            let t = d.drain(t) + 1000.0;
+            let before = d.s.media_writes;
+            let t = round(&mut d, t);
+            d.drain(t);
+            assert_eq!(d.s.media_writes - before, per_round, "{xplines} XPLines");
+        }
+        // The same in "lsq" mode: every drained entry is a media write.
+        let mut d = dimm("rmw_bytes = 1024\nlsq_bytes = 256");
+        let mut t = 0.0;
+        for half in 0..2 {
+            for k in 0..2 {
+                t = d.write(half * 128 + k * 64, t, Order::epoch(0)) + 1000.0;
+            }
+        }
+        d.drain(t);
+        assert_eq!(d.s.media_writes, 4, "four 64 B entries, four media writes");
+    }
+
+    #[test]
+    fn a_dirty_partial_line_is_written_back_when_evicted() {
+        let mut d = dimm("write_combining = \"buffer\"\nrmw_bytes = 256\nlsq_bytes = 256");
+        let t = d.write(0, 0.0, Order::epoch(0)) + 1000.0;
+        let t = d.write(4096, t, Order::epoch(0)) + 1000.0;
+        d.read(8192, t);
+        assert_eq!(d.s.partial_writebacks, 2);
+        assert_eq!(d.s.media_writes, 2);
+        // Each read its old content at write-back, not before.
+        assert_eq!(d.s.rmw_modify_reads, 2);
+        // A line completed in the buffer needs no read at all.
+        let mut c = dimm("write_combining = \"buffer\"\nlsq_bytes = 256");
+        let mut t = 0.0;
+        for k in 0..4 {
+            t = c.write(k * 64, t, Order::epoch(0)) + 1000.0;
+        }
+        c.drain(t);
+        assert_eq!(
+            (c.s.rmw_modify_reads, c.s.media_reads, c.s.media_writes),
+            (0, 0, 1)
+        );
+    }
+
+    #[test]
+    fn another_threads_fence_does_not_stop_combining() {
+        let mut d = dimm("combine_window_ns = 1000.0");
+        // Thread A wrote at stamp 0; thread B fenced (stamp 1); A, whose
+        // floor is still 0, writes the same XPLine: it combines.
+        d.write(0, 0.0, Order::epoch(0));
+        d.write(64, 2.0, Order { stamp: 1, floor: 0 });
+        // A write whose own thread fenced after the entry does not.
+        d.write(128, 3.0, Order { stamp: 1, floor: 1 });
+        d.drain(3.0);
+        assert_eq!(d.s.lsq_merges, 1);
+        assert_eq!(d.s.media_writes, 2);
     }
 
     #[test]
@@ -699,15 +883,18 @@ mod tests {
         let mut d = dimm("lsq_bytes = 512");
         for b in 0..2u64 {
             for i in 0..4 {
-                assert_eq!(d.write(b * 256 + i * 64, 0.0, 0), 0.0);
+                assert_eq!(d.write(b * 256 + i * 64, 0.0, Order::epoch(0)), 0.0);
             }
         }
         // Full: the third XPLine waits for the front entry's combining
         // window (100 ns) to end and its media write to start.
-        assert_eq!(d.write(512, 0.0, 0), 100.0);
+        assert_eq!(d.write(512, 0.0, Order::epoch(0)), 100.0);
         // The fourth waits for the media to finish that write (100 + 200).
-        assert_eq!(d.write(768, 0.0, 0), 300.0);
-        assert!(d.write(1024, 0.0, 0) > 300.0, "and not earlier");
+        assert_eq!(d.write(768, 0.0, Order::epoch(0)), 300.0);
+        assert!(
+            d.write(1024, 0.0, Order::epoch(0)) > 300.0,
+            "and not earlier"
+        );
     }
 
     #[test]
@@ -716,7 +903,7 @@ mod tests {
         let mut t = 0.0;
         for k in 0..25 {
             for i in 0..4 {
-                t = d.write(i * 64, t, k);
+                t = d.write(i * 64, t, Order::epoch(k));
             }
         }
         d.drain(t);
@@ -735,7 +922,7 @@ mod tests {
         for k in 0..200u64 {
             let b = k % 4;
             for i in 0..4 {
-                t = d.write(b * 256 + i * 64, t, k);
+                t = d.write(b * 256 + i * 64, t, Order::epoch(k));
             }
         }
         d.drain(t);
