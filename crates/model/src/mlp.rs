@@ -148,8 +148,10 @@ const STREAM_LOOKBACK: usize = 4;
 struct Relation {
     c: u64,
     shift: u32,
-    /// 1, 3 or 5.
+    /// Odd, at most [`MAX_ODD`].
     odd: u64,
+    /// `odd_inverse(odd)`.
+    inv: u64,
     /// Detections and matches so far.
     hits: u32,
     /// Miss number of the last detection or match (for replacement).
@@ -162,19 +164,24 @@ impl Relation {
     }
 }
 
-/// Inverse of an odd factor modulo 2^64: `x * inv(o) = x / o` when `o`
+/// Inverse of an odd number modulo 2^64 (Newton's iteration, each step
+/// doubling the correct low bits): `x * odd_inverse(o) = x / o` when `o`
 /// divides `x`.
 fn odd_inverse(odd: u64) -> u64 {
-    match odd {
-        3 => 0xAAAA_AAAA_AAAA_AAAB,
-        5 => 0xCCCC_CCCC_CCCC_CCCD,
-        _ => 1,
+    let mut x = odd; // correct to 3 bits for any odd number
+    for _ in 0..5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(odd.wrapping_mul(x)));
     }
+    x
 }
 
-/// The scale `s` with `da = s x dv` when it is `odd << shift` with `odd` in
-/// {1, 3, 5} and `shift <= MAX_SCALE_SHIFT` (both differences positive as
-/// signed integers, or both negative).
+/// Largest odd factor of a scale: node sizes such as 56 (7 x 8), 72, 136
+/// or 1000 (125 x 8).
+const MAX_ODD: u64 = 255;
+
+/// The scale `s` with `da = s x dv` when it is `odd << shift` with `odd`
+/// odd, at most [`MAX_ODD`], and `shift <= MAX_SCALE_SHIFT` (both
+/// differences positive as signed integers, or both negative).
 fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
     let (a, v) = (da as i64, dv as i64);
     if v == 0 || a == 0 || (a ^ v) < 0 {
@@ -183,7 +190,7 @@ fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
     let (a, v) = (a.unsigned_abs(), v.unsigned_abs());
     // Cheap rejection first (most pairs of unrelated misses): the scale is
     // between 1 and 5 x 4096.
-    if a < v || a > v.saturating_mul(5 << MAX_SCALE_SHIFT) {
+    if a < v || a > v.saturating_mul(MAX_ODD << MAX_SCALE_SHIFT) {
         return None;
     }
     let (ta, tv) = (a.trailing_zeros(), v.trailing_zeros());
@@ -191,16 +198,10 @@ fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
         return None;
     }
     let (oa, ov) = (a >> ta, v >> tv);
-    let odd = if oa == ov {
-        1
-    } else if ov.checked_mul(3) == Some(oa) {
-        3
-    } else if ov.checked_mul(5) == Some(oa) {
-        5
-    } else {
+    if oa % ov != 0 || oa / ov > MAX_ODD {
         return None;
-    };
-    Some((ta - tv, odd))
+    }
+    Some((ta - tv, oa / ov))
 }
 
 /// Learnt affine relations between a miss's address and a value loaded by
@@ -213,8 +214,8 @@ fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
 ///   first round of chains that start side by side would fit a relation
 ///   between chains), and each distance
 ///   `j` up to [`MAX_CHAINS`] (chains interleaved `j` ways), if
-///   `A(n) - A(n-j) = s x (v(n-j) - v(n-2j))` with `s = 2^k`, `3 x 2^k` or
-///   `5 x 2^k` (`2^k` up to 4 KiB), then the two hops `n-j -> n` and
+///   `A(n) - A(n-j) = s x (v(n-j) - v(n-2j))` with `s = odd x 2^k` (`odd`
+///   up to [`MAX_ODD`], `2^k` up to 4 KiB), then the two hops `n-j -> n` and
 ///   `n-2j -> n-j` share the relation `(s, C = A(n) - s x v(n-j))`.
 /// * Matching: a miss at `A` fits a relation when `(A - C) / s` is a value
 ///   one of the last [`VALUE_HORIZON`] misses loaded (looked up by value,
@@ -223,6 +224,8 @@ fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
 /// * Hops whose middle miss the pointer rule explained are not learnt from
 ///   (chains advancing in lockstep at a constant distance from each other
 ///   would fit a relation between chains).
+/// * A miss that fits several confirmed relations depends on the parent
+///   that completes first.
 /// * Misses within two lines of one of the last four are a stream and are
 ///   neither learnt from nor matched (an array holding its own indices,
 ///   scanned, would otherwise look like an index chase).
@@ -278,14 +281,14 @@ impl Relations {
         if pointer_parent || (self.live == 0 && !learn) {
             return None;
         }
-        let mut matched = false;
+        let (mut matched, mut parent) = (false, None);
         for i in 0..self.live {
             let r = self.rel[i];
             let x = addr.wrapping_sub(r.c);
             if x & ((1u64 << r.shift) - 1) != 0 {
                 continue;
             }
-            let v = (((x as i64) >> r.shift) as u64).wrapping_mul(odd_inverse(r.odd));
+            let v = (((x as i64) >> r.shift) as u64).wrapping_mul(r.inv);
             let set = &self.values[value_slot(v)];
             let Some(&(_, _, done)) = set
                 .iter()
@@ -300,20 +303,18 @@ impl Relations {
             let r = &mut self.rel[i];
             r.hits = r.hits.saturating_add(1);
             r.last = n;
-            let hits = r.hits;
-            // Keep the relations in order of use: the busiest is tried first.
-            if i > 0 && hits > self.rel[i - 1].hits {
-                self.rel.swap(i, i - 1);
-            }
             matched = true;
-            if hits >= CONFIRM {
-                return Some(done);
+            // Several fits (chains that advance in lockstep at a constant
+            // distance fit a relation between chains as well as their own):
+            // the parent that completes first.
+            if r.hits >= CONFIRM {
+                parent = Some(parent.map_or(done, |p: u64| p.min(done)));
             }
         }
         if !matched && learn && !self.stream(addr, line_shift) {
             self.learn(addr);
         }
-        None
+        parent
     }
 
     /// The miss at `addr` is within [`STREAM_LINES`] of one of the last
@@ -379,6 +380,7 @@ impl Relations {
             c,
             shift,
             odd,
+            inv: odd_inverse(odd),
             hits: 1,
             last: n,
         };
@@ -858,7 +860,7 @@ mod tests {
         assert!(c.pm <= steps as f64 + 1.0, "{what}");
     }
 
-    const STYLES: [Link; 10] = [
+    const STYLES: [Link; 12] = [
         Link::Pointer { node: 64, field: 8 },
         // Pointer plus an offset beyond the pointer's line.
         Link::Pointer {
@@ -884,6 +886,15 @@ mod tests {
         Link::Index {
             scale: 24,
             offset: 16,
+        },
+        // Odd node sizes: 56 and 1000 bytes.
+        Link::Index {
+            scale: 56,
+            offset: 24,
+        },
+        Link::Index {
+            scale: 1000,
+            offset: 8,
         },
         Link::Index32 {
             scale: 64,
@@ -954,7 +965,7 @@ mod tests {
     }
 
     #[test]
-    fn scales_are_recognised_up_to_4_kib_times_5() {
+    fn scales_are_odd_factors_up_to_255_times_up_to_4_kib() {
         assert_eq!(scale_of(64 * 7, 7), Some((6, 1)));
         assert_eq!(scale_of(24 * 9, 9), Some((3, 3)));
         assert_eq!(
@@ -962,8 +973,15 @@ mod tests {
             Some((3, 5))
         );
         assert_eq!(scale_of(4096 * 5, 1), Some((12, 5)));
+        assert_eq!(scale_of(56 * 11, 11), Some((3, 7)));
+        assert_eq!(scale_of(1000 * 3, 3), Some((3, 125)));
         assert_eq!(scale_of(8192, 1), None);
-        assert_eq!(scale_of(7 * 64, 1), None);
+        assert_eq!(scale_of(257 * 64, 1), None);
+        assert_eq!(scale_of(7 * 64 + 1, 2), None);
+        assert_eq!(scale_of(7 * 64, 3), None);
+        for odd in (1..=MAX_ODD).step_by(2) {
+            assert_eq!(odd.wrapping_mul(odd_inverse(odd)), 1, "{odd}");
+        }
         assert_eq!(scale_of(64, 0), None);
         assert_eq!(scale_of(64, 1u64.wrapping_neg()), None);
     }
@@ -1096,6 +1114,30 @@ mod tests {
             }
             let c = e.take();
             assert!(c.pm >= 1999.0 && c.pm <= 2001.0, "{chains}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn index_chains_in_lockstep_at_a_constant_distance_stay_apart() {
+        // As above with 56 B nodes linked by index: no pointer rule to
+        // fall back on, the relation between chains fits too.
+        for chains in [2u64, 4, 8] {
+            let (n, base) = (1u64 << 17, HEAP);
+            let per = n / chains;
+            let mut e = OverlapEstimator::new(OverlapConfig::default());
+            let mut cur: Vec<u64> = (0..chains).map(|c| c * per).collect();
+            let mut access = 0;
+            for _ in 0..2000 {
+                for (c, i) in cur.iter_mut().enumerate() {
+                    let next = c as u64 * per + (*i - c as u64 * per + 4099) % per;
+                    let v = Loaded::Narrow(next as u32);
+                    e.miss(base + *i * 56 + 24, MemKind::Pm, access, v, SHIFT);
+                    access += 3;
+                    *i = next;
+                }
+            }
+            let c = e.take();
+            assert!(c.pm >= 1990.0 && c.pm <= 2003.0, "{chains}: {c:?}");
         }
     }
 }
