@@ -14,7 +14,7 @@
 //!   last [`VALUE_HORIZON`] misses and an *affine relation* `(s, C)` the
 //!   estimator has learnt, depends on that miss: chases linked by index
 //!   (`i = next[i].link`, `s` the node size) or by pointer plus an offset
-//!   beyond the line (`s = 1`). See [`Relations`];
+//!   beyond the line (`s = 1`); see `docs/accuracy.md`;
 //! * misses are placed on a timeline measured in memory latencies: a miss
 //!   issues when the previous miss in program order has issued, when its
 //!   parent has completed, and when a fill buffer is free, and completes one
