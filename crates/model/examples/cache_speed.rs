@@ -4,7 +4,7 @@
 //! Run by `bench/model-speed.sh`.
 
 use pmlab_model::cache::{CacheConfig, CompactCache};
-use pmlab_model::mlp::{MemKind, OverlapConfig, OverlapEstimator};
+use pmlab_model::mlp::{Loaded, MemKind, OverlapConfig, OverlapEstimator};
 use std::time::Instant;
 
 fn main() {
@@ -42,10 +42,10 @@ fn main() {
     let t = Instant::now();
     for i in 0..n {
         e.miss(
-            lines[i],
+            lines[i] << 6,
             MemKind::Pm,
             i as u64,
-            Some(lines[(i + 1) % n] << 6),
+            Loaded::Wide(lines[(i + 1) % n] << 6),
             6,
         );
     }

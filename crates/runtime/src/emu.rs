@@ -903,14 +903,27 @@ pub fn report() {
                 format!("{path}.{}", std::process::id())
             };
             write_report_file(&path, &rep);
+            warn_if_busy(&rep);
         }
         None => {
             if g.cfg.stats_stderr {
+                // The text starts with the warning, if any.
                 let text = rep.to_text();
                 // SAFETY: write(2) to stderr.
                 unsafe { libc::write(2, text.as_ptr() as *const c_void, text.len()) };
+            } else {
+                warn_if_busy(&rep);
             }
         }
+    }
+}
+
+/// The busy-machine warning on stderr, one line, when the report has one.
+fn warn_if_busy(rep: &stats::Report) {
+    if let Some(w) = rep.busy_warning() {
+        let line = format!("pmlab: warning: {w}\n");
+        // SAFETY: write(2) to stderr.
+        unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
     }
 }
 

@@ -399,13 +399,19 @@ macro_rules! sancov {
 sancov! {
     __sanitizer_cov_load1: u8, false;
     __sanitizer_cov_load2: u16, false;
-    __sanitizer_cov_load4: u32, false;
     __sanitizer_cov_load16: u128, false;
     __sanitizer_cov_store1: u8, true;
     __sanitizer_cov_store2: u16, true;
     __sanitizer_cov_store4: u32, true;
     __sanitizer_cov_store8: u64, true;
     __sanitizer_cov_store16: u128, true;
+}
+
+/// Called by instrumented code before a 4-byte load; the loaded value is
+/// read too (4 bytes), to detect chases linked by 32-bit indices.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn __sanitizer_cov_load4(addr: *const u32) {
+    on_access(addr as usize, 4, false, Some(addr as *const u64));
 }
 
 /// Called by instrumented code before an 8-byte load; the loaded value is
@@ -432,7 +438,8 @@ pub extern "C" fn __sanitizer_cov_bool_flag_init(_start: *mut u8, _end: *mut u8)
 
 // ------------------- gcc's ThreadSanitizer callbacks (see `tsan`)
 
-/// Plain accesses: `$f` is [`tsan::read`] or [`tsan::write`] with the size.
+/// Plain accesses: `$f` is [`tsan::read`] or [`tsan::write`] with the size,
+/// or `read4_with_value` ([`tsan::read4`]).
 macro_rules! tsan_access {
     ($($name:ident: $f:ident, $ptr:ty, $n:expr;)*) => {$(
         /// Called by gcc-instrumented code before an access of that size.
@@ -446,14 +453,15 @@ macro_rules! tsan_access {
 tsan_access! {
     __tsan_read1: read, *const c_void, 1;
     __tsan_read2: read, *const c_void, 2;
-    __tsan_read4: read, *const c_void, 4;
+    __tsan_read4: read4_with_value, *const c_void, 4;
     __tsan_read16: read, *const c_void, 16;
     __tsan_volatile_read1: read, *const c_void, 1;
     __tsan_volatile_read2: read, *const c_void, 2;
     __tsan_volatile_read4: read, *const c_void, 4;
     __tsan_volatile_read16: read, *const c_void, 16;
     __tsan_unaligned_read2: read, *const c_void, 2;
-    __tsan_unaligned_read4: read, *const c_void, 4;
+    __tsan_unaligned_read4: read4_with_value, *const c_void, 4;
+    __tsan_volatile_read8: read, *const c_void, 8;
     __tsan_unaligned_read16: read, *const c_void, 16;
     __tsan_write1: write, *mut c_void, 1;
     __tsan_write2: write, *mut c_void, 2;
@@ -482,7 +490,7 @@ macro_rules! tsan_read8 {
     )*};
 }
 
-tsan_read8!(__tsan_read8, __tsan_volatile_read8, __tsan_unaligned_read8);
+tsan_read8!(__tsan_read8, __tsan_unaligned_read8);
 
 export! {
     /// Before reading `size` bytes (struct copies, packed or odd-sized

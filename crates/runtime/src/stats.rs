@@ -218,6 +218,8 @@ impl Report {
              \"tsc_ghz\":{:.4},\"bandwidth_throttle\":\"{}\",\"throttle_note\":\"{}\",\"init_ns\":{},\
              \"hook_overhead_unabsorbed_ns\":{},\"hook_hit_ns\":{:.3},\"hook_logged_miss_ns\":{:.3},\
              \"hook_batches_offloaded\":{},\"hook_window_loss_ns\":{},\
+             \"hook_inline_batches\":{},\"hook_inline_ns\":{},\"hook_inline_share\":{:.4},\
+             \"run_delay_ns\":{},\"run_delay_share\":{:.4},\"busy_warning\":{},\
              \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
              \"main_run_delay_ns\":{},\
              \"advice\":\"{}\",\"total\":",
@@ -238,6 +240,13 @@ impl Report {
             src.hook_logged_miss_ns,
             src.hook_batches_offloaded,
             src.hook_window_loss_ns,
+            src.hook_inline_batches,
+            src.hook_inline_ns,
+            src.hook_inline_share,
+            src.run_delay_ns,
+            src.run_delay_share,
+            self.busy_warning()
+                .map_or("null".to_string(), |w| format!("\"{}\"", esc(&w))),
             self.threads_seen,
             self.threads_untracked,
             self.signals_sent,
@@ -257,10 +266,27 @@ impl Report {
         o
     }
 
+    /// The warning for a run whose overhead could not be hidden (a busy
+    /// machine), one line, if past the thresholds of
+    /// [`busy`](crate::source::instrumented::busy).
+    pub fn busy_warning(&self) -> Option<String> {
+        let s = &self.source_stats;
+        crate::source::instrumented::busy::warning(
+            s.hook_inline_share,
+            s.hook_inline_ns,
+            s.run_delay_share,
+            s.run_delay_ns,
+        )
+    }
+
     /// Human-readable text (stderr).
     pub fn to_text(&self) -> String {
         let t = self.total();
-        format!(
+        let warning = self
+            .busy_warning()
+            .map_or(String::new(), |w| format!("pmlab: warning: {w}\n"));
+        warning
+            + &format!(
             "pmlab: {} threads, {} epochs ({} timer, {} sync, {} exit), delay injected {:.3} ms of {:.3} ms requested{}, overhead {:.3} ms ({}){}, write stalls {:.3} ms, source {}, bandwidth throttle {}\npmlab: advice: {}\n",
             self.threads.len(),
             t.total_epochs(),
@@ -353,6 +379,11 @@ mod tests {
                 hook_logged_miss_ns: 3.5,
                 hook_batches_offloaded: 7,
                 hook_window_loss_ns: 11,
+                hook_inline_batches: 5,
+                hook_inline_ns: 4_000_000,
+                hook_inline_share: 0.25,
+                run_delay_ns: 9,
+                run_delay_share: 0.001,
             },
             ..Default::default()
         };
@@ -363,11 +394,21 @@ mod tests {
             "\"hook_logged_miss_ns\":3.500,",
             "\"hook_batches_offloaded\":7,",
             "\"hook_window_loss_ns\":11,",
+            "\"hook_inline_batches\":5,",
+            "\"hook_inline_ns\":4000000,",
+            "\"hook_inline_share\":0.2500,",
+            "\"run_delay_ns\":9,",
+            "\"run_delay_share\":0.0010,",
+            "\"busy_warning\":\"busy machine: the program's threads ran the cache model themselves for 25.0%",
         ] {
             assert!(j.contains(want), "{want} not in {j}");
         }
         assert!(r
             .to_text()
             .contains("instrumentation overhead not absorbed 2.500 ms"));
+        // The warning is the text's first line, and absent on a quiet run.
+        assert!(r.to_text().starts_with("pmlab: warning: busy machine: "));
+        assert!(quiet.to_json().contains("\"busy_warning\":null,"));
+        assert!(!quiet.to_text().contains("warning"));
     }
 }

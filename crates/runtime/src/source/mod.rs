@@ -196,6 +196,18 @@ pub struct SourceStats {
     /// Time charged for the hooks' shrinking of the out-of-order window
     /// where it exceeded the calls' cost, all threads, ns.
     pub hook_window_loss_ns: u64,
+    /// Batches of logged misses the program's threads ran themselves (no
+    /// CPU free for the modeller thread, or offloading off).
+    pub hook_inline_batches: u64,
+    /// Their timed cost, all threads, ns.
+    pub hook_inline_ns: u64,
+    /// `hook_inline_ns` over the epochs' wall time, all threads.
+    pub hook_inline_share: f64,
+    /// Time the program's threads were runnable but waiting for a CPU
+    /// (kernel schedstat), ns; 0 where the kernel does not report it.
+    pub run_delay_ns: u64,
+    /// `run_delay_ns` over the threads' time on a CPU plus that wait.
+    pub run_delay_share: f64,
 }
 
 /// Which model path a source feeds.

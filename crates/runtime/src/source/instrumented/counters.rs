@@ -4,6 +4,7 @@
 //! own cost in the epoch, charged as the module's documentation
 //! ([`super`]) explains.
 
+use super::busy::{self, Sched};
 use super::cost::{self, HookCosts};
 use super::model::ThreadTotals;
 use super::settings::{self, HookConfig};
@@ -23,11 +24,14 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
         Ok(c) => Some((c.dram_latency_ns, c.pm_latency_ns)),
         Err(_) => None,
     };
+    // The threads' waits for a CPU so far are not the run's.
+    let sched0 = busy::process_sched();
     Ok(Box::new(InstrumentedSource {
         cfg,
         costs,
         lat,
         shared: Arc::new(Shared::default()),
+        sched0,
     }))
 }
 
@@ -39,6 +43,8 @@ pub struct InstrumentedSource {
     lat: Option<(f64, f64)>,
     /// What every thread's counters add up, for the statistics.
     shared: Arc<Shared>,
+    /// The process's threads' scheduler statistics when the source opened.
+    sched0: Sched,
 }
 
 /// Process-wide sums the threads' counters keep (ns).
@@ -49,6 +55,40 @@ struct Shared {
     unabsorbed_ns: AtomicU64,
     /// Window loss charged where it exceeded the calls' cost.
     window_loss_ns: AtomicU64,
+    /// Batches the program's threads ran themselves, and their time.
+    inline_batches: AtomicU64,
+    inline_ns: AtomicU64,
+    /// The epochs' wall time, all threads.
+    epoch_ns: AtomicU64,
+    /// Scheduler statistics of the threads that have exited (their whole
+    /// lives: time on a CPU, waiting, slices).
+    exited_cpu_ns: AtomicU64,
+    exited_wait_ns: AtomicU64,
+    exited_slices: AtomicU64,
+}
+
+impl Shared {
+    /// The busy-machine figures: inline batches, their time and share of
+    /// the epochs, and the threads' scheduler statistics since `sched0`
+    /// (the live threads' as read now, `live`, plus the exited ones').
+    fn busy(&self, sched0: Sched, live: Sched) -> (u64, u64, f64, Sched) {
+        let inline_ns = self.inline_ns.load(Ordering::Relaxed);
+        let share = busy::share(
+            inline_ns as f64,
+            self.epoch_ns.load(Ordering::Relaxed) as f64,
+        );
+        let exited = Sched {
+            on_cpu_ns: self.exited_cpu_ns.load(Ordering::Relaxed),
+            wait_ns: self.exited_wait_ns.load(Ordering::Relaxed),
+            slices: self.exited_slices.load(Ordering::Relaxed),
+        };
+        (
+            self.inline_batches.load(Ordering::Relaxed),
+            inline_ns,
+            share,
+            live.plus(exited).minus(sched0),
+        )
+    }
 }
 
 /// Add `ns` (if positive) to a process-wide nanosecond total.
@@ -93,7 +133,14 @@ impl Source for InstrumentedSource {
     }
 
     fn stats(&self) -> SourceStats {
+        let live = busy::process_sched();
+        let (inline_batches, inline_ns, inline_share, sched) = self.shared.busy(self.sched0, live);
         SourceStats {
+            hook_inline_batches: inline_batches,
+            hook_inline_ns: inline_ns,
+            hook_inline_share: inline_share,
+            run_delay_ns: sched.wait_ns,
+            run_delay_share: sched.wait_share(),
             hook_overhead_unabsorbed_ns: self.shared.unabsorbed_ns.load(Ordering::Relaxed),
             hook_hit_ns: self.costs.fast_ns,
             hook_logged_miss_ns: self.costs.miss_ns,
@@ -261,7 +308,14 @@ impl ThreadCounters for InstrumentedCounters {
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
-        let batches = (self.costs.batches_ns(&self.last, &now) - self.costs.ran_ns(ran)).max(0.0);
+        let inline_ns = self.costs.batches_ns(&self.last, &now);
+        let batches = (inline_ns - self.costs.ran_ns(ran)).max(0.0);
+        add_ns(&self.shared.inline_ns, inline_ns);
+        add_ns(&self.shared.epoch_ns, epoch_ns);
+        self.shared.inline_batches.fetch_add(
+            now.batches.saturating_sub(self.last.batches),
+            Ordering::Relaxed,
+        );
         (self.last_overhead_ns, self.carried_ns) = match (self.lat, r.reading) {
             (
                 Some((dram, pm)),
@@ -317,6 +371,13 @@ impl ThreadCounters for InstrumentedCounters {
         // runtime stops the counters of threads that do not exist there
         // from the forking thread, whose own model must survive.
         if crate::sys::gettid() == self.owner {
+            if let Some(s) = busy::thread_sched() {
+                let sh = &self.shared;
+                sh.exited_cpu_ns.fetch_add(s.on_cpu_ns, Ordering::Relaxed);
+                sh.exited_wait_ns.fetch_add(s.wait_ns, Ordering::Relaxed);
+                sh.exited_slices.fetch_add(s.slices, Ordering::Relaxed);
+                busy::stopped();
+            }
             thread::thread_exit();
         }
     }
@@ -456,6 +517,7 @@ mod tests {
             },
             lat: None,
             shared: Arc::default(),
+            sched0: Sched::default(),
         };
         let counters = |carried_ns| InstrumentedCounters {
             costs: src.costs,
@@ -474,5 +536,69 @@ mod tests {
         assert_eq!(s.hook_overhead_unabsorbed_ns, 2_500_000);
         assert_eq!((s.hook_hit_ns, s.hook_logged_miss_ns), (1.5, 4.0));
         assert_eq!(s.hook_window_loss_ns, 0);
+    }
+
+    #[test]
+    fn inline_batches_and_cpu_waits_make_the_busy_figures() {
+        let costs = HookCosts {
+            tsc_ghz: 2.0,
+            tsc_pair_ns: 10.0,
+            ..HookCosts::default()
+        };
+        let shared = Arc::new(Shared::default());
+        let mut c = InstrumentedCounters {
+            costs,
+            lat: None,
+            shared: Arc::clone(&shared),
+            last: ThreadTotals::default(),
+            last_overhead_ns: 0.0,
+            carried_ns: 0.0,
+            window: LossWindow::default(),
+            owner: 0,
+        };
+        // Totals as if the thread had run 3 batches of 2,000,000 cycles
+        // (1 ms each at 2 GHz) itself: the epoch-end reading takes the
+        // difference from the thread's real totals, so feed the synthetic
+        // ones through the same arithmetic.
+        let now = ThreadTotals {
+            batches: 3,
+            slow_cycles: 6_000_000,
+            ..ThreadTotals::default()
+        };
+        let inline = c.costs.batches_ns(&c.last, &now);
+        assert!((inline - 3_000_030.0).abs() < 1e-6, "{inline}");
+        add_ns(&shared.inline_ns, inline);
+        add_ns(&shared.epoch_ns, 30e6);
+        shared.inline_batches.fetch_add(3, Ordering::Relaxed);
+        c.last = now;
+        // One thread exited after 80 ms on a CPU and 20 ms waiting; one is
+        // live with 10 ms of each; 5 ms of waiting predate the source.
+        shared
+            .exited_cpu_ns
+            .fetch_add(80_000_000, Ordering::Relaxed);
+        shared
+            .exited_wait_ns
+            .fetch_add(20_000_000, Ordering::Relaxed);
+        let live = Sched {
+            on_cpu_ns: 10_000_000,
+            wait_ns: 10_000_000,
+            slices: 4,
+        };
+        let sched0 = Sched {
+            on_cpu_ns: 0,
+            wait_ns: 5_000_000,
+            slices: 1,
+        };
+        let (batches, ns, share, sched) = shared.busy(sched0, live);
+        assert_eq!((batches, ns), (3, 3_000_030));
+        assert!((share - 0.1).abs() < 1e-4, "{share}");
+        assert_eq!(sched.wait_ns, 25_000_000);
+        assert!((sched.wait_share() - 25.0 / 115.0).abs() < 1e-9);
+        assert!(busy::warning(share, ns, sched.wait_share(), sched.wait_ns).is_some());
+        // A quiet run: everything offloaded, no waits.
+        let quiet = Shared::default();
+        let (_, _, share, sched) = quiet.busy(Sched::default(), Sched::default());
+        assert_eq!((share, sched.wait_ns), (0.0, 0));
+        assert!(busy::warning(share, 0, sched.wait_share(), 0).is_none());
     }
 }

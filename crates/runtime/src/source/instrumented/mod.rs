@@ -73,6 +73,7 @@
 //! lower layers: `tracer`, `pool`, `real`, `config`, `sys`, `error`, the
 //! `source` interface):
 //!
+//! * [`busy`]: detecting a busy machine (inline batches, waits for a CPU);
 //! * [`settings`]: the `PMLAB_INSTR_*` settings and their process-wide copy;
 //! * [`pm`]: which addresses are PM;
 //! * [`model`]: batch modelling (cache model, overlap estimator, totals);
@@ -86,6 +87,7 @@
 //! * [`memfns`]: libc's `memcpy`, `memmove` and `memset` offered to the hooks;
 //! * [`counters`]: the `Source` implementation.
 
+pub mod busy;
 pub mod cost;
 pub mod counters;
 pub mod hooks;

@@ -7,7 +7,7 @@
 use super::pm::is_pm;
 use super::settings::{self, LOGGED_WEIGHT};
 use pmlab_model::cache::{CompactCache, Hierarchy};
-use pmlab_model::mlp::{window_share, MemKind, OverlapEstimator, SerialCounts};
+use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
 /// Entries ahead of the one being processed whose model set is prefetched.
 const PREFETCH_AHEAD: usize = 16;
@@ -70,15 +70,22 @@ enum Model {
 /// One logged access.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct LogEntry {
-    /// Byte address; bit 63 set for a store.
+    /// Byte address; bit 63 set for a store, [`VALUE_WIDE`] or
+    /// [`VALUE_NARROW`] when `value` holds what a load of 8 or 4 bytes read.
     pub(super) addr: usize,
     /// Position in the thread's access stream.
     pub(super) at: u64,
-    /// The 8 bytes an 8-byte load read (0: not known).
+    /// The value a load of 4 or 8 bytes read (see `addr`'s flags).
     pub(super) value: u64,
 }
 
 pub(super) const STORE_BIT: usize = 1 << 63;
+/// `LogEntry::value` holds the 8 bytes an 8-byte load read.
+pub(super) const VALUE_WIDE: usize = 1 << 62;
+/// `LogEntry::value` holds the 4 bytes a 4-byte load read.
+pub(super) const VALUE_NARROW: usize = 1 << 61;
+/// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
+const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
 
 /// A thread's model and what it has counted: the part of the thread's
 /// state a batch works on.
@@ -159,13 +166,13 @@ impl ModelState {
         let (before, window_before) = (self.totals.serial, self.window_serial);
         if let Model::Compact(c) = &self.cache {
             for e in &entries[..entries.len().min(PREFETCH_AHEAD)] {
-                prefetch(c.set_addr(((e.addr & !STORE_BIT) >> LINE_SHIFT) as u64));
+                prefetch(c.set_addr(((e.addr & !FLAGS) >> LINE_SHIFT) as u64));
             }
         }
         for i in 0..entries.len() {
             if let Model::Compact(c) = &self.cache {
                 if i + PREFETCH_AHEAD < entries.len() {
-                    let ahead = entries[i + PREFETCH_AHEAD].addr & !STORE_BIT;
+                    let ahead = entries[i + PREFETCH_AHEAD].addr & !FLAGS;
                     prefetch(c.set_addr((ahead >> LINE_SHIFT) as u64));
                 }
             }
@@ -183,7 +190,7 @@ impl ModelState {
     #[inline(always)]
     unsafe fn process_one(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
         let write = e.addr & STORE_BIT != 0;
-        let addr = e.addr & !STORE_BIT;
+        let addr = e.addr & !FLAGS;
         let line = addr >> LINE_SHIFT;
         let pm = is_pm(addr);
         let miss = match &mut self.cache {
@@ -226,8 +233,14 @@ impl ModelState {
         let units = e.at + self.entries * (LOGGED_WEIGHT - 1);
         if miss {
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
-            self.est
-                .miss(line as u64, kind, e.at, Some(e.value), LINE_SHIFT);
+            let loaded = if e.addr & VALUE_WIDE != 0 {
+                Loaded::Wide(e.value)
+            } else if e.addr & VALUE_NARROW != 0 {
+                Loaded::Narrow(e.value as u32)
+            } else {
+                Loaded::Unknown
+            };
+            self.est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
             self.totals.serial = self.est.counts();
             let gap = units.saturating_sub(self.last_miss_units);
             self.last_miss_units = units;

@@ -244,6 +244,7 @@ extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
     }
+    super::busy::set_modeller();
     let me = pid();
     loop {
         if PID.load(Ordering::Acquire) != me {

@@ -292,3 +292,55 @@ fn independent_chains_logged_in_batches_overlap() {
     }
     deactivate();
 }
+
+/// What `__sanitizer_cov_load4` does.
+fn load4(p: *const u32) {
+    on_access(p as usize, 4, false, Some(p as *const u64));
+}
+
+#[test]
+fn index_chases_with_4_and_8_byte_indices_are_serial_pm() {
+    let _g = LOCK.lock().unwrap();
+    activate(cfg(PmMode::All));
+    for wide in [false, true] {
+        let (a, b) = on_thread(move || {
+            // 8 MiB of 64 B nodes, `i = nodes[i].next` with an odd stride;
+            // the index is the node's last 4 or 8 bytes (the hook must
+            // read exactly the access's size: a 4-byte read at the end of
+            // the vector must not read past it).
+            let n = 1usize << 17;
+            let mut v = vec![0u64; n * 8];
+            for i in 0..n {
+                let next = ((i + 4099) % n) as u64;
+                if wide {
+                    v[i * 8 + 7] = next;
+                } else {
+                    v[i * 8 + 7] = next << 32;
+                }
+            }
+            let mut i = 0usize;
+            let before = totals();
+            for _ in 0..20_000 {
+                if wide {
+                    let p = &v[i * 8 + 7] as *const u64;
+                    load8(p);
+                    i = v[i * 8 + 7] as usize;
+                } else {
+                    // The upper half of the last word (little-endian).
+                    let p = unsafe { (&v[i * 8 + 7] as *const u64 as *const u32).add(1) };
+                    load4(p);
+                    i = unsafe { *p } as usize;
+                }
+            }
+            let after = totals();
+            thread_exit();
+            (before, after)
+        });
+        let serial = b.serial.pm - a.serial.pm;
+        let dependent = b.serial.dependent - a.serial.dependent;
+        assert_eq!(b.serial.pm_misses - a.serial.pm_misses, 20_000, "{wide}");
+        assert!(dependent >= 19_950, "wide {wide}: {dependent} dependent");
+        assert!((serial - 20_000.0).abs() < 60.0, "wide {wide}: {serial}");
+    }
+    deactivate();
+}

@@ -96,11 +96,26 @@ fn on_range(addr: usize, size: usize, write: bool) {
 
 // ---- plain accesses ----
 
-/// Before a read of `size` bytes at `addr` (`__tsan_readN` and the
-/// volatile and unaligned forms; N = 8 has [`read8`]).
+/// Before a read of `size` bytes at `addr`, its value not read
+/// (`__tsan_readN` and the unaligned forms; N = 4 and 8 have [`read4`] and
+/// [`read8`]; the volatile forms all come here: reading a device register
+/// twice could have effects).
 #[inline(always)]
 pub(crate) fn read(addr: *const c_void, size: u32) {
     on_access(addr as usize, size, false, None);
+}
+
+/// [`read4`] in the shape of [`read`] (for the export table).
+#[inline(always)]
+pub(crate) fn read4_with_value(addr: *const c_void, _size: u32) {
+    read4(addr);
+}
+
+/// Before a 4-byte read: the value about to be loaded is read too (4
+/// bytes), to detect chases linked by 32-bit indices.
+#[inline(always)]
+pub(crate) fn read4(addr: *const c_void) {
+    on_access(addr as usize, 4, false, Some(addr as *const u64));
 }
 
 /// Before an 8-byte read: the value about to be loaded is read too, to
@@ -283,10 +298,11 @@ impl Atomic for u128 {
     }
 }
 
-/// The value pointer passed for a load of `N` bytes: the 8-byte ones only.
+/// The value pointer passed for a load of `N` bytes: the 4- and 8-byte
+/// ones (the hook reads exactly `N` bytes).
 #[inline(always)]
 fn value_ptr<T>(a: *const T) -> Option<*const u64> {
-    (std::mem::size_of::<T>() == 8).then_some(a as *const u64)
+    matches!(std::mem::size_of::<T>(), 4 | 8).then_some(a as *const u64)
 }
 
 /// `__tsan_atomicN_load`: counts a read (the 64-bit one with its value
