@@ -421,12 +421,16 @@ impl BTreeEngine {
             Rem::Gone => self.root = 0,
             Rem::Node(p) => self.root = p,
         }
-        for depth in 0.. {
+        // Collapse single-child roots; a tree emptied by the removal has
+        // no root left to load.
+        let mut depth = 0;
+        while self.root != 0 {
             let n = self.load_at(self.root, depth)?;
             if n.leaf || n.slots.len() > 1 {
                 break;
             }
             self.root = n.slots[0].ptr;
+            depth += 1;
         }
         Ok(true)
     }

@@ -449,3 +449,31 @@ fn garbage_is_reclaimed_without_being_asked() {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+/// Regression (issue 19, found by `pmlab crash` driving `pmkv stress` with
+/// seed 1): rolling back every write leaves an empty structure, and the
+/// B+-tree then failed loading a root at offset 0 ("range 0x0+160 leaves
+/// the pool's pages") on the rollback itself.
+#[test]
+fn r19_rolling_back_every_write_leaves_an_empty_usable_store() {
+    for kind in engines() {
+        let d = dir(&format!("empty-{}", kind.name()));
+        let path = d.join("pool");
+        {
+            let mut e = create(&path, kind, &Options::default()).unwrap();
+            e.set(b"a", b"1", 1).unwrap();
+            e.set(b"b", b"2", 2).unwrap();
+            e.rollback_above(0)
+                .unwrap_or_else(|err| panic!("{kind:?}: {err}"));
+            assert_eq!(e.get(b"a").unwrap(), None, "{kind:?}");
+            assert_eq!(e.get(b"b").unwrap(), None, "{kind:?}");
+            e.set(b"c", b"3", 3).unwrap();
+            e.sync().unwrap();
+        }
+        let e = open(&path, kind, &Options::default()).unwrap();
+        assert_eq!(e.get(b"c").unwrap().as_deref(), Some(&b"3"[..]), "{kind:?}");
+        assert_eq!(e.get(b"a").unwrap(), None, "{kind:?}");
+        e.check().unwrap_or_else(|err| panic!("{kind:?}: {err}"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
