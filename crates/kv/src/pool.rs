@@ -767,9 +767,32 @@ impl Pool {
     /// Group commit: flush every range written since the last commit, fence
     /// once, write the working root into the inactive slot, flush and fence.
     pub fn commit(&mut self) {
+        // Each dirty line once: ranges written apart can share a line, and
+        // flushing it twice costs a second write-back for nothing (`pmlab
+        // check` reports it as a redundant flush).
+        let line = pm::LINE as u64;
+        let mut lines: Vec<u64> = Vec::new();
         for (a, b) in std::mem::take(&mut self.dirty) {
-            // SAFETY: dirty ranges lie within the mapping.
-            unsafe { pm::flush(self.base.add(a as usize), (b - a) as usize) };
+            let mut l = a & !(line - 1);
+            while l < b {
+                lines.push(l);
+                l += line;
+            }
+        }
+        lines.sort_unstable();
+        lines.dedup();
+        let mut i = 0;
+        while i < lines.len() {
+            // One call per run of consecutive lines.
+            let mut j = i + 1;
+            while j < lines.len() && lines[j] == lines[j - 1] + line {
+                j += 1;
+            }
+            let len = (lines[j - 1] + line - lines[i]) as usize;
+            // SAFETY: dirty lines lie within the mapping (its length is a
+            // whole number of pages).
+            unsafe { pm::flush(self.base.add(lines[i] as usize), len) };
+            i = j;
         }
         pm::drain();
         self.cur.seq = self.committed.seq + 1;
@@ -778,7 +801,14 @@ impl Pool {
         let off = SLOT_OFF[slot];
         // SAFETY: the slot lies within the header.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(off as usize), bytes.len());
+            // Word by word, as plain stores: a fixed-size copy is lowered
+            // to moves that compiler instrumentation (`pmlab cargo`) does
+            // not see, so traces would miss the slot's stores.
+            let dst = self.base.add(off as usize) as *mut u64;
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                let v = u64::from_ne_bytes(w.try_into().expect("8-byte chunk"));
+                std::ptr::write_volatile(dst.add(i), v);
+            }
             pm::persist(self.base.add(off as usize), bytes.len());
         }
         self.active = slot;
