@@ -212,10 +212,21 @@ fn range_code(r: Result<(), pm::RangeError>) -> c_int {
 #[inline]
 pub fn pmlab_pm_register(base: *mut c_void, len: size_t) -> c_int {
     let c = range_code(pm::register(base as usize, len));
-    if c == code::OK {
-        // A PMRANGE note (no file known): `pmlab check` counts stores
-        // there as PM stores.
-        crate::trace_notes::pm_range(base as u64, len as u64, "", 0, None);
+    if c == code::OK && crate::tracer::enabled() {
+        // A PMRANGE note: `pmlab check` counts stores there as PM stores,
+        // and when a file backs the mapping (`/proc/self/maps`) its path,
+        // offset and (with `--data`) current contents let `pmlab crash`
+        // build images of it.
+        let (path, offset, init) = match crate::trace_notes::mapping_file(base as u64) {
+            Some((path, offset)) => {
+                let init = std::ffi::CString::new(path.as_str())
+                    .ok()
+                    .and_then(|c| crate::trace_notes::save_initial(&c));
+                (path, offset, init)
+            }
+            None => (String::new(), 0, None),
+        };
+        crate::trace_notes::pm_range(base as u64, len as u64, &path, offset, init);
     }
     c
 }

@@ -309,6 +309,34 @@ fn copy_sparse(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<
     Ok(())
 }
 
+/// The regular file mapped at `addr` and the file offset of `addr`, from
+/// `/proc/self/maps` (`None` for anonymous memory, special mappings and
+/// deleted files).
+pub fn mapping_file(addr: u64) -> Option<(String, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| parse_maps_line(line, addr))
+}
+
+/// One `/proc/self/maps` line (`start-end perms offset dev inode path`):
+/// the file and the offset of `addr` when the line maps `addr` from a file.
+fn parse_maps_line(line: &str, addr: u64) -> Option<(String, u64)> {
+    let mut f = line.splitn(6, ' ');
+    let (range, _perms, offset, _dev, inode) =
+        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let path = f.next()?.trim_start();
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    if addr < start || addr >= end || inode == "0" || !path.starts_with('/') {
+        return None;
+    }
+    if path.ends_with(" (deleted)") {
+        return None;
+    }
+    let offset = u64::from_str_radix(offset, 16).ok()?;
+    Some((path.to_string(), offset + (addr - start)))
+}
+
 /// A PM mapping `[base, base+len)` backed by `path` from `file_offset`
 /// (empty path: anonymous), with the initial contents saved by
 /// [`save_initial`] if any.
@@ -368,4 +396,25 @@ pub(crate) fn write_global_notes(w: &mut binary::Writer<File>) -> std::io::Resul
 /// the memory or on emulation.
 pub fn pm_tx_add(addr: *const c_void, len: libc::size_t) {
     tx_add(addr as u64, len as u64);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_maps_line_gives_the_file_and_the_offset_of_an_address() {
+        let l =
+            "7f0000000000-7f0000400000 rw-s 00001000 fd:01 123456                     /tmp/p.pool";
+        assert_eq!(
+            super::parse_maps_line(l, 0x7f0000002000),
+            Some(("/tmp/p.pool".to_string(), 0x3000))
+        );
+        assert_eq!(super::parse_maps_line(l, 0x7f0000400000), None);
+        let anon = "7f0000000000-7f0000400000 rw-p 00000000 00:00 0 ";
+        assert_eq!(super::parse_maps_line(anon, 0x7f0000000000), None);
+        let heap =
+            "55d000000000-55d000100000 rw-p 00000000 00:00 0                          [heap]";
+        assert_eq!(super::parse_maps_line(heap, 0x55d000000010), None);
+        let gone = "7f0000000000-7f0000400000 rw-s 00000000 fd:01 12 /tmp/x (deleted)";
+        assert_eq!(super::parse_maps_line(gone, 0x7f0000000000), None);
+    }
 }
