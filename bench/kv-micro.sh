@@ -8,8 +8,12 @@
 # also at fan-outs 4..7 and 16 (the thesis found 4-7 best). Figures go to
 # docs/kv.md beside the thesis' Optane figures: measure on a quiet machine.
 #
+# With EMU=LATENCY (for example EMU=305ns, FAST'20's idle random read)
+# the engines run under `pmlab run --source instrumented` at that PM
+# latency, built with `pmlab cargo` (target/pmlab/), only their pools PM.
+#
 # usage: bench/kv-micro.sh [REPEATS]   (default 3; one line per run;
-#        KEYS, VALUES, VALUE_SIZE, GROUP, DIR, PMKV from the environment)
+#        KEYS, VALUES, VALUE_SIZE, GROUP, DIR, PMKV, EMU from the environment)
 set -eu
 . "$(dirname "$0")/common.sh"
 REPEATS=${1:-3}
@@ -21,11 +25,21 @@ GROUP=${GROUP:-10}
 for v in KEYS VALUES VALUE_SIZE GROUP; do eval "whole_number $v \"\$$v\""; done
 DIR=${DIR:-/dev/shm}
 [ -d "$DIR" ] || DIR=$TMP
+EMU=${EMU:-}
+PREFIX=""
+if [ -n "$EMU" ]; then
+	need_pmlab
+	"$PMLAB" cargo build --release -q -p pmlab-kv --bin pmkv >"$TMP/build.log" 2>&1 ||
+		{ echo "$BENCH: pmlab cargo build failed:" >&2; cat "$TMP/build.log" >&2; exit 2; }
+	PMKV=${PMKV:-$ROOT/target/pmlab/$(rustc -vV | sed -n 's/^host: //p')/release/pmkv}
+	export PMLAB_INSTR_PM=pool
+	PREFIX="$PMLAB run --source instrumented --pm-latency $EMU --quiet --"
+fi
 PMKV=${PMKV:-$ROOT/target/release/pmkv}
 [ -x "$PMKV" ] || { echo "$BENCH: $PMKV not built: run cargo build --release -p pmlab-kv (or set PMKV)" >&2; exit 2; }
-machine_line "pools in $DIR; $KEYS keys; open with $VALUES x $VALUE_SIZE B; $REPEATS runs each"
+machine_line "pools in $DIR; $KEYS keys; open with $VALUES x $VALUE_SIZE B; $REPEATS runs each${EMU:+; under pmlab run at $EMU}"
 run() {
-	"$PMKV" bench --keys "$KEYS" --values "$VALUES" --value-size "$VALUE_SIZE" --dir "$DIR" "$@" 2>"$TMP/err" ||
+	$PREFIX "$PMKV" bench --keys "$KEYS" --values "$VALUES" --value-size "$VALUE_SIZE" --dir "$DIR" "$@" 2>"$TMP/err" ||
 		{ grep -q "not in this build" "$TMP/err" && echo "$2: skipped ($(cat "$TMP/err"))" && return 0; cat "$TMP/err" >&2; return 1; }
 }
 for _ in $(seq "$REPEATS"); do
