@@ -270,6 +270,31 @@ pub const ENGINE_FILE: &str = "engine";
 /// Name of the pool file of a PM engine in a node's data directory.
 pub const POOL_FILE: &str = "kv.pool";
 
+/// Fail if the data directory `dir` holds data of an engine other than
+/// `name` (recorded in its `engine` file); a missing directory is fine.
+pub fn check_data_dir(name: &str, dir: &Path) -> EngineResult<()> {
+    let tag = dir.join(ENGINE_FILE);
+    let recorded = match std::fs::read_to_string(&tag) {
+        Ok(t) => Some(t.trim().to_string()),
+        // Directories from before the tag held only `mem` data.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            dir.join("sm-meta.json").exists().then(|| "mem".to_string())
+        }
+        Err(e) => {
+            return Err(EngineError(format!("read {}: {e}", tag.display())));
+        }
+    };
+    match recorded {
+        Some(t) if t != name => Err(EngineError(format!(
+            "{} holds data of engine {}: start it with --engine {} or use another directory",
+            dir.display(),
+            t,
+            t
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Open the engine `name` for the data directory `dir`: `mem`, or a PM
 /// engine whose pool `dir/kv.pool` is opened, or created with `pool_bytes`
 /// bytes. A directory written by one engine is refused to another (its
@@ -293,25 +318,9 @@ pub fn open_engine(name: &str, dir: &Path, pool_bytes: u64) -> EngineResult<Box<
     };
     std::fs::create_dir_all(dir).map_err(|e| io("create data directory", dir, e))?;
     let tag = dir.join(ENGINE_FILE);
-    let recorded = match std::fs::read_to_string(&tag) {
-        Ok(t) => Some(t.trim().to_string()),
-        // Directories from before the tag held only `mem` data.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            dir.join("sm-meta.json").exists().then(|| "mem".to_string())
-        }
-        Err(e) => return Err(io("read", &tag, e)),
-    };
-    match recorded {
-        Some(t) if t != name => {
-            return Err(EngineError(format!(
-                "{} holds data of engine {}: start it with --engine {} or use another directory",
-                dir.display(),
-                t,
-                t
-            )))
-        }
-        Some(_) => {}
-        None => std::fs::write(&tag, format!("{name}\n")).map_err(|e| io("write", &tag, e))?,
+    check_data_dir(name, dir)?;
+    if !tag.exists() {
+        std::fs::write(&tag, format!("{name}\n")).map_err(|e| io("write", &tag, e))?;
     }
     let Some(kind) = kind else {
         return Ok(Box::new(MemEngine::new()));

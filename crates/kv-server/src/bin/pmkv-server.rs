@@ -156,8 +156,13 @@ enum Cmd {
 /// Check `--engine` and `--pool-mb` without opening anything.
 fn check_engine(t: &Tuning) -> Result<()> {
     if t.engine != "mem" {
-        let kind = pmlab_kv::EngineKind::parse(&t.engine)
-            .map_err(|_| anyhow!("--engine {:?}: pick one of {}", t.engine, kvengine::ENGINES))?;
+        let kind = pmlab_kv::EngineKind::parse(&t.engine).map_err(|_| {
+            anyhow!(
+                "--engine {:?}: unknown engine, pick one of {}",
+                t.engine,
+                kvengine::ENGINES
+            )
+        })?;
         if !kind.available() {
             bail!("--engine anchor: this build has no libpmemobj (install libpmemobj-dev and rebuild) — pick list, btree or wal");
         }
@@ -288,6 +293,10 @@ fn run_cluster(
         Some(p) => cluster::load_members(&p)?,
         None => cluster::loopback_members(nodes, base)?,
     };
+    for id in members.keys() {
+        kvengine::check_data_dir(&t.engine, &dir.join(format!("node-{id}")))
+            .map_err(|e| anyhow!("--engine {}: {e}", t.engine))?;
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("create --dir {}", dir.display()))?;
     let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
     let mut children = Vec::new();
