@@ -7,7 +7,7 @@
 #
 #   bench/kv-latency.sh [OPS_PER_CLIENT] [VALUE_BYTES]
 #
-# Env: PMKV_ENGINE (default mem), PMKV_BASE_PORT (default 7600), OUT (plot
+# Env: PMKV_ENGINE (default list), PMKV_BASE_PORT (default 7600), OUT (plot
 # directory, default results/kv-latency). Nothing is recorded by this
 # script: copy its output into docs/benchmarks.md by hand, with the machine.
 set -eu
@@ -16,7 +16,7 @@ OPS=${1:-2000}
 VALUE=${2:-100}
 whole_number OPS "$OPS"
 whole_number VALUE_BYTES "$VALUE"
-ENGINE=${PMKV_ENGINE:-mem}
+ENGINE=${PMKV_ENGINE:-list}
 BASE=${PMKV_BASE_PORT:-7600}
 OUT=${OUT:-$ROOT/results/kv-latency}
 mkdir -p "$OUT"

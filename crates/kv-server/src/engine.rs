@@ -1,11 +1,13 @@
 //! The storage interface the state machine needs, mirroring `pmlab_kv::Engine`
-//! (versions are Raft log indices), and an in-memory implementation.
+//! (versions are Raft log indices), an in-memory implementation, and
+//! [`PmEngine`], the adapter over the persistent-memory engines of
+//! `pmlab-kv` (`list`, `btree`, `wal`, `anchor`).
 //!
-//! The merge with the PM engines only has to implement [`KvEngine`] for
-//! `Box<dyn pmlab_kv::Engine>`: every method here has a namesake there.
+//! [`open_engine`] picks one by name for a node's data directory.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 
 /// An engine failure, carried as text (the engines' own errors name the
 /// offending file, key or version).
@@ -193,6 +195,152 @@ impl KvEngine for MemEngine {
         self.floor = index;
         Ok(())
     }
+}
+
+/// A persistent-memory engine of `pmlab-kv` behind [`KvEngine`]: every
+/// method forwards to its namesake; errors keep their message.
+pub struct PmEngine(pub Box<dyn pmlab_kv::Engine>);
+
+fn pm_err(e: pmlab_kv::Error) -> EngineError {
+    EngineError(e.to_string())
+}
+
+impl KvEngine for PmEngine {
+    fn name(&self) -> &'static str {
+        self.0.kind().name()
+    }
+
+    fn persistent(&self) -> bool {
+        true
+    }
+
+    fn get_at(&self, key: &[u8], index: u64) -> EngineResult<Option<Vec<u8>>> {
+        self.0.get_at(key, index).map_err(pm_err)
+    }
+
+    fn put(&mut self, key: &[u8], value: Option<&[u8]>, version: u64) -> EngineResult<()> {
+        self.0.put(key, value, version).map_err(pm_err)
+    }
+
+    fn sync(&mut self) -> EngineResult<()> {
+        self.0.sync().map_err(pm_err)
+    }
+
+    fn last_version(&self) -> u64 {
+        self.0.last_version()
+    }
+
+    fn rollback_above(&mut self, index: u64) -> EngineResult<()> {
+        self.0.rollback_above(index).map_err(pm_err)
+    }
+
+    fn discard_below(&mut self, index: u64) -> EngineResult<()> {
+        // The PM engines refuse a floor above their last version; the state
+        // machine's applied index may be ahead of it (no-op writes).
+        let index = index.min(self.0.last_version());
+        if index <= self.0.floor() {
+            return Ok(());
+        }
+        self.0.discard_below(index).map_err(pm_err)
+    }
+
+    fn snapshot(
+        &self,
+        index: u64,
+    ) -> EngineResult<Box<dyn Iterator<Item = EngineResult<Pair>> + '_>> {
+        let snap = self.0.snapshot(index).map_err(pm_err)?;
+        Ok(Box::new(snap.map(|r| r.map_err(pm_err))))
+    }
+
+    fn restore(&mut self, index: u64, entries: &mut dyn Iterator<Item = Pair>) -> EngineResult<()> {
+        self.0.restore(index, entries).map_err(pm_err)
+    }
+
+    fn get(&self, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
+        self.0.get(key).map_err(pm_err)
+    }
+}
+
+/// The engine names [`open_engine`] accepts.
+pub const ENGINES: &str = "mem, list, btree, wal, anchor";
+
+/// Name of the file in a data directory that records which engine wrote it.
+pub const ENGINE_FILE: &str = "engine";
+
+/// Name of the pool file of a PM engine in a node's data directory.
+pub const POOL_FILE: &str = "kv.pool";
+
+/// Fail if the data directory `dir` holds data of an engine other than
+/// `name` (recorded in its `engine` file); a missing directory is fine.
+pub fn check_data_dir(name: &str, dir: &Path) -> EngineResult<()> {
+    let tag = dir.join(ENGINE_FILE);
+    let recorded = match std::fs::read_to_string(&tag) {
+        Ok(t) => Some(t.trim().to_string()),
+        // Directories from before the tag held only `mem` data.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            dir.join("sm-meta.json").exists().then(|| "mem".to_string())
+        }
+        Err(e) => {
+            return Err(EngineError(format!("read {}: {e}", tag.display())));
+        }
+    };
+    match recorded {
+        Some(t) if t != name => Err(EngineError(format!(
+            "{} holds data of engine {}: start it with --engine {} or use another directory",
+            dir.display(),
+            t,
+            t
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Open the engine `name` for the data directory `dir`: `mem`, or a PM
+/// engine whose pool `dir/kv.pool` is opened, or created with `pool_bytes`
+/// bytes. A directory written by one engine is refused to another (its
+/// state would not match the recorded applied index).
+pub fn open_engine(name: &str, dir: &Path, pool_bytes: u64) -> EngineResult<Box<dyn KvEngine>> {
+    let kind = match name {
+        "mem" => None,
+        other => Some(pmlab_kv::EngineKind::parse(other).map_err(|_| {
+            EngineError(format!("unknown engine {other:?}: pick one of {ENGINES}"))
+        })?),
+    };
+    if let Some(k) = kind {
+        if !k.available() {
+            return Err(EngineError(format!(
+                "engine {name}: this build has no libpmemobj (install libpmemobj-dev and rebuild), pick another of {ENGINES}"
+            )));
+        }
+    }
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        EngineError(format!("{what} {}: {e}", p.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io("create data directory", dir, e))?;
+    let tag = dir.join(ENGINE_FILE);
+    check_data_dir(name, dir)?;
+    if !tag.exists() {
+        std::fs::write(&tag, format!("{name}\n")).map_err(|e| io("write", &tag, e))?;
+    }
+    let Some(kind) = kind else {
+        return Ok(Box::new(MemEngine::new()));
+    };
+    let pool = dir.join(POOL_FILE);
+    let opts = pmlab_kv::Options {
+        size: pool_bytes,
+        // The state machine syncs before it records an applied index and
+        // rolls back to that index on restart: writes in between need not
+        // be durable one by one.
+        group: 64,
+        ..pmlab_kv::Options::default()
+    };
+    let e = if pool.exists() {
+        pmlab_kv::open(&pool, kind, &opts)
+    } else {
+        pmlab_kv::create(&pool, kind, &opts)
+    }
+    .map_err(pm_err)?;
+    Ok(Box::new(PmEngine(e)))
 }
 
 #[cfg(test)]

@@ -69,6 +69,8 @@ pub struct FaultConfig {
     pub keys: usize,
     /// Print each fault as it happens.
     pub verbose: bool,
+    /// The nodes' storage engine (`mem`, `list`, `btree`, `wal`, `anchor`).
+    pub engine: String,
 }
 
 /// What a run saw.
@@ -100,8 +102,9 @@ impl FaultReport {
 /// The line that replays a run.
 pub fn reproduce_line(cfg: &FaultConfig) -> String {
     format!(
-        "pmkv-server faults --seed {} --nodes {} --safety-secs {} --liveness-secs {} --clients {} --keys {} --dir {}",
+        "pmkv-server faults --seed {} --engine {} --nodes {} --safety-secs {} --liveness-secs {} --clients {} --keys {} --dir {}",
         cfg.seed,
+        cfg.engine,
         cfg.nodes,
         cfg.safety.as_secs(),
         cfg.liveness.as_secs(),
@@ -332,6 +335,10 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
             .map(|b| (b, links[&(id, b)].addr.clone()))
             .collect();
         let extra = [
+            "--engine",
+            &cfg.engine,
+            "--pool-mb",
+            "32",
             "--snapshot-every",
             "60",
             "--keep-logs",

@@ -155,6 +155,18 @@ fn bad_flags_get_one_line_and_exit_2() {
             ],
             "unknown engine",
         ),
+        (
+            &[
+                "cluster",
+                "--dir",
+                "/tmp/x",
+                "--engine",
+                "list",
+                "--pool-mb",
+                "0",
+            ],
+            "--pool-mb 0",
+        ),
         (&["serve", "--id", "1", "--dir", "/tmp/x"], "no members"),
         (&["cluster", "--nodes", "0", "--dir", "/tmp/x"], "--nodes"),
         (&["bench"], "--addrs"),

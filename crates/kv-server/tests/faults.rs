@@ -1,7 +1,9 @@
 //! A short fault schedule against three node processes (kill -9, restarts,
 //! partitions, delay and drop through proxies), then a healed liveness
 //! phase; the history must be linearizable and progress must resume.
-//! `PMKV_FAULT_SEED=N` replays a schedule; the seed is printed either way.
+//! The nodes run the PM `list` engine (`PMKV_FAULT_ENGINE=mem|btree|wal`
+//! picks another). `PMKV_FAULT_SEED=N` replays a schedule; the seed is
+//! printed either way.
 
 use std::time::Duration;
 
@@ -29,9 +31,11 @@ fn short_fault_schedule_is_linearizable_and_recovers() {
         clients: 4,
         keys: 6,
         verbose: false,
+        engine: std::env::var("PMKV_FAULT_ENGINE").unwrap_or_else(|_| "list".into()),
     };
     let repro = format!(
-        "PMKV_FAULT_SEED={seed} cargo test --release -p pmlab-kv-server --test faults (or: {})",
+        "PMKV_FAULT_SEED={seed} PMKV_FAULT_ENGINE={} cargo test --release -p pmlab-kv-server --test faults (or: {})",
+        cfg.engine,
         faults::reproduce_line(&cfg)
     );
     eprintln!("fault seed {seed}; reproduce: {repro}");

@@ -1,12 +1,13 @@
 //! In-process three-node clusters: commands, redirects, bad input, the
-//! connection cap, restarts, and catch-up by snapshot.
+//! connection cap, restarts, and catch-up by snapshot; each with the
+//! volatile `mem` engine and the PM engines `list` and `btree`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pmlab_kv_server::client::{Client, Conn};
-use pmlab_kv_server::engine::MemEngine;
+use pmlab_kv_server::engine::{open_engine, KvEngine, MemEngine};
 use pmlab_kv_server::resp::Value;
 use pmlab_kv_server::server::{Node, NodeConfig};
 use pmlab_kv_server::types::{NodeAddr, NodeId};
@@ -46,7 +47,13 @@ fn config(id: NodeId, dir: &std::path::Path, m: &BTreeMap<NodeId, NodeAddr>) -> 
     c
 }
 
+/// The engine `name` for node `id`'s data directory (a small PM pool).
+fn engine(name: &str, dir: &std::path::Path, id: NodeId) -> Box<dyn KvEngine> {
+    open_engine(name, &dir.join(format!("node-{id}")), 16 << 20).unwrap()
+}
+
 async fn start_all(
+    engine_name: &str,
     dir: &std::path::Path,
     m: &BTreeMap<NodeId, NodeAddr>,
     tweak: impl Fn(&mut NodeConfig),
@@ -55,10 +62,36 @@ async fn start_all(
     for id in m.keys() {
         let mut c = config(*id, dir, m);
         tweak(&mut c);
-        nodes.push(Node::start(c, Box::new(MemEngine::new())).await.unwrap());
+        nodes.push(Node::start(c, engine(engine_name, dir, *id)).await.unwrap());
     }
     nodes
 }
+
+/// One test per engine for each scenario below.
+macro_rules! per_engine {
+    ($body:ident: $($name:ident => $engine:literal),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $body($engine).await
+            }
+        )+
+    };
+}
+
+per_engine!(commands_redirects_and_bad_input:
+    commands_redirects_and_bad_input_mem => "mem",
+    commands_redirects_and_bad_input_list => "list",
+    commands_redirects_and_bad_input_btree => "btree");
+
+per_engine!(lagging_node_catches_up_by_snapshot_and_restarts_keep_data:
+    snapshot_catch_up_and_restart_mem => "mem",
+    snapshot_catch_up_and_restart_list => "list",
+    snapshot_catch_up_and_restart_btree => "btree");
+
+per_engine!(pm_engine_is_rolled_back_and_replayed_on_restart:
+    rollback_and_replay_list => "list",
+    rollback_and_replay_btree => "btree");
 
 fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -74,11 +107,10 @@ fn ok(v: std::io::Result<Value>) -> Value {
     v.expect("i/o error")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commands_redirects_and_bad_input() {
-    let dir = tmpdir("cmds");
+async fn commands_redirects_and_bad_input(engine_name: &str) {
+    let dir = tmpdir(&format!("cmds-{engine_name}"));
     let m = members(3);
-    let nodes = start_all(&dir, &m, |c| c.max_clients = 8).await;
+    let nodes = start_all(engine_name, &dir, &m, |c| c.max_clients = 8).await;
     let a = addrs(&m);
     let leader_addr = blocking({
         let m = m.clone();
@@ -154,15 +186,14 @@ async fn commands_redirects_and_bad_input() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data() {
-    let dir = tmpdir("snap");
+async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data(engine_name: &str) {
+    let dir = tmpdir(&format!("snap-{engine_name}"));
     let m = members(3);
     let tweak = |c: &mut NodeConfig| {
         c.snapshot_every = 40;
         c.keep_logs = 0;
     };
-    let mut nodes = start_all(&dir, &m, tweak).await;
+    let mut nodes = start_all(engine_name, &dir, &m, tweak).await;
     let a = addrs(&m);
     let a2 = a.clone();
     blocking(move || {
@@ -199,7 +230,7 @@ async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data() {
             tweak(&mut c);
             c
         },
-        Box::new(MemEngine::new()),
+        engine(engine_name, &dir, 3),
     )
     .await
     .unwrap();
@@ -219,8 +250,11 @@ async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data() {
         Some(&b"val"[..])
     );
     assert_eq!(n3.local_get(b"first").unwrap().as_deref(), Some(&b"1"[..]));
-    assert!(
+    // A volatile engine keeps the installed snapshot as a file; a PM
+    // engine holds it in its pool (the purged log leaves no other way).
+    assert_eq!(
         dir.join("node-3/snapshot.bin").exists(),
+        engine_name == "mem",
         "node 3 installed a snapshot"
     );
     nodes.push(n3);
@@ -229,7 +263,7 @@ async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data() {
     for n in nodes.drain(..) {
         n.shutdown().await;
     }
-    let nodes = start_all(&dir, &m, tweak).await;
+    let nodes = start_all(engine_name, &dir, &m, tweak).await;
     let a2 = a.clone();
     blocking(move || {
         let mut c = Client::new(a2, Duration::from_secs(10));
@@ -395,5 +429,97 @@ async fn persistent_engine_is_rolled_back_and_replayed_on_restart() {
     for n in nodes {
         n.shutdown().await;
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The restart scenario above on a real PM engine: each node reopens its
+/// pool, rolls back to the recorded applied index and re-applies the log.
+async fn pm_engine_is_rolled_back_and_replayed_on_restart(engine_name: &str) {
+    let dir = tmpdir(&format!("pm-{engine_name}"));
+    let m = members(3);
+    let tweak = |c: &mut NodeConfig| {
+        c.snapshot_every = 25;
+        c.keep_logs = 5;
+    };
+    let nodes = start_all(engine_name, &dir, &m, tweak).await;
+    let a = addrs(&m);
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        for i in 0..60 {
+            let k = format!("key{}", i % 7);
+            let v = format!("v{i}");
+            assert_eq!(
+                ok(c.call(&[b"SET", k.as_bytes(), v.as_bytes()], 100)),
+                Value::Simple("OK".into())
+            );
+        }
+        assert_eq!(ok(c.call(&[b"DEL", b"key1"], 100)), Value::Int(1));
+        assert_eq!(
+            ok(c.call(&[b"CAS", b"key0", b"v56", b"cas"], 100)),
+            Value::Int(1)
+        );
+    })
+    .await
+    .unwrap();
+    for n in nodes {
+        n.shutdown().await;
+    }
+    for id in m.keys() {
+        assert!(
+            dir.join(format!("node-{id}/kv.pool")).exists(),
+            "node {id} has no pool file"
+        );
+    }
+    let nodes = start_all(engine_name, &dir, &m, tweak).await;
+    let a2 = a.clone();
+    blocking(move || {
+        let mut c = Client::new(a2, Duration::from_secs(10));
+        assert_eq!(
+            ok(c.call(&[b"GET", b"key0"], 200)),
+            Value::Bulk(b"cas".to_vec())
+        );
+        assert_eq!(ok(c.call(&[b"GET", b"key1"], 200)), Value::Nil);
+        for i in 53..60 {
+            if i % 7 <= 1 {
+                continue;
+            }
+            let k = format!("key{}", i % 7);
+            assert_eq!(
+                ok(c.call(&[b"GET", k.as_bytes()], 200)),
+                Value::Bulk(format!("v{i}").into_bytes())
+            );
+        }
+        assert_eq!(
+            ok(c.call(&[b"SET", b"after", b"restart"], 200)),
+            Value::Simple("OK".into())
+        );
+    })
+    .await
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while nodes.iter().map(|n| n.applied_index()).min()
+        < nodes.iter().map(|n| n.applied_index()).max()
+        && Instant::now() < end
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for n in &nodes {
+        assert_eq!(n.local_get(b"key0").unwrap().as_deref(), Some(&b"cas"[..]));
+        assert_eq!(
+            n.local_get(b"after").unwrap().as_deref(),
+            Some(&b"restart"[..])
+        );
+    }
+    for n in nodes {
+        n.shutdown().await;
+    }
+    // Another engine on the same directories is refused in one line.
+    let err = open_engine("btree", &dir.join("node-1"), 16 << 20)
+        .err()
+        .filter(|_| engine_name != "btree")
+        .or_else(|| open_engine("list", &dir.join("node-1"), 16 << 20).err())
+        .expect("a directory of one engine refused to another");
+    assert!(err.0.contains("--engine"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

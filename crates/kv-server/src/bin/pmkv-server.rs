@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use pmlab_kv_server::cluster::{self, Spawn};
-use pmlab_kv_server::engine::{KvEngine, MemEngine};
+use pmlab_kv_server::engine::{self as kvengine, KvEngine};
 use pmlab_kv_server::faults::{self, FaultConfig};
 use pmlab_kv_server::loadgen;
 use pmlab_kv_server::server::{Node, NodeConfig};
@@ -27,9 +27,14 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct Tuning {
-    /// Storage engine of the state machine (mem; the PM engines come with pmlab-kv).
+    /// Storage engine of the state machine: mem (volatile, rebuilt from a
+    /// snapshot file and the log) or a PM engine of pmlab-kv, list, btree,
+    /// wal or anchor (pool file kv.pool in the node's data directory).
     #[arg(long, default_value = "mem")]
     engine: String,
+    /// Size of a new PM pool in MiB (an existing pool keeps its size).
+    #[arg(long, default_value_t = 256)]
+    pool_mb: u64,
     /// Build a snapshot and purge the log every this many entries.
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
@@ -142,14 +147,36 @@ enum Cmd {
         /// Runs, each with the next seed.
         #[arg(long, default_value_t = 1)]
         runs: u64,
+        /// The nodes' storage engine: mem, list, btree, wal or anchor.
+        #[arg(long, default_value = "list")]
+        engine: String,
     },
 }
 
-fn engine(name: &str) -> Result<Box<dyn KvEngine>> {
-    match name {
-        "mem" => Ok(Box::new(MemEngine::new())),
-        other => bail!("unknown engine {other:?}: this build offers mem"),
+/// Check `--engine` and `--pool-mb` without opening anything.
+fn check_engine(t: &Tuning) -> Result<()> {
+    if t.engine != "mem" {
+        let kind = pmlab_kv::EngineKind::parse(&t.engine).map_err(|_| {
+            anyhow!(
+                "--engine {:?}: unknown engine, pick one of {}",
+                t.engine,
+                kvengine::ENGINES
+            )
+        })?;
+        if !kind.available() {
+            bail!("--engine anchor: this build has no libpmemobj (install libpmemobj-dev and rebuild) — pick list, btree or wal");
+        }
+        if t.pool_mb < 1 || t.pool_mb > 1 << 20 {
+            bail!("--pool-mb {}: give 1 to 1048576 MiB", t.pool_mb);
+        }
     }
+    Ok(())
+}
+
+fn engine(t: &Tuning, dir: &std::path::Path) -> Result<Box<dyn KvEngine>> {
+    check_engine(t)?;
+    kvengine::open_engine(&t.engine, dir, t.pool_mb << 20)
+        .map_err(|e| anyhow!("--engine {}: {e}", t.engine))
 }
 
 fn election(s: &str) -> Result<(u64, u64)> {
@@ -166,6 +193,8 @@ fn tuning_args(t: &Tuning) -> Vec<String> {
     vec![
         "--engine".into(),
         t.engine.clone(),
+        "--pool-mb".into(),
+        t.pool_mb.to_string(),
         "--snapshot-every".into(),
         t.snapshot_every.to_string(),
         "--keep-logs".into(),
@@ -213,6 +242,7 @@ fn serve(
             addr.to_string(),
         );
     }
+    let engine = engine(&t, &dir)?;
     let mut cfg = NodeConfig::new(id, dir, members);
     cfg.snapshot_every = t.snapshot_every;
     cfg.keep_logs = t.keep_logs;
@@ -220,7 +250,6 @@ fn serve(
     cfg.election_ms = election(&t.election_ms)?;
     cfg.max_clients = t.max_clients;
     cfg.routes = route_map;
-    let engine = engine(&t.engine)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -259,11 +288,15 @@ fn run_cluster(
         .map(str::to_string)
         .collect();
     election(&t.election_ms)?;
-    engine(&t.engine)?;
+    check_engine(&t)?;
     let members = match config {
         Some(p) => cluster::load_members(&p)?,
         None => cluster::loopback_members(nodes, base)?,
     };
+    for id in members.keys() {
+        kvengine::check_data_dir(&t.engine, &dir.join(format!("node-{id}")))
+            .map_err(|e| anyhow!("--engine {}: {e}", t.engine))?;
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("create --dir {}", dir.display()))?;
     let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
     let mut children = Vec::new();
@@ -330,12 +363,22 @@ fn faults(
     keys: usize,
     dir: PathBuf,
     runs: u64,
+    engine: String,
 ) -> Result<()> {
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
+    check_engine(&Tuning {
+        engine: engine.clone(),
+        pool_mb: 32,
+        snapshot_every: 1,
+        keep_logs: 0,
+        heartbeat_ms: 1,
+        election_ms: String::new(),
+        max_clients: 1,
+    })?;
     if runs == 0 || safety == 0 || liveness == 0 {
         bail!("--runs, --safety-secs and --liveness-secs must be at least 1");
     }
@@ -351,6 +394,7 @@ fn faults(
             clients,
             keys,
             verbose: true,
+            engine: engine.clone(),
         };
         eprintln!(
             "faults: run {}/{runs}, seed {}; reproduce: {}",
@@ -479,6 +523,7 @@ fn main() -> ExitCode {
             keys,
             dir,
             runs,
+            engine,
         } => faults(
             seed,
             nodes,
@@ -488,6 +533,7 @@ fn main() -> ExitCode {
             keys,
             dir,
             runs,
+            engine,
         ),
     };
     match res {
