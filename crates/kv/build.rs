@@ -19,6 +19,17 @@ fn main() {
     ]
     .iter()
     .any(|p| Path::new(p).exists());
+    // Installing the header later (make test after make demo on a fresh
+    // machine) must rebuild with the engine: watch the header, or while it
+    // is missing the directories it would appear in.
+    for dir in ["/usr/include", "/usr/local/include"] {
+        let h = format!("{dir}/libpmemobj.h");
+        if Path::new(&h).exists() {
+            println!("cargo:rerun-if-changed={h}");
+        } else if Path::new(dir).exists() {
+            println!("cargo:rerun-if-changed={dir}");
+        }
+    }
     if !header {
         println!("cargo:warning=libpmemobj.h not found: the anchor engine is compiled out (apt-get install libpmemobj-dev)");
         return;
