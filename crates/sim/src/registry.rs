@@ -127,7 +127,7 @@ pub const PERSISTENCY: &[PersistencyEntry] = &[
         name: "hops-adr",
         about: "HOPS persist buffers, epochs acknowledged by the controller's write queue",
         buffered: true,
-        build: |c| Box::new(persistency::HopsAdr::new(c)),
+        build: |c| Box::new(persistency::Hops::adr(c)),
     },
     PersistencyEntry {
         name: "ideal",

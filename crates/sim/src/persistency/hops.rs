@@ -1,20 +1,30 @@
-//! `hops`: HOPS's persist buffers with `ofence`/`dfence`; an epoch is
-//! acknowledged when its lines are on the media (HOPS's "NVM"
-//! configuration).
+//! `hops` and `hops-adr`: HOPS's persist buffers with `ofence`/`dfence`.
+//! Under `hops` an epoch is acknowledged when its lines are on the media
+//! (HOPS's "NVM" configuration); under `hops-adr` once they are in the
+//! controller's write pending queue (HOPS's "PWQ" configuration: "the MC
+//! ACK may be sent ... earlier, if the MC request queues are automatically
+//! flushed on failures"). One implementation, two acknowledgement points.
 //! The buffers are [`super::persist_buffer`]'s; flushes cost nothing.
 
 use super::persist_buffer::PersistBuffers;
 use super::{Config, Core, Persistency};
 use pmlab_trace::Op;
 
-/// The `hops` model.
+/// The `hops` and `hops-adr` models.
 pub(crate) struct Hops(PersistBuffers);
 
 impl Hops {
-    /// The model for a replay with `_cfg` (the buffer sizes are read
-    /// from the replay's configuration as it runs).
+    /// The `hops` model for a replay with `_cfg` (the buffer sizes are
+    /// read from the replay's configuration as it runs): epochs
+    /// acknowledged on the media.
     pub(crate) fn new(_cfg: &Config) -> Hops {
         Hops(PersistBuffers::new(true))
+    }
+
+    /// The `hops-adr` model: epochs acknowledged by the controller's write
+    /// pending queue.
+    pub(crate) fn adr(_cfg: &Config) -> Hops {
+        Hops(PersistBuffers::new(false))
     }
 }
 

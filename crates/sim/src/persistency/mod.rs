@@ -72,7 +72,6 @@ use pmlab_trace::{Op, Record, Space};
 use std::collections::{HashMap, VecDeque};
 
 mod hops;
-mod hops_adr;
 mod ideal;
 mod persist_buffer;
 mod x86;
@@ -80,7 +79,6 @@ mod x86_adr;
 mod x86_nvm;
 
 pub(crate) use hops::Hops;
-pub(crate) use hops_adr::HopsAdr;
 pub(crate) use ideal::Ideal;
 pub(crate) use x86_adr::X86Adr;
 pub(crate) use x86_nvm::X86Nvm;
