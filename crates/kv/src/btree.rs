@@ -26,7 +26,7 @@ use crate::{
     Snapshot, Usage, VersionEntry,
 };
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 const LEAF: u32 = 0x4641_454c;
@@ -850,11 +850,7 @@ impl Engine for BTreeEngine {
         index: u64,
         entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        let mut map = BTreeMap::new();
-        for (k, v) in entries {
-            check_sizes(&k, Some(&v))?;
-            map.insert(k, v);
-        }
+        let map = crate::restore_entries(entries)?;
         let entries = map.into_iter().map(|(k, v)| (k, index, Some(v))).collect();
         self.guarded(|t| t.rebuild(entries, index, index))
     }

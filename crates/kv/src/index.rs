@@ -32,6 +32,20 @@ impl<V> Index<V> {
         }
     }
 
+    /// Each key's value as of `index` (keys deleted then left out), the
+    /// value read from its handle with `value`: the engines' snapshot.
+    pub fn snapshot_at<'a>(
+        &'a self,
+        index: u64,
+        value: impl Fn(&V) -> Result<Vec<u8>> + 'a,
+    ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 'a {
+        self.keys.iter().filter_map(move |(k, vs)| {
+            let (_, val) = vs.iter().rev().find(|(v, _)| *v <= index)?;
+            let val = val.as_ref()?;
+            Some(value(val).map(|v| (k.clone(), v)))
+        })
+    }
+
     /// Add a version; versions of a key must arrive in increasing order.
     pub fn push(&mut self, key: &[u8], version: u64, val: Option<V>) -> Result<()> {
         let vs = match self.keys.get_mut(key) {

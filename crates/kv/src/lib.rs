@@ -333,6 +333,19 @@ pub(crate) fn check_version(last: u64, version: u64) -> Result<()> {
     Ok(())
 }
 
+/// The entries given to `restore`, checked and in key order (a later entry
+/// of a key replaces an earlier one).
+pub(crate) fn restore_entries(
+    entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
+) -> Result<std::collections::BTreeMap<Vec<u8>, Vec<u8>>> {
+    let mut map = std::collections::BTreeMap::new();
+    for (k, v) in entries {
+        check_sizes(&k, Some(&v))?;
+        map.insert(k, v);
+    }
+    Ok(map)
+}
+
 pub(crate) fn check_sizes(key: &[u8], value: Option<&[u8]>) -> Result<()> {
     if key.len() > MAX_KEY {
         return Err(Error::new(

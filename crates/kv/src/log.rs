@@ -431,11 +431,7 @@ impl Engine for LogEngine {
 
     fn snapshot(&self, index: u64) -> Result<Snapshot<'_>> {
         crate::check_read(self.index.floor, index)?;
-        let it = self.index.keys.iter().filter_map(move |(k, vs)| {
-            let (_, val) = vs.iter().rev().find(|(v, _)| *v <= index)?;
-            let val = val.as_ref()?;
-            Some(self.value(val).map(|v| (k.clone(), v)))
-        });
+        let it = self.index.snapshot_at(index, move |v| self.value(v));
         Ok(Snapshot::new(index, Box::new(it)))
     }
 
@@ -444,11 +440,7 @@ impl Engine for LogEngine {
         index: u64,
         entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        let mut map = std::collections::BTreeMap::new();
-        for (k, v) in entries {
-            check_sizes(&k, Some(&v))?;
-            map.insert(k, v);
-        }
+        let map = crate::restore_entries(entries)?;
         let entries = map.into_iter().map(|(k, v)| (k, index, Some(v))).collect();
         self.rewrite(entries, index, index)
     }
