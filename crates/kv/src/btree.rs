@@ -607,7 +607,7 @@ impl BTreeEngine {
             }
             _ => (0, None),
         };
-        let (at, kpos) = self.write_record(version, prev, kat, key, value)?;
+        let (at, kpos) = self.write_record(version, prev, kat, key, value, true)?;
         let k = KeyRef {
             hi: p.hi,
             lo: p.lo,
@@ -656,8 +656,10 @@ impl BTreeEngine {
         Ok(Some(v))
     }
 
-    /// Write a version record (and, with `key`, the key's bytes before it);
-    /// returns the record's and the key's positions.
+    /// Write a version record (and, without `kat`, the key's bytes before
+    /// it); returns the record's and the key's positions. With `user`, the
+    /// key and value are the caller's new data (not a rebuild's copy),
+    /// marked so in a `pmlab trace`.
     fn write_record(
         &mut self,
         ver: u64,
@@ -665,6 +667,7 @@ impl BTreeEngine {
         kat: Option<u64>,
         key: &[u8],
         value: Option<&[u8]>,
+        user: bool,
     ) -> Result<(u64, u64)> {
         let vlen = value.map_or(0, |v| v.len()) as u64;
         let klen = if kat.is_none() { key.len() as u64 } else { 0 };
@@ -698,6 +701,12 @@ impl BTreeEngine {
                 // Appended right after the header, following page links.
                 self.pool.append(v)?;
             }
+        }
+        if user {
+            if kat.is_none() {
+                self.pool.note_user_data(kpos, key.len() as u64);
+            }
+            self.pool.note_user_data(at + REC, vlen);
         }
         Ok((at, kpos))
     }
@@ -824,7 +833,8 @@ impl BTreeEngine {
             let mut kat = None;
             while i < entries.len() && entries[i].key == *key {
                 let e = &entries[i];
-                let (at, k) = self.write_record(e.version, head, kat, key, e.value.as_deref())?;
+                let (at, k) =
+                    self.write_record(e.version, head, kat, key, e.value.as_deref(), false)?;
                 head = at;
                 kat = Some(k);
                 if e.version > floor {

@@ -764,6 +764,32 @@ impl Pool {
         Ok(())
     }
 
+    /// Mark `len` stream bytes from `pos` (following page links) as user
+    /// data in a `pmlab trace` (see [`pm::annotate_user_data`]).
+    pub fn note_user_data(&self, pos: u64, len: u64) {
+        if !pm::annotating() {
+            return;
+        }
+        let (mut p, mut left, mut hops) = (pos, len, 0u64);
+        while left > 0 {
+            let pg = self.page_of_end(p);
+            let end = pg + self.page;
+            if p == end {
+                match self.hop(pg, &mut hops) {
+                    Ok(next) => p = next,
+                    Err(_) => return,
+                }
+                continue;
+            }
+            let n = left.min(end - p);
+            if let Ok(b) = self.slice(p, n) {
+                pm::annotate_user_data(b.as_ptr(), n as usize);
+            }
+            p += n;
+            left -= n;
+        }
+    }
+
     /// Bytes written since the last commit (not yet durable).
     pub fn pending_bytes(&self) -> u64 {
         self.dirty.iter().map(|(a, b)| b - a).sum()
