@@ -792,6 +792,15 @@ impl BTreeEngine {
         self.spare.append(&mut self.retired);
         self.pending = 0;
         if self.pool.cur.used_pages > 2 * self.base_pages + 64 {
+            // The pool has doubled: measure what is live (nodes, keys,
+            // retained records; no value is read) and rebuild only when
+            // garbage dominates. Appended versions are not garbage: an
+            // insert-only load never rebuilds.
+            let live = self.live_bytes()?.div_ceil(self.pool.page_size() - CB);
+            if self.pool.cur.used_pages <= 2 * live + 64 {
+                self.base_pages = self.pool.cur.used_pages;
+                return Ok(());
+            }
             let r = self.compact();
             if r.is_err() {
                 // Too full to rebuild now: try again when the pool has grown by half.
@@ -800,6 +809,30 @@ impl BTreeEngine {
             crate::auto_compact(r)?;
         }
         Ok(())
+    }
+
+    /// Bytes the tree reaches: nodes, key bytes and retained version records.
+    fn live_bytes(&self) -> Result<u64> {
+        fn walk(t: &BTreeEngine, at: u64, depth: usize, sum: &mut u64) -> Result<()> {
+            let n = t.node(at, depth)?;
+            *sum += t.node_size();
+            for i in 0..n.n {
+                if n.leaf {
+                    *sum += n.key(i).len as u64;
+                    for (_, r) in t.chain(n.ptr(i), t.floor)? {
+                        *sum += REC + if r.deleted() { 0 } else { r.vlen as u64 };
+                    }
+                } else {
+                    walk(t, n.ptr(i), depth + 1, sum)?;
+                }
+            }
+            Ok(())
+        }
+        let mut sum = 0;
+        if self.root != 0 {
+            walk(self, self.root, 0, &mut sum)?;
+        }
+        Ok(sum)
     }
 
     /// Forget the uncommitted group (after a failed write left it half done).
