@@ -35,7 +35,8 @@ GROUP=${GROUP:-10}
 WA=${WA:-1}
 WA_KEYS=${WA_KEYS:-2000}
 FANOUTS=${FANOUTS:-4 5 6 7 8 10 12 16}
-for v in KEYS VALUES VALUE_SIZE GROUP WA WA_KEYS; do eval "whole_number $v \"\$$v\""; done
+for v in KEYS VALUES VALUE_SIZE GROUP WA_KEYS; do eval "whole_number $v \"\$$v\""; done
+case $WA in 0 | 1) ;; *) echo "$BENCH: WA=$WA: 0 or 1" >&2 && exit 2 ;; esac
 for f in $FANOUTS; do whole_number FANOUTS "$f"; done
 DIR=${DIR:-/dev/shm}
 [ -d "$DIR" ] || DIR=$TMP

@@ -421,7 +421,17 @@ impl BTreeEngine {
 
     /// Write a node of `n` slots (`buf[HDR..]`) at `at` when it belongs to
     /// the group being built, else into a new node; returns where it is.
-    fn put_node(&mut self, at: u64, leaf: bool, buf: &mut [u8], n: usize) -> Result<u64> {
+    ///
+    /// `changed` (byte range of `buf`, and whether the header changed)
+    /// limits what is written back to a node changed in place.
+    fn put_node(
+        &mut self,
+        at: u64,
+        leaf: bool,
+        buf: &mut [u8],
+        n: usize,
+        changed: Option<(usize, usize, bool)>,
+    ) -> Result<u64> {
         let gen = self.gen();
         let fresh = at != 0 && self.pool.u64_at(at + 8)? == gen;
         let to = if fresh {
@@ -438,7 +448,15 @@ impl BTreeEngine {
         buf[0..4].copy_from_slice(&(if leaf { LEAF } else { INNER }).to_le_bytes());
         buf[4..8].copy_from_slice(&(n as u32).to_le_bytes());
         buf[8..16].copy_from_slice(&gen.to_le_bytes());
-        self.pool.write(to, &buf[..HDR + SLOT * n]);
+        match changed {
+            Some((a, b, header)) if fresh => {
+                if header {
+                    self.pool.write(to, &buf[..HDR]);
+                }
+                self.pool.write(to + a as u64, &buf[a..b]);
+            }
+            _ => self.pool.write(to, &buf[..HDR + SLOT * n]),
+        }
         Ok(to)
     }
 
@@ -476,27 +494,34 @@ impl BTreeEngine {
                 buf.copy_within(HDR + SLOT * i..HDR + SLOT * n, HDR + SLOT * (i + 1));
                 buf[HDR + SLOT * i..HDR + SLOT * (i + 1)].copy_from_slice(s);
             };
-            match edit {
-                Edit::Set(i, p) => set(buf, i, p),
+            // What changed, for a node rewritten in place: slot bytes, header.
+            let changed = match edit {
+                Edit::Set(i, p) => {
+                    set(buf, i, p);
+                    (HDR + SLOT * i + 24, HDR + SLOT * i + 32, false)
+                }
                 Edit::Insert(i, s) => {
                     insert(buf, n, i, &s);
                     n += 1;
+                    (HDR + SLOT * i, HDR + SLOT * n, true)
                 }
                 Edit::Remove(i) => {
                     buf.copy_within(HDR + SLOT * (i + 1)..HDR + SLOT * n, HDR + SLOT * i);
                     n -= 1;
+                    (HDR + SLOT * i, HDR + SLOT * n, true)
                 }
                 Edit::Split(i, l, s) => {
                     set(buf, i, l);
                     insert(buf, n, i + 1, &s);
                     n += 1;
+                    (HDR + SLOT * i, HDR + SLOT * n, true)
                 }
-            }
+            };
             let up = if n == 0 {
                 self.retire(at);
                 Up::Gone
             } else if n <= f {
-                Up::One(self.put_node(at, is_leaf, buf, n)?)
+                Up::One(self.put_node(at, is_leaf, buf, n, Some(changed))?)
             } else {
                 let half = n / 2;
                 let moved = n - half;
@@ -504,8 +529,8 @@ impl BTreeEngine {
                     .copy_from_slice(&buf[HDR + SLOT * half..HDR + SLOT * n]);
                 let mut sep = [0u8; SLOT];
                 sep.copy_from_slice(&right[HDR..HDR + SLOT]);
-                let l = self.put_node(at, is_leaf, buf, half)?;
-                let r = self.put_node(0, is_leaf, right, moved)?;
+                let l = self.put_node(at, is_leaf, buf, half, None)?;
+                let r = self.put_node(0, is_leaf, right, moved, None)?;
                 Up::Split(l, sep, r)
             };
             if level == 0 {
@@ -517,7 +542,7 @@ impl BTreeEngine {
                         set(buf, 0, l);
                         buf[HDR + SLOT..HDR + 2 * SLOT].copy_from_slice(&sep);
                         set(buf, 1, r);
-                        self.root = self.put_node(0, false, buf, 2)?;
+                        self.root = self.put_node(0, false, buf, 2, None)?;
                     }
                 }
                 break;
@@ -565,7 +590,7 @@ impl BTreeEngine {
                 if let (Some(k), true) = (new_key, head != 0) {
                     let mut buf = [0u8; BUF];
                     buf[HDR..HDR + SLOT].copy_from_slice(&slot_bytes(&k, head));
-                    self.root = self.put_node(0, true, &mut buf, 1)?;
+                    self.root = self.put_node(0, true, &mut buf, 1, None)?;
                 }
                 return Ok(());
             };
@@ -618,7 +643,7 @@ impl BTreeEngine {
             None => {
                 let mut buf = std::mem::take(&mut self.scratch[0]);
                 buf[HDR..HDR + SLOT].copy_from_slice(&slot_bytes(&k, at));
-                let r = self.put_node(0, true, &mut buf, 1);
+                let r = self.put_node(0, true, &mut buf, 1, None);
                 self.scratch[0] = buf;
                 self.root = r?;
             }
@@ -912,7 +937,7 @@ impl BTreeEngine {
                 if !leaf {
                     buf[HDR..HDR + 24].copy_from_slice(&[0u8; 24]);
                 }
-                let at = self.put_node(0, leaf, &mut buf, n)?;
+                let at = self.put_node(0, leaf, &mut buf, n, None)?;
                 let mut s = level[start];
                 s[24..32].copy_from_slice(&at.to_le_bytes());
                 up.push(s);
