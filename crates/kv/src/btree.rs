@@ -349,12 +349,27 @@ impl BTreeEngine {
         }
     }
 
+    /// Compare slot `i`'s key with the probe, loading its fields only as
+    /// far as they decide (most keys differ in their first 8 bytes).
+    fn cmp_slot(&self, n: &NodeRef, i: usize, p: &Probe) -> Result<Ordering> {
+        let o = HDR + SLOT * i;
+        let hi = rd64(n.b, o);
+        if hi != p.hi {
+            return Ok(hi.cmp(&p.hi));
+        }
+        let lo = rd32(n.b, o + 8);
+        if lo != p.lo {
+            return Ok(lo.cmp(&p.lo));
+        }
+        self.cmp(&n.key(i), p)
+    }
+
     /// Leaf search: `Ok(i)` when slot i holds the key, else `Err(i)`, where it goes.
     fn search_leaf(&self, n: &NodeRef, p: &Probe) -> Result<std::result::Result<usize, usize>> {
         let (mut lo, mut hi) = (0usize, n.n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.cmp(&n.key(mid), p)? {
+            match self.cmp_slot(n, mid, p)? {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
                 Ordering::Equal => return Ok(Ok(mid)),
@@ -368,7 +383,7 @@ impl BTreeEngine {
         let (mut lo, mut hi) = (1usize, n.n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.cmp(&n.key(mid), p)? == Ordering::Greater {
+            if self.cmp_slot(n, mid, p)? == Ordering::Greater {
                 hi = mid;
             } else {
                 lo = mid + 1;
