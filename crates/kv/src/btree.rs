@@ -34,10 +34,13 @@
 //! the one being built is changed in place (nothing durable points at it).
 //! The commit flushes what was written, fences, and swings the root
 //! pointer, newest record, last version and floor in the root slot: a crash
-//! at any point leaves the previous tree whole. Old nodes and records become
-//! garbage, reclaimed by rebuilding the retained versions into a fresh
-//! chain (bulk-loaded, leaves three-quarters full) when the pool's pages in
-//! use double.
+//! at any point leaves the previous tree whole. The nodes a commit replaced
+//! are reused by the following groups once it is durable (nothing durable
+//! reaches them then; the list is in DRAM and empty after a reopen). Other
+//! garbage (records dropped by rollback and discard, nodes replaced just
+//! before a close) is reclaimed by rebuilding the retained versions into a
+//! fresh chain (bulk-loaded, leaves three-quarters full) when the pool's
+//! pages in use have doubled and the live bytes are under half of them.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::pool::{Pool, PoolConfig, CB};
