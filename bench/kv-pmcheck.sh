@@ -4,7 +4,8 @@
 # each engine (expected: no finding), and `pmlab crash` on a shorter run
 # (every crash image checked by `pmkv check`; expected: all pass).
 #
-# Usage: bench/kv-pmcheck.sh [OPS] [CRASH_OPS] [BUDGET]   (default 200 30 300)
+# Usage: bench/kv-pmcheck.sh [OPS] [CRASH_OPS] [BUDGET]   (default 200 30 300;
+#        ENGINES from the environment, default "list btree wal anchor")
 # Builds pmkv with `pmlab cargo` (target/pmlab/) first. Prints one line per
 # engine and tool; exits 1 if any finding or failing image.
 set -eu
@@ -27,7 +28,13 @@ IPMKV=$ROOT/target/pmlab/$TRIPLE/release/pmkv
 # (argument parsing) are not.
 export PMLAB_INSTR_PM=pool
 bad=0
-for e in list btree wal anchor; do
+ENGINES=${ENGINES:-list btree wal anchor}
+for e in $ENGINES; do
+	case $e in list | btree | wal | anchor) ;; *)
+		echo "$BENCH: unknown engine $e in ENGINES: pick from list btree wal anchor" >&2
+		exit 2
+		;;
+	esac
 	size=4MiB
 	[ "$e" = anchor ] && size=16MiB
 	if ! "$PMKV" create -e "$e" "$TMP/$e.pool" --size "$size" >/dev/null 2>"$TMP/err"; then

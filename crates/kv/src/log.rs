@@ -87,7 +87,7 @@ impl LogEngine {
             },
         )?;
         let mut e = LogEngine::with(pool, kind, opts, Index::new(0, 0), 0);
-        e.append(BASE, &[], &[], 0)?;
+        e.append(BASE, &[], &[], 0, false)?;
         e.pool.commit();
         Ok(e)
     }
@@ -149,9 +149,23 @@ impl LogEngine {
         Ok(out)
     }
 
-    /// Append a record; returns the value's handle.
-    fn append(&mut self, kind: u8, key: &[u8], value: &[u8], version: u64) -> Result<Option<Val>> {
+    /// Append a record; returns the value's handle. With `user`, its key
+    /// and value are the caller's new data (not a compaction's copy),
+    /// marked so in a `pmlab trace`.
+    fn append(
+        &mut self,
+        kind: u8,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+        user: bool,
+    ) -> Result<Option<Val>> {
         let pos = self.pool.append(&record(kind, key, value, version))?;
+        if user {
+            let at = self.pool.advance(pos, HDR)?;
+            self.pool
+                .note_user_data(at, (key.len() + value.len()) as u64);
+        }
         if kind != SET {
             return Ok(None);
         }
@@ -209,11 +223,11 @@ impl LogEngine {
         let mut live = 0;
         for (key, version, value) in entries {
             let kind = if value.is_some() { SET } else { DEL };
-            let val = self.append(kind, &key, value.as_deref().unwrap_or(&[]), version)?;
+            let val = self.append(kind, &key, value.as_deref().unwrap_or(&[]), version, false)?;
             live += rec_size(&key, &val);
             index.push(&key, version, val)?;
         }
-        self.append(BASE, &[], &[], last)?;
+        self.append(BASE, &[], &[], last, false)?;
         self.index = index;
         self.live = live;
         self.pool.cur.last = last;
@@ -381,7 +395,7 @@ impl Engine for LogEngine {
         check_version(self.index.last, version)?;
         check_sizes(key, value)?;
         let kind = if value.is_some() { SET } else { DEL };
-        let val = self.append(kind, key, value.unwrap_or(&[]), version)?;
+        let val = self.append(kind, key, value.unwrap_or(&[]), version, true)?;
         self.live += rec_size(key, &val);
         self.index.push(key, version, val)?;
         self.index.last = version;
@@ -414,7 +428,7 @@ impl Engine for LogEngine {
     fn rollback_above(&mut self, index: u64) -> Result<()> {
         crate::check_read(self.index.floor, index)?;
         if index < self.index.last {
-            self.append(ROLLBACK, &[], &[], index)?;
+            self.append(ROLLBACK, &[], &[], index, false)?;
             for (k, _, v) in self.index.rollback(index)? {
                 self.live -= rec_size(&k, &v);
             }

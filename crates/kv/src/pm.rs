@@ -233,6 +233,36 @@ pub fn drain() {
     }
 }
 
+/// libpmlab's `pm_annotate_user_data`, looked up once (0: not loaded).
+fn user_data_hook() -> usize {
+    static HOOK: OnceLock<usize> = OnceLock::new();
+    // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the global scope.
+    *HOOK.get_or_init(|| unsafe {
+        libc::dlsym(libc::RTLD_DEFAULT, c"pm_annotate_user_data".as_ptr()) as usize
+    })
+}
+
+/// Whether [`annotate_user_data`] reaches a runtime (libpmlab is loaded).
+pub fn annotating() -> bool {
+    user_data_hook() != 0
+}
+
+/// Mark `[p, p + len)` as user data (keys and values, as opposed to the
+/// engines' records, nodes and headers) in a `pmlab trace`, so that
+/// `pmlab analyze` reports write amplification; a no-op without libpmlab.
+pub fn annotate_user_data(p: *const u8, len: usize) {
+    let f = user_data_hook();
+    if f == 0 || len == 0 {
+        return;
+    }
+    // SAFETY: the symbol is libpmlab's `void pm_annotate_user_data(const
+    // void *, size_t)` (include/pmlab.h), which only records the range.
+    unsafe {
+        let f = std::mem::transmute::<usize, unsafe extern "C" fn(*const c_void, usize)>(f);
+        f(p.cast(), len);
+    }
+}
+
 /// The name of the runtime hook looked up by [`register_pm`].
 pub const REGISTER_SYMBOL: &str = "pmlab_pm_register";
 

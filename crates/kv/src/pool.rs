@@ -15,7 +15,8 @@
 //! A root slot holds sixteen u64: sequence, used-list head, stream tail,
 //! free-list head, high water (first never-used page), engine root,
 //! last version, discard floor, pending-GC head and tail, pages in use,
-//! three reserved, checksum. Each page starts with a 16-byte control
+//! an engine word (the B+-tree's newest version record), two reserved,
+//! checksum. Each page starts with a 16-byte control
 //! block: the next page of the used list, the next page of the free list.
 //! The two links are separate so that taking a page off the free list for
 //! an uncommitted group never breaks the persisted free list.
@@ -53,7 +54,7 @@ use std::path::Path;
 /// The magic at offset 0 of every pool.
 pub const MAGIC: [u8; 8] = *b"PMLABKV\0";
 /// The layout version this build reads and writes.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes of a page's control block.
 pub const CB: u64 = 16;
 const HEADER_BYTES: u64 = 4096;
@@ -99,12 +100,14 @@ pub struct Meta {
     pub gc_tail: u64,
     /// Pages on the used list.
     pub used_pages: u64,
+    /// A second engine word (the B+-tree's newest version record; 0 for the others).
+    pub aux: u64,
 }
 
 impl Meta {
     fn words(&self) -> [u64; SLOT_WORDS] {
         let mut w = [0u64; SLOT_WORDS];
-        w[..11].copy_from_slice(&[
+        w[..12].copy_from_slice(&[
             self.seq,
             self.used_head,
             self.tail,
@@ -116,6 +119,7 @@ impl Meta {
             self.gc_head,
             self.gc_tail,
             self.used_pages,
+            self.aux,
         ]);
         w
     }
@@ -148,6 +152,7 @@ impl Meta {
             gc_head: word(8),
             gc_tail: word(9),
             used_pages: word(10),
+            aux: word(11),
         })
     }
 }
@@ -759,6 +764,32 @@ impl Pool {
         Ok(())
     }
 
+    /// Mark `len` stream bytes from `pos` (following page links) as user
+    /// data in a `pmlab trace` (see [`pm::annotate_user_data`]).
+    pub fn note_user_data(&self, pos: u64, len: u64) {
+        if !pm::annotating() {
+            return;
+        }
+        let (mut p, mut left, mut hops) = (pos, len, 0u64);
+        while left > 0 {
+            let pg = self.page_of_end(p);
+            let end = pg + self.page;
+            if p == end {
+                match self.hop(pg, &mut hops) {
+                    Ok(next) => p = next,
+                    Err(_) => return,
+                }
+                continue;
+            }
+            let n = left.min(end - p);
+            if let Ok(b) = self.slice(p, n) {
+                pm::annotate_user_data(b.as_ptr(), n as usize);
+            }
+            p += n;
+            left -= n;
+        }
+    }
+
     /// Bytes written since the last commit (not yet durable).
     pub fn pending_bytes(&self) -> u64 {
         self.dirty.iter().map(|(a, b)| b - a).sum()
@@ -769,31 +800,34 @@ impl Pool {
     pub fn commit(&mut self) {
         // Each dirty line once: ranges written apart can share a line, and
         // flushing it twice costs a second write-back for nothing (`pmlab
-        // check` reports it as a redundant flush).
+        // check` reports it as a redundant flush). The ranges are sorted
+        // (not their lines: a rebuild writes a few long ranges), widened
+        // to whole lines, and each run of overlapping or touching ranges
+        // is flushed with one call.
         let line = pm::LINE as u64;
-        let mut lines: Vec<u64> = Vec::new();
-        for (a, b) in std::mem::take(&mut self.dirty) {
-            let mut l = a & !(line - 1);
-            while l < b {
-                lines.push(l);
-                l += line;
-            }
-        }
-        lines.sort_unstable();
-        lines.dedup();
-        let mut i = 0;
-        while i < lines.len() {
-            // One call per run of consecutive lines.
-            let mut j = i + 1;
-            while j < lines.len() && lines[j] == lines[j - 1] + line {
-                j += 1;
-            }
-            let len = (lines[j - 1] + line - lines[i]) as usize;
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        let mut run: Option<(u64, u64)> = None;
+        let flush = |(a, b): (u64, u64)| {
             // SAFETY: dirty lines lie within the mapping (its length is a
             // whole number of pages).
-            unsafe { pm::flush(self.base.add(lines[i] as usize), len) };
-            i = j;
+            unsafe { pm::flush(self.base.add(a as usize), (b - a) as usize) };
+        };
+        for (a, b) in dirty.drain(..) {
+            let (a, b) = (a & !(line - 1), (b + line - 1) & !(line - 1));
+            match run {
+                Some((ra, rb)) if a <= rb => run = Some((ra, rb.max(b))),
+                Some(r) => {
+                    flush(r);
+                    run = Some((a, b));
+                }
+                None => run = Some((a, b)),
+            }
         }
+        if let Some(r) = run {
+            flush(r);
+        }
+        self.dirty = dirty;
         pm::drain();
         self.cur.seq = self.committed.seq + 1;
         let slot = 1 - self.active;

@@ -33,7 +33,14 @@ fn val(r: &mut Rng) -> Vec<u8> {
 /// Run `ops` random operations on `kind` with `seed`, comparing with the
 /// model; returns the compactions since the last reopen.
 fn run(kind: EngineKind, seed: u64, ops: u32) -> u64 {
-    let d = dir(&format!("{}-{seed}", kind.name()));
+    run_keys(kind, seed, ops, false)
+}
+
+/// [`run`] with `long` keys: longer than the 12 bytes a B+-tree slot
+/// holds, sharing that prefix, one a prefix of another, one longer than a
+/// small page.
+fn run_keys(kind: EngineKind, seed: u64, ops: u32, long: bool) -> u64 {
+    let d = dir(&format!("{}-{seed}-{long}", kind.name()));
     let path = d.join("pool");
     let mut r = Rng::new(seed);
     let group = [1, 1, 3, 8][r.below(4) as usize];
@@ -58,10 +65,23 @@ fn run(kind: EngineKind, seed: u64, ops: u32) -> u64 {
     let mut m = Model::new();
     let mut durable = m.clone();
     let mut unsynced = 0u32;
-    let keys: Vec<Vec<u8>> = (0..12)
-        .map(|i| format!("key{i}").into_bytes())
-        .chain([vec![], vec![0u8, 255]])
-        .collect();
+    let keys: Vec<Vec<u8>> = if long {
+        (0..10)
+            .map(|i| format!("a-shared-prefix/{}", i * 37 % 10).into_bytes())
+            .chain([
+                b"a-shared-pre".to_vec(),
+                b"a-shared-prefix/".to_vec(),
+                b"a-shared-prefix/1\0".to_vec(),
+                [b"a-shared-prefix/".as_slice(), &[7u8; 900]].concat(),
+                [b"a-shared-prefix/".as_slice(), &[7u8; 901]].concat(),
+            ])
+            .collect()
+    } else {
+        (0..12)
+            .map(|i| format!("key{i}").into_bytes())
+            .chain([vec![], vec![0u8, 255]])
+            .collect()
+    };
     for step in 0..ops {
         let at = format!("{ctx} step {step}");
         let key = keys[r.below(keys.len() as u64) as usize].clone();
@@ -200,6 +220,13 @@ fn every_engine_matches_the_model_on_random_operations() {
             // explicit compact() calls aside, the engines compact on their own
             assert!(compactions > 0, "{kind:?}: no compaction ran");
         }
+    }
+}
+
+#[test]
+fn btree_keys_longer_than_a_slot_prefix_match_the_model() {
+    for seed in 1..=6u64 {
+        run_keys(EngineKind::BTree, seed * 104_729, 400, true);
     }
 }
 
@@ -402,7 +429,8 @@ fn a_btree_with_a_cycle_is_reported_not_followed() {
     );
     // its last child becomes the root itself
     let n = u32::from_le_bytes(b[root + 4..root + 8].try_into().unwrap()) as usize;
-    let child = root + 32 + 24 * (n - 1);
+    // layout 2: a 16-byte header, then 32-byte slots with the child at byte 24
+    let child = root + 16 + 32 * (n - 1) + 24;
     b[child..child + 8].copy_from_slice(&(root as u64).to_le_bytes());
     std::fs::write(&path, &b).unwrap();
     let e = open(&path, EngineKind::BTree, &opts).unwrap();
