@@ -255,7 +255,8 @@ pub struct Point {
     /// (the native build waiting `target - DRAM` ns of CPU-holding time
     /// per access, `-x`). For mtlat its median is `expected` (see
     /// [`mtlat_point`]); for multilat it is a diagnostic (see
-    /// [`multilat_point`]).
+    /// [`multilat_point`]). Shapes: idxchase's reference is `expected`;
+    /// hashprobe's (a wait after each lookup) is a diagnostic in `detail`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reference_runs: Vec<f64>,
     /// multilat points: the error of the median against the reference's
