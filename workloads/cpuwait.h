@@ -16,12 +16,12 @@
  * A wait costs two TSC reads, an lfence and its loop, a few ns: the
  * context-switch count (a getrusage system call, 300-500 ns on a VM) is
  * read at a thread's first wait and then only when a gap is seen, against
- * the count at its last gap, never per wait. Reading it at the start of every wait added
- * that system call to each wait: idxchase -x, which waits after every
- * load, read 631 ns per load at 300 ns (native 161 + 140 of wait).
- * A switch between two waits is then taken for one in the next wait's
- * gap, if that wait sees a gap: the gap is not counted, which errs the
- * way of a wait too long by one gap at most.
+ * the count at its last gap, never per wait. Reading it at the start of
+ * every wait added that system call to each wait: idxchase -x, which
+ * waits after every load, read 631 ns per load at 300 ns (native 161 +
+ * 140 of wait). A switch between two waits is then taken for one in the
+ * next wait's gap, if that wait sees a gap: the gap is not counted, which
+ * errs the way of a wait too long by one gap at most.
  *
  * Header-only, for one translation unit per program. bench/spin_gaps.c
  * uses its TSC calibration and context-switch count too.
