@@ -14,12 +14,19 @@
  * found: the same work with every lookup's misses behind the previous
  * one's (no overlap between lookups), to measure the overlap natively.
  *
+ * With -x EXTRA_NS the thread holds the CPU EXTRA_NS of its own time after
+ * each timed lookup (cpuwait.h): with EXTRA_NS = L - DRAM latency, the
+ * lookups as they would run if each waited for one miss at L after the
+ * previous one, without any emulator (pmlab validate's diagnostic; an
+ * upper bound where lookups overlap natively, the time itself where, as
+ * -d shows on this machine, they do not).
+ *
  * Prints one line:
  *
  *   hashprobe: region=... slots=... keys=... dependent=0 lookups=...
  *              elapsed_ns=... ns_per_lookup=... probes_per_lookup=...
  *
- * Usage: hashprobe [-r TABLE_MIB] [-n LOOKUPS] [-d] [-s SEED]
+ * Usage: hashprobe [-r TABLE_MIB] [-n LOOKUPS] [-d] [-s SEED] [-x EXTRA_NS]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -28,6 +35,8 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "cpuwait.h"
 
 struct slot {
 	uint64_t key; /* 0: empty */
@@ -61,7 +70,7 @@ static uint64_t key_of(uint64_t i, uint64_t seed)
 static void usage(void)
 {
 	fprintf(stderr, "usage: hashprobe [-r TABLE_MIB, a power of two] "
-			"[-n LOOKUPS] [-d] [-s SEED]\n");
+			"[-n LOOKUPS] [-d] [-s SEED] [-x EXTRA_NS 0-1000000]\n");
 	exit(2);
 }
 
@@ -76,14 +85,15 @@ static long arg_long(const char *s, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-	long region_mib = 128, lookups = 2000000, seed = 7;
+	long region_mib = 128, lookups = 2000000, seed = 7, extra_ns = 0;
 	int dependent = 0, opt;
-	while ((opt = getopt(argc, argv, "r:n:ds:")) != -1) {
+	while ((opt = getopt(argc, argv, "r:n:ds:x:")) != -1) {
 		switch (opt) {
 		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
 		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
 		case 'd': dependent = 1; break;
 		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
+		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
 		default: usage();
 		}
 	}
@@ -115,9 +125,11 @@ int main(int argc, char **argv)
 	uint64_t sum = 0, probes = 0, r = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
 	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
 	uint64_t t0 = 0;
+	int64_t owed = 0;
 	for (long n = -warm; n < lookups; n++) {
 		if (n == 0) {
 			probes = 0;
+			cw_init(extra_ns);
 			t0 = now_ns();
 		}
 		r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -134,12 +146,14 @@ int main(int argc, char **argv)
 				break;
 			h = (h + 1) & mask;
 		}
+		if (n >= 0)
+			cw_pay(&owed, 1);
 	}
 	uint64_t t1 = now_ns();
-	printf("hashprobe: region=%zu slots=%llu keys=%llu dependent=%d lookups=%ld "
-			"elapsed_ns=%llu ns_per_lookup=%.2f probes_per_lookup=%.3f sink=%llu\n",
+	printf("hashprobe: region=%zu slots=%llu keys=%llu dependent=%d extra_ns=%ld "
+			"lookups=%ld elapsed_ns=%llu ns_per_lookup=%.2f probes_per_lookup=%.3f sink=%llu\n",
 			bytes, (unsigned long long)slots, (unsigned long long)keys,
-			dependent, lookups, (unsigned long long)(t1 - t0),
+			dependent, extra_ns, lookups, (unsigned long long)(t1 - t0),
 			(double)(t1 - t0) / (double)lookups,
 			(double)probes / (double)lookups, (unsigned long long)(sum & 1));
 	return 0;

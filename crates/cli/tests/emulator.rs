@@ -1084,10 +1084,15 @@ fn calibrate_measures_and_caches_per_machine() {
     let v: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
     assert!(v["dram_latency_ns"].as_f64().unwrap() > 1.0);
     assert!(v["tsc_ghz"].as_f64().unwrap() > 0.1);
+    // The effective LLC's chase curve, ending at the DRAM region.
+    let curve = v["llc_curve"].as_array().unwrap();
+    assert!(curve.len() >= 10, "{curve:?}");
+    assert!(v["effective_llc_bytes"].as_u64().is_some());
     let o = pmlab(&d, &["calibrate", "--show"]);
     assert!(o.status.success());
     let out = text(&o.stdout);
     assert!(out.contains("(cached)"), "{out}");
+    assert!(out.contains("effective_llc="), "{out}");
     if v["numa_nodes"] == 1 {
         assert!(out.contains("one NUMA node"), "{out}");
     }

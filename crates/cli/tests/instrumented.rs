@@ -807,6 +807,25 @@ fn validate_quick_runs_every_study_end_to_end() {
             "no {shape} point"
         );
     }
+    // The hash probe's emulator-free reference ran beside each emulated run.
+    for p in points.iter().filter(|p| {
+        p["study"] == "shapes" && p["config"].as_str().unwrap().starts_with("hashprobe")
+    }) {
+        assert_eq!(p["reference_runs"].as_array().map(Vec::len), Some(1), "{p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("hashprobe -x"),
+            "{p}"
+        );
+    }
+    // The effective LLC was measured when the study started, unless the
+    // environment set the modelled one.
+    if std::env::var_os("PMLAB_INSTR_LLC").is_none() {
+        assert!(
+            v["llc_curve"].as_array().is_some_and(|c| c.len() >= 10),
+            "{}",
+            v["llc_curve"]
+        );
+    }
     let workset: Vec<_> = points.iter().filter(|p| p["study"] == "workset").collect();
     assert!(workset
         .iter()

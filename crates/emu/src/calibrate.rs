@@ -1,8 +1,10 @@
 //! DRAM calibration: this machine's DRAM latency (and the remote node's,
 //! where there are two NUMA nodes), measured by pointer chasing over a
 //! region much larger than the last-level cache (`pmlab_probe::host::Chain`:
-//! huge pages where the kernel gives them), and the TSC frequency
-//! (`pmlab_clock`); cached per machine (CPU model + memory size) under
+//! huge pages where the kernel gives them), the TSC frequency
+//! (`pmlab_clock`) and the *effective* last-level cache ([`effective_llc`]:
+//! the capacity a chase finds, measured, not the size sysfs reports);
+//! cached per machine (CPU model + memory size) under
 //! `$XDG_CACHE_HOME/pmlab` (or `~/.cache/pmlab`), where `pmlab run
 //! --dram-latency auto` finds it. `pmlab calibrate` prints it.
 
@@ -23,6 +25,8 @@ pub struct Settings {
     pub accesses: u64,
     /// Measurements.
     pub repeat: u32,
+    /// Also measure the effective last-level cache ([`effective_llc`]).
+    pub effective_llc: bool,
 }
 
 impl Default for Settings {
@@ -31,6 +35,7 @@ impl Default for Settings {
             region: None,
             accesses: 10_000_000,
             repeat: 3,
+            effective_llc: true,
         }
     }
 }
@@ -69,6 +74,13 @@ pub struct Calibration {
     pub llc_bytes: u64,
     /// Huge pages were granted for the region (AnonHugePages grew).
     pub huge_pages: bool,
+    /// The effective last-level cache, bytes ([`effective_llc`]; 0 if not
+    /// measured: a cache written before it existed, or no knee found).
+    #[serde(default)]
+    pub effective_llc_bytes: u64,
+    /// The native chase curve it was found on: (region bytes, ns per load).
+    #[serde(default)]
+    pub llc_curve: Vec<(u64, f64)>,
     /// Seconds since the epoch when measured.
     pub measured_at: u64,
 }
@@ -171,7 +183,14 @@ pub fn load_cache() -> Result<Option<Calibration>> {
 /// The cached calibration, measuring (with the default [`Settings`]) and
 /// caching it first if absent; `note` hears that it is measuring.
 pub fn cached_or_measure(note: &dyn Fn(Note)) -> Result<Calibration> {
-    if let Some(c) = load_cache()? {
+    if let Some(mut c) = load_cache()? {
+        if c.llc_curve.is_empty() {
+            note(Note::Info("the cached calibration has no effective last-level cache: measuring it now (about a second; `pmlab calibrate` does it once)"));
+            let (llc, curve) = measure_effective_llc()?;
+            c.effective_llc_bytes = llc;
+            c.llc_curve = curve;
+            save(&c)?;
+        }
         return Ok(c);
     }
     note(Note::Info("no calibration cached for this machine: measuring DRAM latency now (a few seconds; `pmlab calibrate` does it once)"));
@@ -251,6 +270,158 @@ fn thread_cpu_ns() -> u64 {
 /// the LLC, 256 MiB to 1 GiB.
 fn default_region(llc: u64) -> u64 {
     (llc * 8).clamp(256 << 20, 1 << 30)
+}
+
+/// The regions of the effective-LLC curve for a last-level cache of `llc`
+/// bytes (sysfs; 0 unknown): 1, 1.5, 2, 3, 4, 6 ... MiB up to twice the
+/// LLC, at least 64 MiB and at most 512 MiB, so that the curve reaches
+/// DRAM.
+pub fn llc_curve_regions(llc: u64) -> Vec<u64> {
+    let top = (2 * llc).clamp(64 << 20, 512 << 20);
+    let mut v = Vec::new();
+    let mut r: u64 = 1 << 20;
+    while r <= top {
+        v.push(r);
+        if r + r / 2 <= top {
+            v.push(r + r / 2);
+        }
+        r *= 2;
+    }
+    v
+}
+
+/// The native chase curve over `regions`: for each region a random
+/// cycle through all its lines (huge pages where the kernel gives them),
+/// one full pass to bring the caches to their steady state (up to 1M
+/// loads: a region that large is far past any cache), then the ns
+/// per load over at least 200,000 loads (a pass, up to 1M), timed on the
+/// thread's CPU clock in 4 parts of which the median counts (time spent
+/// preempted is not memory latency).
+pub fn measure_llc_curve(regions: &[u64]) -> Result<Vec<(u64, f64)>> {
+    let mut out = Vec::with_capacity(regions.len());
+    for &r in regions {
+        let mut chain = Chain::new(r as usize, None, SEED ^ r)?;
+        let lines = r / 64;
+        chain.chase(lines.min(1_000_000));
+        let steps = lines.clamp(200_000, 1_000_000);
+        let part = steps / 4;
+        let mut ns = [0.0f64; 4];
+        for v in &mut ns {
+            let t0 = thread_cpu_ns();
+            chain.chase(part);
+            *v = (thread_cpu_ns() - t0) as f64 / part as f64;
+        }
+        ns.sort_by(f64::total_cmp);
+        out.push((r, (ns[1] + ns[2]) / 2.0));
+    }
+    Ok(out)
+}
+
+/// The in-cache time of an effective-LLC curve: its figure at the
+/// smallest region of at least twice the level-2 cache (`l2` bytes; 1 MiB
+/// when unknown), where a chase hits the last level and not the ones
+/// below; the smallest region's when none is that large.
+pub fn llc_in_cache(curve: &[(u64, f64)], l2: u64) -> f64 {
+    let l2 = if l2 == 0 { 1 << 20 } else { l2 };
+    curve
+        .iter()
+        .find(|(r, _)| *r >= 2 * l2)
+        .or(curve.first())
+        .map_or(f64::NAN, |&(_, t)| t)
+}
+
+/// The effective last-level cache from a native chase curve (region
+/// bytes, ns per load; regions ascending): the region at which half of a
+/// random cycle's loads miss, the miss share of a region being
+/// `(t - in_cache) / (dram - in_cache)` (`dram` at least the largest
+/// region's figure). Taken at the last crossing of
+/// one half from below (a noisy point below the knee does not count),
+/// interpolated on log(region) between the two points around it. `None`
+/// when no point reaches one half (the cache is larger than the curve
+/// shows) or DRAM is not slower than the cache; the smallest region when
+/// every point is past one half.
+///
+/// The modelled cache is LRU: on a cyclic chase it hits every load of a
+/// region that fits and misses every load of one that does not, a step
+/// where a real cache (other replacement, other tenants' lines) shows a
+/// ramp. The half-way point is where that step matches the ramp best;
+/// with a cache whose hits fall as capacity / region past the capacity,
+/// it lies at up to twice the capacity.
+pub fn effective_llc(curve: &[(u64, f64)], in_cache: f64, dram: f64) -> Option<u64> {
+    // DRAM measured over a region too small (`calibrate --region`) must
+    // not put the knee inside the curve's own DRAM part.
+    let dram = curve.last().map_or(dram, |&(_, t)| dram.max(t));
+    if curve.is_empty() || dram.is_nan() || in_cache.is_nan() || dram <= in_cache * 1.2 {
+        return None;
+    }
+    let m = |t: f64| (t - in_cache) / (dram - in_cache);
+    if curve.iter().all(|&(_, t)| m(t) >= 0.5) {
+        return Some(curve[0].0);
+    }
+    let i = (1..curve.len())
+        .rev()
+        .find(|&i| m(curve[i - 1].1) < 0.5 && m(curve[i].1) >= 0.5)?;
+    let ((r0, t0), (r1, t1)) = (curve[i - 1], curve[i]);
+    let (m0, m1) = (m(t0), m(t1));
+    let f = (0.5 - m0) / (m1 - m0);
+    let (l0, l1) = ((r0 as f64).ln(), (r1 as f64).ln());
+    Some((l0 + f * (l1 - l0)).exp().round() as u64)
+}
+
+/// The cache the instrumented source models for an effective capacity of
+/// `bytes`: a power-of-two number of sets (at least 256, the hooks'
+/// filter; the compact model needs it) of 8 to 16 ways of 64 B, the
+/// nearest such size.
+pub fn model_geometry(bytes: u64) -> pmlab_model::cache::CacheConfig {
+    let per16 = 64 * 16;
+    let sets = bytes.div_ceil(per16).next_power_of_two().max(256);
+    let ways = ((bytes as f64 / (64 * sets) as f64).round() as u32).clamp(8, 16);
+    pmlab_model::cache::CacheConfig::new(sets * 64 * ways as u64, ways)
+}
+
+/// `PMLAB_INSTR_LLC` (`SIZE:WAYS`) for the effective LLC of `c`, if
+/// measured.
+pub fn instr_llc_setting(c: &Calibration) -> Option<String> {
+    (c.effective_llc_bytes > 0).then(|| {
+        let g = model_geometry(c.effective_llc_bytes);
+        format!("{}:{}", g.size_bytes, g.ways)
+    })
+}
+
+/// The level-2 cache of cpu0 (data or unified), bytes (0 if unknown).
+fn l2_bytes() -> u64 {
+    (0..8)
+        .filter_map(|i| {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+            let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+            let level = read("level")?;
+            let kind = read("type")?;
+            (level.trim() == "2" && kind.trim() != "Instruction")
+                .then(|| Bytes::parse(read("size")?.trim()).ok().map(|b| b.get()))
+                .flatten()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Measure this machine's effective last-level cache: the curve
+/// ([`measure_llc_curve`] over [`llc_curve_regions`] and the DRAM
+/// calibration's region, whose figure is the DRAM latency the knee is
+/// measured against: on the thread's CPU clock like the rest of the
+/// curve, so that a loaded machine's preemptions do not inflate it) and
+/// its knee ([`effective_llc`]; 0 when none is found). One to two
+/// seconds.
+pub fn measure_effective_llc() -> Result<(u64, Vec<(u64, f64)>)> {
+    let llc = llc_bytes();
+    let mut regions = llc_curve_regions(llc);
+    let far = default_region(llc);
+    if regions.last().is_some_and(|&r| r < far) {
+        regions.push(far);
+    }
+    let curve = measure_llc_curve(&regions)?;
+    let dram = curve.last().map_or(f64::NAN, |&(_, t)| t);
+    let knee = effective_llc(&curve, llc_in_cache(&curve, l2_bytes()), dram).unwrap_or(0);
+    Ok((knee, curve))
 }
 
 /// ns per load over `n` dependent loads of `chain`, from its start, on
@@ -334,6 +505,15 @@ pub fn measure(settings: &Settings, note: &dyn Fn(Note)) -> Result<Calibration> 
     } else {
         None
     };
+    let (effective_llc_bytes, llc_curve) = if settings.effective_llc {
+        note(Note::Progress("measuring the effective last-level cache"));
+        measure_effective_llc()?
+    } else {
+        (0, Vec::new())
+    };
+    if settings.effective_llc && effective_llc_bytes == 0 {
+        note(Note::Warning("no knee in the chase curve: the effective last-level cache is unknown, the instrumented source models the size sysfs reports"));
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -349,6 +529,8 @@ pub fn measure(settings: &Settings, note: &dyn Fn(Note)) -> Result<Calibration> 
         region_bytes: region,
         llc_bytes: llc,
         huge_pages: huge,
+        effective_llc_bytes,
+        llc_curve,
         measured_at: now,
     })
 }
@@ -367,6 +549,132 @@ mod tests {
         assert_eq!(default_region(0), 256 << 20);
         assert_eq!(default_region(64 << 20), 512 << 20);
         assert_eq!(default_region(1 << 30), 1 << 30);
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// A chase curve over `regions` MiB from a miss share per region.
+    fn curve(regions: &[f64], in_cache: f64, dram: f64, m: impl Fn(f64) -> f64) -> Vec<(u64, f64)> {
+        regions
+            .iter()
+            .map(|&r| ((r * MIB as f64) as u64, in_cache + m(r) * (dram - in_cache)))
+            .collect()
+    }
+
+    #[test]
+    fn effective_llc_is_where_half_the_loads_miss() {
+        let regions = [
+            1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0,
+        ];
+        // An LRU cache of 12 MiB: a step between 12 and 16 MiB; the knee
+        // is half-way on the log scale.
+        let step = curve(&regions, 15.0, 150.0, |r| if r <= 12.0 { 0.0 } else { 1.0 });
+        let k = effective_llc(&step, 15.0, 150.0).unwrap();
+        assert!(
+            (k as f64 - (12.0f64 * 16.0).sqrt() * MIB as f64).abs() < 1e3,
+            "{k}"
+        );
+        // Hits falling as capacity / region past 12 MiB: half miss at 24.
+        let ramp = curve(&regions, 15.0, 150.0, |r| (1.0 - 12.0 / r).max(0.0));
+        let k = effective_llc(&ramp, 15.0, 150.0).unwrap();
+        assert!((k as f64 / (24 * MIB) as f64 - 1.0).abs() < 1e-6, "{k}");
+        // A noisy point below the knee (a preempted measurement) is passed
+        // over: the last crossing counts.
+        let mut noisy = ramp.clone();
+        noisy[2].1 = 140.0;
+        assert_eq!(effective_llc(&noisy, 15.0, 150.0), Some(k));
+        // A ramp between two points: interpolated on log(region).
+        let two = [
+            (8 * MIB, 15.0 + 0.25 * 135.0),
+            (32 * MIB, 15.0 + 0.75 * 135.0),
+        ];
+        let k = effective_llc(&two, 15.0, 150.0).unwrap();
+        assert!((k as f64 / (16 * MIB) as f64 - 1.0).abs() < 1e-6, "{k}");
+    }
+
+    #[test]
+    fn effective_llc_needs_a_knee() {
+        let regions = [1.0, 2.0, 4.0, 8.0];
+        // Everything fits: no knee within the curve.
+        let fits = curve(&regions, 15.0, 150.0, |_| 0.1);
+        assert_eq!(effective_llc(&fits, 15.0, 150.0), None);
+        // Everything misses: at most the smallest region.
+        let none = curve(&regions, 15.0, 150.0, |_| 0.9);
+        assert_eq!(effective_llc(&none, 15.0, 150.0), Some(MIB));
+        // DRAM no slower than the cache, or no curve: nothing to say.
+        let flat = curve(&regions, 15.0, 15.5, |_| 1.0);
+        assert_eq!(effective_llc(&flat, 15.0, 16.0), None);
+        // A DRAM figure below the curve's own far end (measured over too
+        // small a region) is replaced by that end.
+        let ramp = curve(&regions, 15.0, 150.0, |r| r / 8.0);
+        assert_eq!(effective_llc(&ramp, 15.0, 20.0), Some(4 * MIB));
+        assert_eq!(effective_llc(&[], 15.0, 150.0), None);
+    }
+
+    #[test]
+    fn in_cache_time_is_taken_past_the_second_level() {
+        let c = [(MIB, 5.0), (2 * MIB, 12.0), (4 * MIB, 14.0)];
+        assert_eq!(llc_in_cache(&c, 512 << 10), 5.0);
+        assert_eq!(llc_in_cache(&c, MIB), 12.0);
+        assert_eq!(llc_in_cache(&c, 0), 12.0);
+        assert_eq!(llc_in_cache(&c, 8 * MIB), 5.0);
+        assert!(llc_in_cache(&[], MIB).is_nan());
+    }
+
+    #[test]
+    fn curve_regions_reach_past_the_llc() {
+        let r = llc_curve_regions(32 * MIB);
+        assert_eq!(r.first(), Some(&MIB));
+        assert_eq!(r.last(), Some(&(64 * MIB)));
+        assert_eq!(r.len(), 13);
+        assert!(r.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(llc_curve_regions(0).last(), Some(&(64 * MIB)));
+        assert_eq!(llc_curve_regions(1 << 30).last(), Some(&(512 * MIB)));
+    }
+
+    #[test]
+    fn model_geometry_has_power_of_two_sets() {
+        use pmlab_model::cache::CacheConfig;
+        assert_eq!(model_geometry(12 * MIB), CacheConfig::new(12 * MIB, 12));
+        assert_eq!(model_geometry(32 * MIB), CacheConfig::new(32 * MIB, 16));
+        assert_eq!(model_geometry(20 * MIB), CacheConfig::new(20 * MIB, 10));
+        // 13.9 MiB: 16384 sets of 14 ways.
+        assert_eq!(model_geometry(14_530_000), CacheConfig::new(14 * MIB, 14));
+        // Tiny: the filter's 256 sets, 8 ways.
+        assert_eq!(model_geometry(100 << 10), CacheConfig::new(128 << 10, 8));
+        for b in [3 * MIB, 7 * MIB + 12345, 48 * MIB, 100 * MIB] {
+            let g = model_geometry(b);
+            let sets = g.sets().unwrap();
+            assert!(sets.is_power_of_two() && sets >= 256, "{b}");
+            assert!(
+                (g.size_bytes as f64 / b as f64 - 1.0).abs() < 0.07,
+                "{b}: {g:?}"
+            );
+        }
+        let mut c = Calibration {
+            cpu_model: "x".into(),
+            mem_total_kib: 1,
+            dram_latency_ns: 150.0,
+            dram_latency_spread_ns: 1.0,
+            remote_latency_ns: None,
+            numa_nodes: 1,
+            tsc_ghz: 2.0,
+            region_bytes: 256 * MIB,
+            llc_bytes: 32 * MIB,
+            huge_pages: true,
+            effective_llc_bytes: 0,
+            llc_curve: Vec::new(),
+            measured_at: 0,
+        };
+        assert_eq!(instr_llc_setting(&c), None);
+        c.effective_llc_bytes = 12 * MIB;
+        assert_eq!(instr_llc_setting(&c).as_deref(), Some("12582912:12"));
+        // A cache written before the field existed still reads.
+        let mut v = serde_json::to_value(&c).unwrap();
+        v.as_object_mut().unwrap().remove("effective_llc_bytes");
+        v.as_object_mut().unwrap().remove("llc_curve");
+        let old: Calibration = serde_json::from_value(v).unwrap();
+        assert_eq!(old.effective_llc_bytes, 0);
     }
 
     #[test]

@@ -255,7 +255,8 @@ pub struct Point {
     /// (the native build waiting `target - DRAM` ns of CPU-holding time
     /// per access, `-x`). For mtlat its median is `expected` (see
     /// [`mtlat_point`]); for multilat it is a diagnostic (see
-    /// [`multilat_point`]).
+    /// [`multilat_point`]). Shapes: idxchase's reference is `expected`;
+    /// hashprobe's (a wait after each lookup) is a diagnostic in `detail`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reference_runs: Vec<f64>,
     /// multilat points: the error of the median against the reference's
@@ -327,8 +328,12 @@ struct Ctx<'a> {
     reps: usize,
     quick: bool,
     dram_ns: f64,
-    /// The last-level cache, bytes (the calibration's; 0 when unknown).
+    /// The last-level cache, bytes: the effective one measured when the
+    /// study starts, else the calibration's sysfs size (0 when unknown).
     llc_bytes: u64,
+    /// `PMLAB_INSTR_LLC` for the emulated runs (the effective LLC), unless
+    /// the caller's environment sets it.
+    instr_llc: Option<String>,
     /// The calibration's chain, to measure the DRAM latency again before
     /// each emulated run.
     chaser: std::cell::RefCell<Chaser>,
@@ -431,6 +436,9 @@ impl Ctx<'_> {
             .args(flags);
         if no_inject {
             cmd.arg("--no-inject");
+        }
+        if let Some(v) = &self.instr_llc {
+            cmd.env("PMLAB_INSTR_LLC", v);
         }
         cmd.arg("--").arg(self.exe(true, prog)).args(args);
         let out = cmd
@@ -615,7 +623,17 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
     };
     let started = Instant::now();
     let (native, instr) = build_workloads(&opts.pmlab, &wl, &build)?;
-    let cal = calibrate::cached_or_measure(note)?;
+    let mut cal = calibrate::cached_or_measure(note)?;
+    // The effective last-level cache now: it moves with the neighbours'
+    // use of a shared cache, and the workset study's bounds and the
+    // model both depend on it. Kept in the cache for later runs.
+    let user_llc = std::env::var_os("PMLAB_INSTR_LLC").is_some();
+    if !user_llc {
+        let (llc, curve) = calibrate::measure_effective_llc()?;
+        cal.effective_llc_bytes = llc;
+        cal.llc_curve = curve;
+        calibrate::save(&cal)?;
+    }
     let chaser = Chaser::new()?;
     let ctx = Ctx {
         pmlab: opts.pmlab.clone(),
@@ -624,7 +642,16 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         reps: opts.reps,
         quick: opts.quick,
         dram_ns: cal.dram_latency_ns,
-        llc_bytes: cal.llc_bytes,
+        llc_bytes: if cal.effective_llc_bytes > 0 && !user_llc {
+            cal.effective_llc_bytes
+        } else {
+            cal.llc_bytes
+        },
+        instr_llc: if user_llc {
+            None
+        } else {
+            calibrate::instr_llc_setting(&cal)
+        },
         chaser: std::cell::RefCell::new(chaser),
         chase_steps: if opts.quick { 500_000 } else { 2_000_000 },
         bounds: if opts.quick || opts.loose {
@@ -635,8 +662,15 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         say,
     };
     ctx.say(&format!(
-        "calibrated DRAM latency {:.1} ns; {} runs per point",
-        ctx.dram_ns, ctx.reps
+        "calibrated DRAM latency {:.1} ns; last-level cache {} ({}); {} runs per point",
+        ctx.dram_ns,
+        pmlab_model::units::Bytes(ctx.llc_bytes),
+        match (&ctx.instr_llc, user_llc) {
+            (Some(v), _) => format!("effective, measured now; modelled as PMLAB_INSTR_LLC={v}"),
+            (None, true) => "PMLAB_INSTR_LLC from the environment".to_string(),
+            (None, false) => "sysfs: no knee in the chase curve".to_string(),
+        },
+        ctx.reps
     ));
     let plan = Plan::new(opts.quick);
     let mut points = Vec::new();
@@ -675,6 +709,8 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
             "target".into()
         },
         reps: ctx.reps,
+        llc_bytes: ctx.llc_bytes,
+        llc_curve: cal.llc_curve.clone(),
         seconds: started.elapsed().as_secs_f64(),
         points,
     })
@@ -694,6 +730,12 @@ pub struct Report {
     pub tolerances: String,
     /// Runs per point.
     pub reps: usize,
+    /// The last-level cache the workset study classed regions by, bytes:
+    /// the effective one measured at the study's start (else sysfs's).
+    pub llc_bytes: u64,
+    /// The native chase curve the effective LLC was found on (region
+    /// bytes, ns per load); empty when not measured.
+    pub llc_curve: Vec<(u64, f64)>,
     /// Wall time of the study, s.
     pub seconds: f64,
     /// Every point, in the order measured.
@@ -1645,6 +1687,8 @@ mod tests {
             quick: true,
             tolerances: "loose".into(),
             reps: 1,
+            llc_bytes: 0,
+            llc_curve: Vec::new(),
             seconds: 0.0,
             points: vec![judged(400.0, 410.0, 15.0), overhead],
         };

@@ -52,6 +52,19 @@ fn print(c: &Calibration, json: bool, cached: bool) -> anyhow::Result<()> {
         c.numa_nodes,
         if cached { " (cached)" } else { "" }
     )?;
+    if c.effective_llc_bytes > 0 {
+        writeln!(
+            out,
+            "effective_llc={} (half of a chase's loads miss there; the instrumented source models it: PMLAB_INSTR_LLC={})",
+            Bytes(c.effective_llc_bytes),
+            calibrate::instr_llc_setting(c).unwrap_or_default()
+        )?;
+    } else {
+        writeln!(
+            out,
+            "effective_llc=unknown (not measured, or no knee: the instrumented source models the sysfs size)"
+        )?;
+    }
     match c.remote_latency_ns {
         Some(r) => writeln!(out, "remote_latency_ns={r:.1}")?,
         None => writeln!(
@@ -94,6 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         region,
         accesses: args.accesses,
         repeat: args.repeat,
+        effective_llc: true,
     };
     let progress = args.progress || std::io::stderr().is_terminal();
     let c = calibrate::measure(&settings, &note(progress))?;

@@ -228,6 +228,16 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     }
     let mut env: Vec<(String, String)> = vec![("PMLAB_ACTIVE".into(), "1".into())];
     env.extend(o.to_env().into_iter().filter(|(k, _)| k != "PMLAB_SOURCE"));
+    // The instrumented source models the effective last-level cache the
+    // calibration measured, unless the user set PMLAB_INSTR_LLC.
+    if std::env::var_os("PMLAB_INSTR_LLC").is_none() {
+        if let Some(v) = cached
+            .as_ref()
+            .and_then(pmlab_emu::calibrate::instr_llc_setting)
+        {
+            env.push(("PMLAB_INSTR_LLC".into(), v));
+        }
+    }
     Ok(Resolved {
         env,
         source: o.source,

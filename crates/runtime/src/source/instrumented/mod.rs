@@ -24,7 +24,8 @@
 //!
 //! * `PMLAB_INSTR_PM` = `auto` (default: everything is PM until the program
 //!   maps a PM pool, then only the pool), `all` or `pool`;
-//! * `PMLAB_INSTR_LLC` = `SIZE:WAYS` (e.g. `32MiB:16`) to override sysfs;
+//! * `PMLAB_INSTR_LLC` = `SIZE:WAYS` (e.g. `32MiB:16`) to override sysfs
+//!   (`pmlab run` sets it to the calibration's effective LLC);
 //! * `PMLAB_INSTR_FILL_BUFFERS` (default 10) and `PMLAB_INSTR_WINDOW`
 //!   (instrumented accesses the out-of-order window spans, default 64);
 //! * `PMLAB_INSTR_HOOKED_WINDOW`: the window the instrumented program
