@@ -99,7 +99,9 @@ pub const SPECS: &[Spec] = &[
     Spec { name: "remote-latency", env: "PMLAB_REMOTE_LATENCY", default: None, kind: Kind::Duration, user: true,
         help: "Two-memory mode: the remote NUMA node's latency (it plays PM)" },
     Spec { name: "pm-bandwidth", env: "PMLAB_PM_BANDWIDTH", default: None, kind: Kind::Bandwidth, user: true,
-        help: "Target PM bandwidth (e.g. 8GB/s); epochs that move more are stretched" },
+        help: "Target PM bandwidth (e.g. 8GB/s), reads and write-backs together: threads wait for the device to move their traffic" },
+    Spec { name: "pm-write-bandwidth", env: "PMLAB_PM_WRITE_BANDWIDTH", default: None, kind: Kind::Bandwidth, user: true,
+        help: "PM write bandwidth, when writes are slower than reads (e.g. 2.3GB/s; needs --pm-bandwidth, then the read bandwidth)" },
     Spec { name: "bw-throttle", env: "PMLAB_BW_THROTTLE", default: Some("software"), kind: Kind::Choice(&["software", "mba"]), user: true,
         help: "How to enforce --pm-bandwidth: software or mba (Intel RDT resctrl)" },
     Spec { name: "epoch-max", env: "PMLAB_EPOCH_MAX", default: Some("10ms"), kind: Kind::Duration, user: true,
@@ -174,6 +176,9 @@ pub struct RunOptions {
     pub remote_latency_ns: Option<f64>,
     /// Target PM bandwidth.
     pub pm_bandwidth: Option<Bandwidth>,
+    /// Target PM write bandwidth (write-backs), when it differs from
+    /// `pm_bandwidth` (which then is the read bandwidth).
+    pub pm_write_bandwidth: Option<Bandwidth>,
     /// How the bandwidth target is enforced ([`Throttle::None`] without one).
     pub throttle: Throttle,
     /// Maximum epoch, ns.
@@ -296,6 +301,23 @@ impl RunOptions {
             v.map(|v| Bandwidth::parse(&v).map_err(|e| bad(s, ErrorKind::Parse, e.to_string())))
                 .transpose()?
         };
+        let pm_write_bandwidth = {
+            let (s, v) = value("pm-write-bandwidth");
+            let w = v
+                .map(|v| Bandwidth::parse(&v).map_err(|e| bad(s, ErrorKind::Parse, e.to_string())))
+                .transpose()?;
+            if w.is_some() && pm_bandwidth.is_none() {
+                return Err(Error::new(
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "{} needs {} (the read bandwidth)",
+                        naming.of(s),
+                        naming.of(spec("pm-bandwidth"))
+                    ),
+                ));
+            }
+            w
+        };
         let throttle = {
             let (s, given) = (spec("bw-throttle"), get(spec("bw-throttle")));
             if let Some(t) = &given {
@@ -322,6 +344,16 @@ impl RunOptions {
                 Throttle::None
             }
         };
+        if throttle == Throttle::Mba && pm_write_bandwidth.is_some() {
+            return Err(Error::new(
+                ErrorKind::Inconsistent,
+                format!(
+                    "{} needs {} software (MBA has one budget for reads and writes)",
+                    naming.of(spec("pm-write-bandwidth")),
+                    naming.of(spec("bw-throttle"))
+                ),
+            ));
+        }
         let source = {
             let (s, v) = value("source");
             let v = v.unwrap_or_default();
@@ -354,6 +386,7 @@ impl RunOptions {
             dram_latency_ns: dram,
             remote_latency_ns: dur("remote-latency")?,
             pm_bandwidth,
+            pm_write_bandwidth,
             throttle,
             epoch_max_ns: dur("epoch-max")?.unwrap_or(10e6),
             epoch_min_ns: dur("epoch-min")?.unwrap_or(100e3),
@@ -460,6 +493,9 @@ impl RunOptions {
         if let Some(b) = self.pm_bandwidth {
             set("pm-bandwidth", format!("{}B/s", b.bytes_per_sec()));
             set("bw-throttle", self.throttle.name().to_string());
+        }
+        if let Some(w) = self.pm_write_bandwidth {
+            set("pm-write-bandwidth", format!("{}B/s", w.bytes_per_sec()));
         }
         if self.write_latency_ns > 0.0 {
             set("write-latency", ns(self.write_latency_ns));
@@ -569,6 +605,37 @@ mod tests {
         assert!(e.to_string().contains("expected auto, hw"), "{e}");
         let e = flags(&[("bw-throttle", "mba")]).unwrap_err();
         assert_eq!(e.to_string(), "--bw-throttle needs --pm-bandwidth");
+        let e = flags(&[("pm-write-bandwidth", "2GB/s")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--pm-write-bandwidth needs --pm-bandwidth (the read bandwidth)"
+        );
+        let e = flags(&[
+            ("pm-bandwidth", "6GB/s"),
+            ("pm-write-bandwidth", "2GB/s"),
+            ("bw-throttle", "mba"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--pm-write-bandwidth needs --bw-throttle software"),
+            "{e}"
+        );
+        let o = flags(&[
+            ("pm-bandwidth", "6.6GB/s"),
+            ("pm-write-bandwidth", "2.3GB/s"),
+        ])
+        .unwrap();
+        assert_eq!(o.pm_write_bandwidth.map(|b| b.bytes_per_ns()), Some(2.3));
+        let w = env(&[
+            ("PMLAB_PM_BANDWIDTH", "6GB/s"),
+            ("PMLAB_PM_WRITE_BANDWIDTH", "fast"),
+        ])
+        .unwrap_err();
+        assert!(
+            w.to_string().starts_with("PMLAB_PM_WRITE_BANDWIDTH: "),
+            "{w}"
+        );
         let e = env(&[
             ("PMLAB_PM_BANDWIDTH", "1GB/s"),
             ("PMLAB_BW_THROTTLE", "magic"),

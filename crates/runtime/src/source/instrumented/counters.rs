@@ -284,6 +284,7 @@ pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
             dram_serial: (b.serial.dram - a.serial.dram).max(0.0),
         },
         pm_bytes: b.pm_bytes().saturating_sub(a.pm_bytes()),
+        pm_write_bytes: b.pm_writebacks.saturating_sub(a.pm_writebacks) << 6,
     }
 }
 
@@ -499,6 +500,7 @@ mod tests {
             }
         );
         assert_eq!(r.pm_bytes, (30 + 5) * 64);
+        assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 5 * 64));
     }
 
     #[test]
