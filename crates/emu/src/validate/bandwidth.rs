@@ -198,7 +198,7 @@ pub(super) fn plot(dir: &Path, points: &[Point]) -> Result<()> {
         });
         let level = |name: &str, runs: &[f64]| {
             let m = summarize(runs).median;
-            Series::new(format!("{name} ({m:.1} GB/s)"), vec![(lo, m), (hi, m)])
+            Series::new(format!("{name} {m:.1}"), vec![(lo, m), (hi, m)])
         };
         let mut chart = LineChart::new(format!("bandwidth: {c} under --pm-bandwidth"))
             .x_axis(Axis::new("target GB/s (memory traffic)"))
@@ -226,10 +226,10 @@ pub(super) fn plot(dir: &Path, points: &[Point]) -> Result<()> {
             );
         if let Some(p) = pts.first() {
             if !p.reach_runs.is_empty() {
-                chart = chart.series(level("emulated build, no target", &p.reach_runs));
+                chart = chart.series(level("no target", &p.reach_runs));
             }
             if !p.native_runs.is_empty() {
-                chart = chart.series(level("native build", &p.native_runs));
+                chart = chart.series(level("native", &p.native_runs));
             }
         }
         let stem = format!("bandwidth-{}", c.replace([' ', '='], "-"));
