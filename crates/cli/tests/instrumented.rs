@@ -1079,10 +1079,11 @@ fn a_bandwidth_target_slows_a_copy_to_it_for_all_threads_together() {
         .current_dir(&t.0));
     // 0.1 GB/s of memory traffic, well below what the instrumented copy
     // moves even on a loaded machine (0.5 GB/s and more): one thread, then
-    // two sharing the device. Loose bounds: a busy machine only slows the
-    // program, and the point is the factor (a throttle that counts the
-    // write-backs twice, or gives each thread its own budget, is off by
-    // 1.5x or 2x), not the last percent.
+    // two sharing the device. Loose bounds: the point is the factor (a
+    // throttle that counts the write-backs twice reads 0.075, one that
+    // gives each thread its own budget 0.2), not the last percent; runs
+    // here read 0.094-0.101, once 0.118 (two threads, with the other tests
+    // of this file running beside it).
     for threads in ["1", "2"] {
         let (gbps, v) = stream_under(
             &t.0,
@@ -1091,7 +1092,7 @@ fn a_bandwidth_target_slows_a_copy_to_it_for_all_threads_together() {
             &["--pm-bandwidth", "0.1GB/s"],
         );
         assert!(
-            (0.06..=0.11).contains(&gbps),
+            (0.06..=0.13).contains(&gbps),
             "{threads} thread(s): {gbps} GB/s at a 0.1 GB/s target"
         );
         assert!(
