@@ -35,6 +35,8 @@ pub enum Kind {
     Choice(&'static [&'static str]),
     /// `auto`, `hw`, `instrumented` or `synthetic:FILE`.
     Source,
+    /// `off`, `auto` or a ratio in (0, 1] (see [`Sample`]).
+    Sample,
     /// A file path.
     Path,
     /// On or off: a flag without a value (`1`/`true`/`yes`/`on` in the
@@ -126,6 +128,8 @@ pub const SPECS: &[Spec] = &[
         help: "NUMA node of the PM pool (two-memory mode)" },
     Spec { name: "no-inject", env: "PMLAB_NO_INJECT", default: None, kind: Kind::Switch, user: true,
         help: "Compute epochs and delays but inject nothing (measures overhead)" },
+    Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some("auto"), kind: Kind::Sample, user: true,
+        help: "Programs built by pmlab cc with the sampling plugin: run the cache model on every access (off), on a fixed share of the checks (a ratio in (0, 1], e.g. 0.01), or adaptively (auto)" },
     Spec { name: "tsc-ghz", env: "PMLAB_TSC_GHZ", default: None, kind: Kind::Ratio, user: false,
         help: "TSC frequency (from the calibration cache; else measured at start)" },
     Spec { name: "cpu-ghz", env: "PMLAB_CPU_GHZ", default: None, kind: Kind::Ratio, user: false,
@@ -204,10 +208,57 @@ pub struct RunOptions {
     pub pm_node: Option<u32>,
     /// Compute but do not inject.
     pub no_inject: bool,
+    /// Sampling of programs built with pmlab cc's sampling plugin.
+    pub sample: Sample,
     /// TSC GHz, when known.
     pub tsc_ghz: Option<f64>,
     /// Core GHz, when given.
     pub cpu_ghz: Option<f64>,
+}
+
+/// How a program built with pmlab cc's sampling plugin runs its
+/// instrumented copy (`--sample`, `PMLAB_SAMPLE`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sample {
+    /// Every access goes through the cache model (as without the plugin).
+    Off,
+    /// The runtime picks the share per thread from what the model sees.
+    Auto,
+    /// A fixed share of the checks (function entries and loop back-edges)
+    /// runs instrumented, in (0, 1]; 1 is the same as `Off`.
+    Ratio(f64),
+}
+
+impl Sample {
+    /// Parse `off`, `full`, `auto` or a ratio in (0, 1]; the error says
+    /// what is expected.
+    pub fn parse(v: &str) -> Result<Sample, String> {
+        match v.trim() {
+            "off" | "full" => Ok(Sample::Off),
+            "auto" => Ok(Sample::Auto),
+            t => match t.parse::<f64>() {
+                Ok(r) if r > 0.0 && r <= 1.0 => Ok(if r == 1.0 {
+                    Sample::Off
+                } else {
+                    Sample::Ratio(r)
+                }),
+                _ => Err(format!(
+                    "'{v}': expected off, auto or a ratio in (0, 1] such as 0.01"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Sample {
+    /// The form [`Sample::parse`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sample::Off => f.write_str("off"),
+            Sample::Auto => f.write_str("auto"),
+            Sample::Ratio(r) => write!(f, "{r}"),
+        }
+    }
 }
 
 impl Default for RunOptions {
@@ -399,6 +450,11 @@ impl RunOptions {
             pool_size,
             pm_node: count("pm-node")?,
             no_inject: value("no-inject").1.is_some_and(|v| is_on(&v)),
+            sample: {
+                let (s, v) = value("sample");
+                Sample::parse(v.as_deref().unwrap_or("auto"))
+                    .map_err(|why| bad(s, ErrorKind::Parse, why))?
+            },
             tsc_ghz: ratio("tsc-ghz")?,
             cpu_ghz: ratio("cpu-ghz")?,
         };
@@ -513,6 +569,7 @@ impl RunOptions {
             set("no-inject", "1".into());
         }
         set("source", self.source.clone());
+        set("sample", self.sample.to_string());
         env
     }
 }
