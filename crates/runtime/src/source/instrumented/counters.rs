@@ -296,6 +296,38 @@ pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
     }
 }
 
+/// `r` with its counts multiplied by `f`, the sampling's extrapolation
+/// (programs built with the sampling plugin and run with `--sample
+/// RATIO`: the windows' counts stand for every check). The bytes, read
+/// and written, are extrapolated with the accesses, so that the bandwidth
+/// model sees the traffic of the whole epoch, not of its windows.
+pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
+    if f == 1.0 {
+        return r;
+    }
+    if let Reading::Accesses {
+        pm_serial,
+        dram_serial,
+    } = r.reading
+    {
+        r.reading = Reading::Accesses {
+            pm_serial: pm_serial * f,
+            dram_serial: dram_serial * f,
+        };
+    }
+    r.pm_bytes = (r.pm_bytes as f64 * f).round() as u64;
+    r.pm_write_bytes = ((r.pm_write_bytes as f64 * f).round() as u64).min(r.pm_bytes);
+    r
+}
+
+/// The calling thread's extrapolation factor: (window + gap checks) /
+/// window checks so far (1 for a program without the sampling plugin, or
+/// before its first window).
+fn thread_factor() -> f64 {
+    let (window, gap) = super::sample::thread_events();
+    super::sample::extrapolation_factor(window, gap)
+}
+
 impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
@@ -313,7 +345,10 @@ impl ThreadCounters for InstrumentedCounters {
         // locks (it may spin until the modeller thread, which never waits
         // for this one, finishes a batch of this thread's log).
         let (now, ran) = thread::totals_and_ran();
-        let r = reading_between(&self.last, &now);
+        // Sampled programs: the windows' counts stand for every check
+        // (the hooks' own costs below are the windows').
+        let raw = reading_between(&self.last, &now);
+        let r = scaled(raw, thread_factor());
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
@@ -325,7 +360,7 @@ impl ThreadCounters for InstrumentedCounters {
             now.batches.saturating_sub(self.last.batches),
             Ordering::Relaxed,
         );
-        (self.last_overhead_ns, self.carried_ns) = match (self.lat, r.reading) {
+        (self.last_overhead_ns, self.carried_ns) = match (self.lat, raw.reading) {
             (
                 Some((dram, pm)),
                 Reading::Accesses {
@@ -475,6 +510,28 @@ mod tests {
         // Nothing to charge when faster than the native stalls.
         let mut w = LossWindow::default();
         assert_eq!(w.charge(3e6, 4e6, 5e6), 0.0);
+    }
+
+    #[test]
+    fn sampled_readings_are_extrapolated_bytes_included() {
+        let r = EpochReading {
+            reading: Reading::Accesses {
+                pm_serial: 10.0,
+                dram_serial: 4.0,
+            },
+            pm_bytes: 640,
+            pm_write_bytes: 128,
+        };
+        let s = scaled(r, 2.5);
+        assert_eq!(
+            s.reading,
+            Reading::Accesses {
+                pm_serial: 25.0,
+                dram_serial: 10.0
+            }
+        );
+        assert_eq!((s.pm_bytes, s.pm_write_bytes), (1600, 320));
+        assert_eq!(scaled(r, 1.0), r);
     }
 
     #[test]
