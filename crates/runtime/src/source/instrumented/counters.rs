@@ -295,6 +295,25 @@ pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
     }
 }
 
+/// `r` with its counts multiplied by `f` (the sampling's extrapolation).
+pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
+    if f == 1.0 {
+        return r;
+    }
+    if let Reading::Accesses {
+        pm_serial,
+        dram_serial,
+    } = r.reading
+    {
+        r.reading = Reading::Accesses {
+            pm_serial: pm_serial * f,
+            dram_serial: dram_serial * f,
+        };
+    }
+    r.pm_bytes = (r.pm_bytes as f64 * f).round() as u64;
+    r
+}
+
 impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
@@ -312,7 +331,12 @@ impl ThreadCounters for InstrumentedCounters {
         // locks (it may spin until the modeller thread, which never waits
         // for this one, finishes a batch of this thread's log).
         let (now, ran) = thread::totals_and_ran();
-        let r = reading_between(&self.last, &now);
+        // Sampled programs: the windows' counts stand for every check.
+        // The hooks' costs are those of the windows, the delay that of
+        // every check.
+        let f = super::sample::thread_factor();
+        let raw = reading_between(&self.last, &now);
+        let r = scaled(raw, f);
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
@@ -324,7 +348,7 @@ impl ThreadCounters for InstrumentedCounters {
             now.batches.saturating_sub(self.last.batches),
             Ordering::Relaxed,
         );
-        (self.last_overhead_ns, self.carried_ns) = match (self.lat, r.reading) {
+        (self.last_overhead_ns, self.carried_ns) = match (self.lat, raw.reading) {
             (
                 Some((dram, pm)),
                 Reading::Accesses {
@@ -332,7 +356,7 @@ impl ThreadCounters for InstrumentedCounters {
                     dram_serial,
                 },
             ) => {
-                let delay = quartz::delay_from_serial_accesses(pm_serial, dram, pm);
+                let delay = quartz::delay_from_serial_accesses(pm_serial * f, dram, pm);
                 let serial = pm_serial + dram_serial;
                 let misses = (now.serial.pm_misses + now.serial.dram_misses)
                     .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
@@ -395,6 +419,27 @@ impl ThreadCounters for InstrumentedCounters {
 mod tests {
     use super::*;
     use pmlab_model::mlp::SerialCounts;
+
+    #[test]
+    fn sampled_readings_are_extrapolated() {
+        let r = EpochReading {
+            reading: Reading::Accesses {
+                pm_serial: 10.0,
+                dram_serial: 4.0,
+            },
+            pm_bytes: 640,
+        };
+        let s = scaled(r, 2.5);
+        assert_eq!(
+            s.reading,
+            Reading::Accesses {
+                pm_serial: 25.0,
+                dram_serial: 10.0
+            }
+        );
+        assert_eq!(s.pm_bytes, 1600);
+        assert_eq!(scaled(r, 1.0), r);
+    }
 
     #[test]
     fn overhead_a_delay_cannot_absorb_is_carried_to_later_delays() {
