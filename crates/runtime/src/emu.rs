@@ -583,6 +583,8 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
         end = spin_until(done);
         account.hide_in_wait(waited);
     }
+    // Sampling times the program's own code, without the runtime's.
+    crate::source::instrumented::sample::exclude(end.saturating_sub(t0));
     let s = &t.stats;
     s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
     s.requested_ns

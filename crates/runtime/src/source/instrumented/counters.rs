@@ -320,14 +320,6 @@ pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
     r
 }
 
-/// The calling thread's extrapolation factor: (window + gap checks) /
-/// window checks so far (1 for a program without the sampling plugin, or
-/// before its first window).
-fn thread_factor() -> f64 {
-    let (window, gap) = super::sample::thread_events();
-    super::sample::extrapolation_factor(window, gap)
-}
-
 impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
@@ -345,10 +337,12 @@ impl ThreadCounters for InstrumentedCounters {
         // locks (it may spin until the modeller thread, which never waits
         // for this one, finishes a batch of this thread's log).
         let (now, ran) = thread::totals_and_ran();
-        // Sampled programs: the windows' counts stand for every check
-        // (the hooks' own costs below are the windows').
+        // Sampled programs: the windows' counts stand for every check.
+        // The hooks' costs are those of the windows, the delay that of
+        // every check.
+        let f = super::sample::thread_factor();
         let raw = reading_between(&self.last, &now);
-        let r = scaled(raw, thread_factor());
+        let r = scaled(raw, f);
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
@@ -368,7 +362,7 @@ impl ThreadCounters for InstrumentedCounters {
                     dram_serial,
                 },
             ) => {
-                let delay = quartz::delay_from_serial_accesses(pm_serial, dram, pm);
+                let delay = quartz::delay_from_serial_accesses(pm_serial * f, dram, pm);
                 let serial = pm_serial + dram_serial;
                 let misses = (now.serial.pm_misses + now.serial.dram_misses)
                     .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)

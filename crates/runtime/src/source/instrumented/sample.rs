@@ -39,7 +39,43 @@ pub const INACTIVE_GAP: i64 = 1 << 24;
 pub const ENDLESS: i64 = 1 << 40;
 
 /// Checks of one window under a fixed ratio.
-pub const WINDOW: i64 = 20_000;
+pub const WINDOW: i64 = 2_000;
+
+/// The hooks' share of the clean code's time that [`Policy::Auto`] aims
+/// at.
+pub const AUTO_BUDGET: f64 = 0.1;
+/// The least share of checks in windows under [`Policy::Auto`].
+pub const AUTO_MIN_SHARE: f64 = 0.005;
+/// Under [`Policy::Auto`], a slowdown `o` below this runs nearly every
+/// check instrumented ([`AUTO_MAX_SHARE`]): the hooks cost less than the
+/// code itself, which is then latency-bound (a chase waits on each miss).
+pub const AUTO_FULL_BELOW: f64 = 1.0;
+/// The largest share of checks in windows under [`Policy::Auto`] (a gap
+/// of 1/50 of a window remains, to time the clean code).
+pub const AUTO_MAX_SHARE: f64 = 0.98;
+/// The share of the first windows under [`Policy::Auto`], before both a
+/// window and a gap were timed.
+pub const AUTO_FIRST_SHARE: f64 = 0.5;
+
+/// The share of checks to run in windows for `o`, the instrumented copy's
+/// slowdown per check over the clean copy's, less 1: [`AUTO_BUDGET`] / `o`,
+/// within [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]], and the most below
+/// [`AUTO_FULL_BELOW`].
+pub fn auto_share(o: f64) -> f64 {
+    if !o.is_finite() || o < AUTO_FULL_BELOW {
+        return AUTO_MAX_SHARE;
+    }
+    (AUTO_BUDGET / o).clamp(AUTO_MIN_SHARE, AUTO_MAX_SHARE)
+}
+
+/// The gap, in checks, that puts `share` of the checks in windows of
+/// `window` checks.
+pub fn gap_for(window: i64, share: f64) -> i64 {
+    let share = share.clamp(1e-9, 1.0);
+    (window as f64 * (1.0 - share) / share)
+        .round()
+        .min(ENDLESS as f64) as i64
+}
 
 /// How the windows are laid out.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,8 +89,16 @@ pub enum Policy {
         /// Checks per gap.
         gap: i64,
     },
-    /// Adaptive: for now the same as [`Policy::Full`] (every window
-    /// endless), so that accuracy stays that of full instrumentation.
+    /// Adaptive, per thread: windows of [`WINDOW`] checks; each window
+    /// and each gap is timed (TSC), and the share of checks in windows is
+    /// set so that the hooks cost about [`AUTO_BUDGET`] of the time the
+    /// clean code would take: `share = AUTO_BUDGET / o`, where `o` is the
+    /// measured slowdown of the instrumented copy over the clean one per
+    /// check, less 1 (see [`auto_share`]). Latency-bound code, where the
+    /// hooks hide behind the misses (`o` small), runs instrumented nearly
+    /// all the time; streaming and compute code (`o` of 5-20) a few
+    /// percent. The share stays in [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]],
+    /// so that some gaps remain to time the clean code.
     Auto,
 }
 
@@ -82,17 +126,19 @@ impl Policy {
         }
     }
 
-    /// (window, gap) in checks; a gap of 0 means endless windows.
-    fn lengths(self) -> (i64, i64) {
+    /// (window, gap) in checks for a thread whose measured share (under
+    /// [`Policy::Auto`]) is `share`; a gap of 0 means endless windows.
+    fn lengths(self, share: f64) -> (i64, i64) {
         match self {
-            Policy::Full | Policy::Auto => (ENDLESS, 0),
+            Policy::Full => (ENDLESS, 0),
             Policy::Fixed { window, gap } => (window, gap),
+            Policy::Auto => (WINDOW, gap_for(WINDOW, share).max(1)),
         }
     }
 }
 
 /// One thread's switch state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Switch {
     /// In a window (else in a gap, or not started).
     pub in_window: bool,
@@ -103,6 +149,16 @@ pub struct Switch {
     pub window_events: u64,
     /// Checks run in gaps so far.
     pub gap_events: u64,
+    /// TSC when the current window or gap began.
+    pub since: u64,
+    /// TSC cycles per check of the windows and of the gaps, a moving
+    /// average ([`smooth`]; 0: not timed).
+    pub window_cycles: f64,
+    /// See `window_cycles`.
+    pub gap_cycles: f64,
+    /// The program's countdown pair, as last seen (to count the checks of
+    /// the current window or gap).
+    pub state: usize,
 }
 
 impl Switch {
@@ -111,15 +167,29 @@ impl Switch {
     /// hooks count, `full` whether every access must be seen (tracing).
     /// Returns 1 when the instrumented copy is to run, else 0, and leaves
     /// the next countdowns in `state`.
-    pub fn ask(&mut self, policy: Policy, active: bool, full: bool, state: &mut [i64; 2]) -> i32 {
+    /// `now` is the TSC (for [`Policy::Auto`]).
+    pub fn ask(
+        &mut self,
+        policy: Policy,
+        active: bool,
+        full: bool,
+        state: &mut [i64; 2],
+        now: u64,
+    ) -> i32 {
+        self.state = state.as_ptr() as usize;
         if !active {
             self.in_window = false;
             self.set = 0;
             *state = [INACTIVE_GAP, 1];
             return 0;
         }
-        let (window, gap) = if full { (ENDLESS, 0) } else { policy.lengths() };
+        let (window, gap) = if full {
+            (ENDLESS, 0)
+        } else {
+            policy.lengths(self.share())
+        };
         if self.set == 0 {
+            self.since = now;
             return self.open(window, state);
         }
         if self.in_window {
@@ -132,10 +202,22 @@ impl Switch {
                     return 1;
                 }
             }
-            self.window_events += (self.set - state[1]).max(0) as u64;
+            let n = (self.set - state[1]).max(0) as u64;
+            self.window_events += n;
+            self.window_cycles = smooth(
+                self.window_cycles,
+                per_check(now.wrapping_sub(self.since), n),
+            );
+            self.since = now;
             if gap == 0 {
                 return self.open(window, state);
             }
+            // The gap, from the share as timed now.
+            let (_, gap) = if full {
+                (window, gap)
+            } else {
+                policy.lengths(self.share())
+            };
             self.in_window = false;
             self.set = gap;
             *state = [gap, 1];
@@ -147,7 +229,10 @@ impl Switch {
                 state[1] = 1;
                 return 0;
             }
-            self.gap_events += (self.set - state[0]).max(0) as u64;
+            let n = (self.set - state[0]).max(0) as u64;
+            self.gap_events += n;
+            self.gap_cycles = smooth(self.gap_cycles, per_check(now.wrapping_sub(self.since), n));
+            self.since = now;
             self.open(window, state)
         }
     }
@@ -160,11 +245,54 @@ impl Switch {
     }
 
     /// The factor that extrapolates the counts of the windows to every
-    /// check: (window + gap checks) / window checks; 1 before any window
-    /// closed.
+    /// check: (window + gap checks) / window checks, those of the closed
+    /// windows and gaps; 1 before any window closed.
     pub fn factor(&self) -> f64 {
         extrapolation_factor(self.window_events, self.gap_events)
     }
+
+    /// The share of checks [`Policy::Auto`] puts in windows now:
+    /// [`auto_share`] of the timed slowdown, [`AUTO_FIRST_SHARE`] until a
+    /// window and a gap were timed.
+    pub fn share(&self) -> f64 {
+        if self.window_cycles <= 0.0 || self.gap_cycles <= 0.0 {
+            return AUTO_FIRST_SHARE;
+        }
+        auto_share(self.window_cycles / self.gap_cycles - 1.0)
+    }
+
+    /// The checks of the windows and gaps so far, with those of the
+    /// current one, given the program's countdowns `state`.
+    pub fn events_with(&self, state: [i64; 2]) -> (u64, u64) {
+        let (mut w, mut g) = (self.window_events, self.gap_events);
+        if self.set > 0 {
+            if self.in_window {
+                w += (self.set - state[1]).max(0) as u64;
+            } else {
+                g += (self.set - state[0]).max(0) as u64;
+            }
+        }
+        (w, g)
+    }
+}
+
+/// A moving average of cycles per check: `old` (0: none yet) updated with
+/// `new` (0: nothing timed), so that one window slowed by a batch of the
+/// model or by a switch to another task does not flip the share.
+pub fn smooth(old: f64, new: f64) -> f64 {
+    match (old > 0.0, new > 0.0) {
+        (_, false) => old,
+        (false, true) => new,
+        (true, true) => 0.75 * old + 0.25 * new,
+    }
+}
+
+/// Cycles per check (0 when no check ran).
+fn per_check(cycles: u64, checks: u64) -> f64 {
+    if checks == 0 {
+        return 0.0;
+    }
+    cycles as f64 / checks as f64
 }
 
 /// (window + gap) / window checks, 1 when no window check was counted.
@@ -210,8 +338,26 @@ thread_local! {
             set: 0,
             window_events: 0,
             gap_events: 0,
+            since: 0,
+            window_cycles: 0.0,
+            gap_cycles: 0.0,
+            state: 0,
         })
     };
+}
+
+thread_local! {
+    /// TSC cycles the calling thread spent in the runtime's epoch ends
+    /// (delays included), left out of the windows' and gaps' times.
+    static EXCLUDED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Leave `ticks` TSC cycles the calling thread spent in the runtime (an
+/// epoch end and its delay) out of the sampling's timing: the delays are
+/// injected where the windows see misses, and would make the windows look
+/// slow. Async-signal-safe.
+pub fn exclude(ticks: u64) {
+    EXCLUDED.with(|c| c.set(c.get().wrapping_add(ticks)));
 }
 
 /// The body of `__pmlab_sample_switch`: `state` is the calling program's
@@ -229,18 +375,39 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
     let full = super::hooks::tracing();
     SWITCH.with(|c| {
         let mut s = c.get();
-        let r = s.ask(policy(), active, full, st);
+        let now = pmlab_clock::rdtsc().wrapping_sub(EXCLUDED.with(Cell::get));
+        let r = s.ask(policy(), active, full, st, now);
         c.set(s);
         r
     })
 }
 
-/// The calling thread's window and gap checks so far.
+/// The calling thread's window and gap checks so far (the current window
+/// or gap included). Async-signal-safe (read from the epoch signal's
+/// handler).
 pub fn thread_events() -> (u64, u64) {
     SWITCH.with(|c| {
         let s = c.get();
-        (s.window_events, s.gap_events)
+        if s.state == 0 {
+            return (s.window_events, s.gap_events);
+        }
+        // SAFETY: the pair the program passed at its last question: its
+        // own thread-local variable, alive while the thread runs.
+        let st = unsafe { std::ptr::read_volatile(s.state as *const [i64; 2]) };
+        s.events_with(st)
     })
+}
+
+/// The factor that extrapolates the calling thread's counts to all its
+/// checks: its checks so far over its window checks (see
+/// [`thread_events`]); 1 when no window ran (or the program has no
+/// sampling plugin). The runtime scales each epoch's counts by the factor
+/// at the epoch's end: the counts of a window may reach the model an epoch
+/// late (the modeller thread runs the logs in the background), so the
+/// run's ratio, not the epoch's, is the one that holds.
+pub fn thread_factor() -> f64 {
+    let (w, g) = thread_events();
+    extrapolation_factor(w, g)
 }
 
 #[cfg(test)]
@@ -254,7 +421,7 @@ mod tests {
             let i = copy as usize;
             st[i] -= 1;
             if st[i] <= 0 {
-                copy = sw.ask(p, true, false, st);
+                copy = sw.ask(p, true, false, st, 0);
             }
         }
         copy
@@ -264,7 +431,7 @@ mod tests {
     fn inactive_hooks_run_clean_and_ask_rarely() {
         let mut sw = Switch::default();
         let mut st = [1, 1];
-        assert_eq!(sw.ask(Policy::Full, false, false, &mut st), 0);
+        assert_eq!(sw.ask(Policy::Full, false, false, &mut st, 0), 0);
         assert_eq!(st, [INACTIVE_GAP, 1]);
         assert_eq!(sw.window_events + sw.gap_events, 0);
     }
@@ -275,12 +442,12 @@ mod tests {
             let mut sw = Switch::default();
             let mut st = [1, 1];
             st[0] -= 1;
-            assert_eq!(sw.ask(p, true, full, &mut st), 1);
+            assert_eq!(sw.ask(p, true, full, &mut st, 0), 1);
             assert_eq!(st, [1, ENDLESS]);
             // Function entries in the window ask and stay instrumented.
             for _ in 0..1000 {
                 st[0] -= 1;
-                assert_eq!(sw.ask(p, true, full, &mut st), 1);
+                assert_eq!(sw.ask(p, true, full, &mut st, 0), 1);
                 assert_eq!(st[0], 1);
             }
             assert_eq!(st[1], ENDLESS - 1000);
@@ -310,8 +477,12 @@ mod tests {
         let share = inside as f64 / total as f64;
         assert!((share - 0.1).abs() < 0.01, "share {share}");
         let f = sw.factor();
-        // The last gap is still open: 10 windows and 9 gaps have closed.
-        assert!((f - 9.1).abs() < 0.01, "factor {f}");
+        // The last gap is still open: every window has closed, all gaps
+        // but one.
+        let periods = total as f64 / (10 * WINDOW) as f64;
+        let want = (periods * WINDOW as f64 + (periods - 1.0) * 9.0 * WINDOW as f64)
+            / (periods * WINDOW as f64);
+        assert!((f - want).abs() < 0.01, "factor {f}, want {want}");
         // Every check is counted but the very first, which opened the
         // first window.
         assert_eq!(
@@ -332,16 +503,66 @@ mod tests {
         let mut sw = Switch::default();
         let mut st = [1, 1];
         st[0] -= 1;
-        assert_eq!(sw.ask(p, true, false, &mut st), 1);
+        assert_eq!(sw.ask(p, true, false, &mut st, 0), 1);
         // The callee's instrumented loop runs out the window.
         assert_eq!(run(&mut sw, p, &mut st, 1, 3), 0);
         assert_eq!(st, [5, 1]);
         // The caller, still instrumented, asks at its next check and goes
         // clean; the gap's countdown is untouched.
         st[1] -= 1;
-        assert_eq!(sw.ask(p, true, false, &mut st), 0);
+        assert_eq!(sw.ask(p, true, false, &mut st, 0), 0);
         assert_eq!(st, [5, 1]);
         assert_eq!(sw.window_events, 3);
+    }
+
+    #[test]
+    fn auto_share_follows_the_timed_slowdown() {
+        // Hooks hidden by misses: nearly always instrumented.
+        assert_eq!(auto_share(0.05), AUTO_MAX_SHARE);
+        assert_eq!(auto_share(0.9), AUTO_MAX_SHARE);
+        assert_eq!(auto_share(0.0), AUTO_MAX_SHARE);
+        // A triad 17x slower instrumented: 10% / 16.
+        assert!((auto_share(16.0) - AUTO_BUDGET / 16.0).abs() < 1e-12);
+        assert_eq!(auto_share(1e6), AUTO_MIN_SHARE);
+        assert_eq!(gap_for(100, 0.25), 300);
+        assert_eq!(gap_for(100, 1.0), 0);
+    }
+
+    #[test]
+    fn auto_times_windows_and_gaps_and_sets_the_share() {
+        // Each check costs 10 cycles in a window, 1 in a gap: o = 9.
+        let mut sw = Switch::default();
+        let mut st = [1, 1];
+        let mut now = 0u64;
+        st[0] -= 1;
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, now);
+        assert_eq!(copy, 1);
+        for _ in 0..3_000_000u64 {
+            now += if copy == 1 { 10 } else { 1 };
+            let i = copy as usize;
+            st[i] -= 1;
+            if st[i] <= 0 {
+                copy = sw.ask(Policy::Auto, true, false, &mut st, now);
+            }
+        }
+        assert_eq!(sw.window_cycles, 10.0);
+        assert_eq!(sw.gap_cycles, 1.0);
+        let want = auto_share(9.0);
+        assert!((sw.share() - want).abs() < 1e-12);
+        assert!(!sw.in_window || sw.set == WINDOW);
+        // The gaps after the first follow the share.
+        if !sw.in_window {
+            assert_eq!(sw.set, gap_for(WINDOW, want));
+        }
+        let (w, g) = sw.events_with(st);
+        assert_eq!(w + g + 1, 3_000_001);
+    }
+
+    #[test]
+    fn one_slow_window_moves_the_average_a_quarter() {
+        assert_eq!(smooth(0.0, 8.0), 8.0);
+        assert_eq!(smooth(8.0, 0.0), 8.0);
+        assert_eq!(smooth(8.0, 40.0), 16.0);
     }
 
     #[test]
