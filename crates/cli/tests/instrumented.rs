@@ -1049,6 +1049,9 @@ fn stream_under(dir: &Path, exe: &Path, args: &[&str], flags: &[&str]) -> (f64, 
             "--stats-json",
         ])
         .arg(&stats)
+        // Every access through the model: the byte counts below are
+        // exact, not extrapolated from sampled windows.
+        .args(["--sample", "off"])
         .args(flags)
         .arg("--")
         .arg(exe)
