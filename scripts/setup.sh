@@ -34,6 +34,8 @@ fi
 need_cmd make make
 need_cmd cc gcc
 have_cmd clang-14 || have_cmd clang || missing+=(clang-14)
+# pmlab cc's sampling plugin (crates/emu/plugin) is built against LLVM 14.
+have_cmd llvm-config-14 || missing+=(llvm-14-dev)
 
 if [ "$mode" = test ]; then
     # The tests also build the PMDK workloads, CMake and C++ projects with

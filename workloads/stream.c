@@ -9,12 +9,16 @@
  * passes; the bandwidth counts the bytes as STREAM does -- copy reads one
  * array and writes one (16 B per element), triad reads two and writes one
  * (24 B per element); the write-allocate reads of the stored lines are not
- * counted -- over the timed passes' total time. Plain C, no pmlab API.
+ * counted -- over the timed passes' total time. Beside it, the traffic the
+ * memory itself carries with ordinary (write-allocate) stores: every
+ * stored line is also read first, so copy moves 24 B per element and
+ * triad 32 B (mem_bytes, mem_gbps). Plain C, no pmlab API.
  *
  * Prints one line:
  *
  *   stream: kernel=triad threads=1 array=134217728 passes=3
  *           bytes=... elapsed_ns=... gbps=... best_gbps=...
+ *           mem_bytes=... mem_gbps=...
  *
  * Usage: stream [-k copy|triad] [-t THREADS 1-64] [-r MIB] [-n PASSES]
  */
@@ -139,11 +143,16 @@ int main(int argc, char **argv)
 	}
 	double per_pass = (double)n * sizeof(double) * (triad ? 3 : 2);
 	double moved = per_pass * passes;
+	/* One more array's worth per pass: the stored array's lines are
+	 * read before they are written (write-allocate). */
+	double mem_moved = (double)n * sizeof(double) * (triad ? 4 : 3) * passes;
 	double check = triad ? a[n / 2] : c[n / 2];
 	printf("stream: kernel=%s threads=%d array=%zu passes=%d bytes=%.0f "
-			"elapsed_ns=%llu gbps=%.3f best_gbps=%.3f check=%.1f\n",
+			"elapsed_ns=%llu gbps=%.3f best_gbps=%.3f check=%.1f "
+			"mem_bytes=%.0f mem_gbps=%.3f\n",
 			triad ? "triad" : "copy", threads, bytes, passes, moved,
 			(unsigned long long)total, moved / (double)total,
-			per_pass / (double)best, check);
+			per_pass / (double)best, check, mem_moved,
+			mem_moved / (double)total);
 	return 0;
 }

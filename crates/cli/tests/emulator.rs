@@ -910,19 +910,59 @@ fn bandwidth_target_stretches_epochs_that_move_too_much() {
     let _serial = shared();
     let d = TempDir::new("bw");
     let p = test_c(&d, "threads");
-    // Each epoch moves 1 MB; at 1 GB/s that needs 1 ms.
+    // Each epoch moves 1 MB; at 1 GB/s the device needs 1 ms for it, and
+    // no epoch ends before the device is done with its traffic: with its
+    // stretch, every epoch lasts at least 1 ms.
     d.write("s.txt", "pm=0 bytes=1000000\nloop\n");
     let mut f = synthetic_flags();
     f.extend(["--pm-bandwidth", "1GB/s"]);
+    let t0 = std::time::Instant::now();
     let (o, v) = run_json(&d, &f, &[p.to_str().unwrap(), "4", "4"]);
+    let wall_ns = t0.elapsed().as_nanos() as f64;
     assert!(o.status.success());
     assert_eq!(v["stats"]["bandwidth_throttle"], "software");
     let epochs = total(&v, "epochs");
     let stretch = total(&v, "bandwidth_stretch_ns");
+    let epoch_time = total(&v, "epoch_time_ns");
+    assert!(stretch > 0.0, "no stretch");
     assert!(
-        stretch > 0.5 * epochs * 1e6 && stretch <= epochs * 1e6 + 1.0,
-        "{stretch} for {epochs} epochs"
+        epoch_time + stretch >= 0.99 * epochs * 1e6,
+        "{epoch_time} + {stretch} ns for {epochs} epochs of 1 ms of traffic"
     );
+    // The threads share one device: the run moved its bytes no faster than
+    // 1 GB/s together (per-thread budgets would let the four threads move
+    // four times that).
+    let bytes = total(&v, "pm_bytes");
+    assert_eq!(bytes, epochs * 1e6);
+    assert!(
+        wall_ns >= 0.95 * bytes,
+        "{bytes} B in {wall_ns} ns: above the 1 GB/s target"
+    );
+}
+
+#[test]
+fn write_bandwidth_charges_write_backs_at_their_own_rate() {
+    let _serial = shared();
+    let d = TempDir::new("wbw");
+    let p = test_c(&d, "threads");
+    // 1 MB per epoch, half of it written back: at 1 GB/s for both, 1 ms
+    // of device time; with writes at 0.25 GB/s, 0.5 + 2 = 2.5 ms.
+    d.write("s.txt", "pm=0 bytes=1000000 write_bytes=500000\nloop\n");
+    for (extra, busy_ns) in [(None, 1e6), (Some("0.25GB/s"), 2.5e6)] {
+        let mut f = synthetic_flags();
+        f.extend(["--pm-bandwidth", "1GB/s"]);
+        if let Some(w) = extra {
+            f.extend(["--pm-write-bandwidth", w]);
+        }
+        let (o, v) = run_json(&d, &f, &[p.to_str().unwrap(), "2", "1"]);
+        assert!(o.status.success());
+        let epochs = total(&v, "epochs");
+        let spent = total(&v, "epoch_time_ns") + total(&v, "bandwidth_stretch_ns");
+        assert!(
+            spent >= 0.99 * epochs * busy_ns,
+            "{extra:?}: {spent} ns for {epochs} epochs of {busy_ns} ns of traffic"
+        );
+    }
 }
 
 #[test]
@@ -950,6 +990,15 @@ fn bad_settings_give_one_line_and_do_not_start_the_program() {
         (
             &["--pm-bandwidth", "fast", "--source", "synthetic:s.txt"],
             "--pm-bandwidth",
+        ),
+        (
+            &[
+                "--pm-write-bandwidth",
+                "2GB/s",
+                "--source",
+                "synthetic:s.txt",
+            ],
+            "--pm-write-bandwidth needs --pm-bandwidth",
         ),
         (
             &["--source", "synthetic:missing.txt"],

@@ -26,6 +26,17 @@
 //! for `trace-loads`/`trace-stores`; `func` with inline 8-bit counters is
 //! the cheapest one (one byte increment per function entry).
 //!
+//! By default (`PMLAB_CC_MODE=sample`) clang loads pmlab's sampling plugin
+//! instead ([`crate::plugin`], `-fpass-plugin=FILE`): each function gets
+//! a clean copy and an instrumented copy that calls the same
+//! `__sanitizer_cov_load*/store*` hooks, and libpmlab decides at function
+//! entries and loop back-edges which copy runs (see the runtime's
+//! `source::instrumented::sample`); outside `pmlab run` the clean copy
+//! runs, at near-native speed. `PMLAB_CC_MODE=full` hooks every access
+//! as described above. Where the plugin cannot be used (pmlab built
+//! without LLVM 14, a clang other than 14, no cache directory) the
+//! wrapper says so in one line and hooks every access.
+//!
 //! # gcc
 //!
 //! gcc has no load/store callbacks of that kind; its ThreadSanitizer
@@ -279,12 +290,15 @@ pub fn runtime_dir() -> Result<PathBuf> {
 
 /// The full command line for one wrapped compiler call: `lib_dir` is
 /// where libpmlab.so is (linking calls), `specs` the specs file that keeps
-/// gcc from linking libtsan (gcc's linking calls).
+/// gcc from linking libtsan (gcc's linking calls), `plugin` the sampling
+/// plugin clang loads instead of sanitizer coverage (clang only; `None`:
+/// every access hooked).
 pub fn wrapped_args(
     family: Family,
     args: &[String],
     lib_dir: Option<&Path>,
     specs: Option<&Path>,
+    plugin: Option<&Path>,
 ) -> Vec<String> {
     let mode = classify(args);
     let mut out: Vec<String> = args.to_vec();
@@ -292,7 +306,10 @@ pub fn wrapped_args(
         return out;
     }
     match family {
-        Family::Clang => out.push(COVERAGE_FLAG.to_string()),
+        Family::Clang => match plugin {
+            Some(p) => out.push(format!("-fpass-plugin={}", p.display())),
+            None => out.push(COVERAGE_FLAG.to_string()),
+        },
         Family::Gcc => out.extend(GCC_COMPILE_FLAGS.iter().map(|f| f.to_string())),
     }
     if mode == Mode::Link {
@@ -443,14 +460,36 @@ pub fn compile(rest: &[String], lang: Lang, gcc: bool) -> Result<u8> {
     } else {
         (None, None)
     };
+    let plugin = match family {
+        Family::Clang => sampling_plugin(&cc)?,
+        Family::Gcc => None,
+    };
     let full = wrapped_args(
         family,
         rest,
         lib.as_deref(),
         specs.as_ref().map(|s| s.0.as_path()),
+        plugin.as_deref(),
     );
     status_of(&cc, &full)
     // `specs` is removed here, after the compiler has returned.
+}
+
+/// The sampling plugin for clang at `cc`, unless `PMLAB_CC_MODE=full`;
+/// `None` (with one warning line) where it cannot be used.
+fn sampling_plugin(cc: &Path) -> Result<Option<PathBuf>> {
+    if crate::plugin::mode_from_env()? == crate::plugin::CcMode::Full {
+        return Ok(None);
+    }
+    let why = match crate::plugin::path() {
+        Ok(p) if crate::plugin::clang_is_14(cc) => return Ok(Some(p)),
+        Ok(_) => format!("{} is not clang 14, the plugin's LLVM", cc.display()),
+        Err(e) => e.to_string(),
+    };
+    eprintln!(
+        "pmlab cc: warning: sampling plugin unavailable ({why}); hooking every access (PMLAB_CC_MODE=full silences this)"
+    );
+    Ok(None)
 }
 
 /// Run `cc` with `args` and return its exit status.
@@ -505,25 +544,45 @@ mod tests {
     #[test]
     fn adds_instrumentation_and_runtime_only_where_needed() {
         let d = Path::new("/opt/pmlab");
-        let link = wrapped_args(Family::Clang, &v("-o app a.c"), Some(d), None);
+        let link = wrapped_args(Family::Clang, &v("-o app a.c"), Some(d), None, None);
         assert!(link.contains(&COVERAGE_FLAG.to_string()));
         assert!(link.contains(&"-fno-sanitize-link-runtime".to_string()));
         assert!(link.contains(&"-lpmlab".to_string()));
         assert!(link.contains(&"-Wl,-rpath,/opt/pmlab".to_string()));
-        let comp = wrapped_args(Family::Clang, &v("-c a.c"), Some(d), None);
+        let comp = wrapped_args(Family::Clang, &v("-c a.c"), Some(d), None, None);
         assert!(comp.contains(&COVERAGE_FLAG.to_string()));
         assert!(!comp.contains(&"-lpmlab".to_string()));
         for f in [Family::Clang, Family::Gcc] {
-            assert_eq!(wrapped_args(f, &v("-E a.c"), Some(d), None), v("-E a.c"));
             assert_eq!(
-                wrapped_args(f, &v("--version"), Some(d), None),
+                wrapped_args(f, &v("-E a.c"), Some(d), None, None),
+                v("-E a.c")
+            );
+            assert_eq!(
+                wrapped_args(f, &v("--version"), Some(d), None, None),
                 v("--version")
             );
             assert_eq!(
-                wrapped_args(f, &v("-print-file-name=libc.so"), Some(d), None),
+                wrapped_args(f, &v("-print-file-name=libc.so"), Some(d), None, None),
                 v("-print-file-name=libc.so")
             );
         }
+    }
+
+    #[test]
+    fn the_sampling_plugin_replaces_coverage_for_clang_only() {
+        let d = Path::new("/opt/pmlab");
+        let p = Path::new("/c/pmlab-sample.so");
+        for args in ["-O2 -c a.c", "-O2 -o app a.c"] {
+            let out = wrapped_args(Family::Clang, &v(args), Some(d), None, Some(p));
+            assert!(out.contains(&"-fpass-plugin=/c/pmlab-sample.so".to_string()));
+            assert!(!out.contains(&COVERAGE_FLAG.to_string()));
+        }
+        let gcc = wrapped_args(Family::Gcc, &v("-c a.c"), Some(d), None, Some(p));
+        assert!(!gcc.iter().any(|a| a.contains("pass-plugin")));
+        assert_eq!(
+            wrapped_args(Family::Clang, &v("-E a.c"), Some(d), None, Some(p)),
+            v("-E a.c")
+        );
     }
 
     #[test]
@@ -533,7 +592,13 @@ mod tests {
         let tsan = GCC_COMPILE_FLAGS.map(String::from);
         // A compile step: the user's arguments first, then the flags; no
         // runtime, no specs.
-        let comp = wrapped_args(Family::Gcc, &v("-O2 -MMD -c -o a.o a.c"), Some(d), None);
+        let comp = wrapped_args(
+            Family::Gcc,
+            &v("-O2 -MMD -c -o a.o a.c"),
+            Some(d),
+            None,
+            None,
+        );
         assert_eq!(comp[..6], v("-O2 -MMD -c -o a.o a.c")[..]);
         assert_eq!(comp[6..], tsan[..]);
         assert!(!comp.iter().any(|a| a.contains("coverage")));
@@ -542,7 +607,7 @@ mod tests {
         // the specs file that drops libtsan, and libpmlab.
         for args in ["-O2 -o app a.o b.o -lm", "-O2 -o app a.c b.c", "-flto a.o"] {
             let user = v(args);
-            let link = wrapped_args(Family::Gcc, &user, Some(d), Some(specs));
+            let link = wrapped_args(Family::Gcc, &user, Some(d), Some(specs), None);
             assert_eq!(link[..user.len()], user[..]);
             let added = &link[user.len()..];
             assert_eq!(added[..3], tsan[..]);
@@ -552,11 +617,11 @@ mod tests {
             assert!(!added.contains(&"-fno-sanitize-link-runtime".to_string()));
         }
         // -S and -fsyntax-only compile.
-        let s = wrapped_args(Family::Gcc, &v("-S a.c"), Some(d), None);
+        let s = wrapped_args(Family::Gcc, &v("-S a.c"), Some(d), None, None);
         assert_eq!(s[2..], tsan[..]);
         // Preprocessing, even of several files, is untouched.
         assert_eq!(
-            wrapped_args(Family::Gcc, &v("-MM a.c b.c"), Some(d), Some(specs)),
+            wrapped_args(Family::Gcc, &v("-MM a.c b.c"), Some(d), Some(specs), None),
             v("-MM a.c b.c")
         );
     }

@@ -13,6 +13,8 @@
 //! * [`cc`]: the compiler wrapper (which compiler, its family, the flags
 //!   added for clang's coverage hooks or gcc's ThreadSanitizer hooks, the
 //!   link line with libpmlab).
+//! * [`plugin`]: `pmlab cc`'s sampling plugin (an LLVM pass built from
+//!   `plugin/sample.cpp`), where it is cached and whether clang can load it.
 //! * [`cargo`]: `pmlab cargo`, the same hooks for Rust programs (rustc's
 //!   flags, libpmlab on the link line, a separate target directory).
 //! * [`calibrate`]: the DRAM latency and TSC calibration ([`Calibration`])
@@ -46,6 +48,7 @@ pub mod cc;
 pub mod elf;
 mod error;
 pub mod launch;
+pub mod plugin;
 pub mod validate;
 
 pub use calibrate::Calibration;

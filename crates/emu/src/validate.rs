@@ -269,9 +269,23 @@ pub struct Point {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference_formula_pct: Option<f64>,
     /// multilat points: the native run of each repetition, made just
-    /// before that repetition's reference and emulated runs.
+    /// before that repetition's reference and emulated runs; bandwidth
+    /// points: the native build's bandwidth.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub native_runs: Vec<f64>,
+    /// bandwidth points: the emulated build's own bandwidth under `pmlab
+    /// run` with no target (what the hooks let it reach).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reach_runs: Vec<f64>,
+    /// bandwidth points: the bandwidth by STREAM's own count (no
+    /// write-allocate reads) of each emulated run, beside the judged
+    /// memory traffic.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stream_runs: Vec<f64>,
+    /// bandwidth points: the target is not below what the emulated build
+    /// reaches with no target, so no throttle can show it (not judged).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_reachable: bool,
 }
 
 /// A memlat run corrected for the DRAM latency's drift during it: the

@@ -35,6 +35,8 @@ pub enum Kind {
     Choice(&'static [&'static str]),
     /// `auto`, `hw`, `instrumented` or `synthetic:FILE`.
     Source,
+    /// `off`, `auto` or a ratio in (0, 1] (see [`Sample`]).
+    Sample,
     /// A file path.
     Path,
     /// On or off: a flag without a value (`1`/`true`/`yes`/`on` in the
@@ -99,7 +101,9 @@ pub const SPECS: &[Spec] = &[
     Spec { name: "remote-latency", env: "PMLAB_REMOTE_LATENCY", default: None, kind: Kind::Duration, user: true,
         help: "Two-memory mode: the remote NUMA node's latency (it plays PM)" },
     Spec { name: "pm-bandwidth", env: "PMLAB_PM_BANDWIDTH", default: None, kind: Kind::Bandwidth, user: true,
-        help: "Target PM bandwidth (e.g. 8GB/s); epochs that move more are stretched" },
+        help: "Target PM bandwidth (e.g. 8GB/s), reads and write-backs together: threads wait for the device to move their traffic" },
+    Spec { name: "pm-write-bandwidth", env: "PMLAB_PM_WRITE_BANDWIDTH", default: None, kind: Kind::Bandwidth, user: true,
+        help: "PM write bandwidth, when writes are slower than reads (e.g. 2.3GB/s; needs --pm-bandwidth, then the read bandwidth)" },
     Spec { name: "bw-throttle", env: "PMLAB_BW_THROTTLE", default: Some("software"), kind: Kind::Choice(&["software", "mba"]), user: true,
         help: "How to enforce --pm-bandwidth: software or mba (Intel RDT resctrl)" },
     Spec { name: "epoch-max", env: "PMLAB_EPOCH_MAX", default: Some("10ms"), kind: Kind::Duration, user: true,
@@ -124,6 +128,8 @@ pub const SPECS: &[Spec] = &[
         help: "NUMA node of the PM pool (two-memory mode)" },
     Spec { name: "no-inject", env: "PMLAB_NO_INJECT", default: None, kind: Kind::Switch, user: true,
         help: "Compute epochs and delays but inject nothing (measures overhead)" },
+    Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some("auto"), kind: Kind::Sample, user: true,
+        help: "Programs built by pmlab cc with the sampling plugin: run the cache model on every access (off), on a fixed share of the checks (a ratio in (0, 1], e.g. 0.01), or adaptively (auto)" },
     Spec { name: "tsc-ghz", env: "PMLAB_TSC_GHZ", default: None, kind: Kind::Ratio, user: false,
         help: "TSC frequency (from the calibration cache; else measured at start)" },
     Spec { name: "cpu-ghz", env: "PMLAB_CPU_GHZ", default: None, kind: Kind::Ratio, user: false,
@@ -174,6 +180,9 @@ pub struct RunOptions {
     pub remote_latency_ns: Option<f64>,
     /// Target PM bandwidth.
     pub pm_bandwidth: Option<Bandwidth>,
+    /// Target PM write bandwidth (write-backs), when it differs from
+    /// `pm_bandwidth` (which then is the read bandwidth).
+    pub pm_write_bandwidth: Option<Bandwidth>,
     /// How the bandwidth target is enforced ([`Throttle::None`] without one).
     pub throttle: Throttle,
     /// Maximum epoch, ns.
@@ -199,10 +208,57 @@ pub struct RunOptions {
     pub pm_node: Option<u32>,
     /// Compute but do not inject.
     pub no_inject: bool,
+    /// Sampling of programs built with pmlab cc's sampling plugin.
+    pub sample: Sample,
     /// TSC GHz, when known.
     pub tsc_ghz: Option<f64>,
     /// Core GHz, when given.
     pub cpu_ghz: Option<f64>,
+}
+
+/// How a program built with pmlab cc's sampling plugin runs its
+/// instrumented copy (`--sample`, `PMLAB_SAMPLE`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sample {
+    /// Every access goes through the cache model (as without the plugin).
+    Off,
+    /// The runtime picks the share per thread from what the model sees.
+    Auto,
+    /// A fixed share of the checks (function entries and loop back-edges)
+    /// runs instrumented, in (0, 1]; 1 is the same as `Off`.
+    Ratio(f64),
+}
+
+impl Sample {
+    /// Parse `off`, `full`, `auto` or a ratio in (0, 1]; the error says
+    /// what is expected.
+    pub fn parse(v: &str) -> Result<Sample, String> {
+        match v.trim() {
+            "off" | "full" => Ok(Sample::Off),
+            "auto" => Ok(Sample::Auto),
+            t => match t.parse::<f64>() {
+                Ok(r) if r > 0.0 && r <= 1.0 => Ok(if r == 1.0 {
+                    Sample::Off
+                } else {
+                    Sample::Ratio(r)
+                }),
+                _ => Err(format!(
+                    "'{v}': expected off, auto or a ratio in (0, 1] such as 0.01"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Sample {
+    /// The form [`Sample::parse`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sample::Off => f.write_str("off"),
+            Sample::Auto => f.write_str("auto"),
+            Sample::Ratio(r) => write!(f, "{r}"),
+        }
+    }
 }
 
 impl Default for RunOptions {
@@ -296,6 +352,23 @@ impl RunOptions {
             v.map(|v| Bandwidth::parse(&v).map_err(|e| bad(s, ErrorKind::Parse, e.to_string())))
                 .transpose()?
         };
+        let pm_write_bandwidth = {
+            let (s, v) = value("pm-write-bandwidth");
+            let w = v
+                .map(|v| Bandwidth::parse(&v).map_err(|e| bad(s, ErrorKind::Parse, e.to_string())))
+                .transpose()?;
+            if w.is_some() && pm_bandwidth.is_none() {
+                return Err(Error::new(
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "{} needs {} (the read bandwidth)",
+                        naming.of(s),
+                        naming.of(spec("pm-bandwidth"))
+                    ),
+                ));
+            }
+            w
+        };
         let throttle = {
             let (s, given) = (spec("bw-throttle"), get(spec("bw-throttle")));
             if let Some(t) = &given {
@@ -322,6 +395,16 @@ impl RunOptions {
                 Throttle::None
             }
         };
+        if throttle == Throttle::Mba && pm_write_bandwidth.is_some() {
+            return Err(Error::new(
+                ErrorKind::Inconsistent,
+                format!(
+                    "{} needs {} software (MBA has one budget for reads and writes)",
+                    naming.of(spec("pm-write-bandwidth")),
+                    naming.of(spec("bw-throttle"))
+                ),
+            ));
+        }
         let source = {
             let (s, v) = value("source");
             let v = v.unwrap_or_default();
@@ -354,6 +437,7 @@ impl RunOptions {
             dram_latency_ns: dram,
             remote_latency_ns: dur("remote-latency")?,
             pm_bandwidth,
+            pm_write_bandwidth,
             throttle,
             epoch_max_ns: dur("epoch-max")?.unwrap_or(10e6),
             epoch_min_ns: dur("epoch-min")?.unwrap_or(100e3),
@@ -366,6 +450,11 @@ impl RunOptions {
             pool_size,
             pm_node: count("pm-node")?,
             no_inject: value("no-inject").1.is_some_and(|v| is_on(&v)),
+            sample: {
+                let (s, v) = value("sample");
+                Sample::parse(v.as_deref().unwrap_or("auto"))
+                    .map_err(|why| bad(s, ErrorKind::Parse, why))?
+            },
             tsc_ghz: ratio("tsc-ghz")?,
             cpu_ghz: ratio("cpu-ghz")?,
         };
@@ -461,6 +550,9 @@ impl RunOptions {
             set("pm-bandwidth", format!("{}B/s", b.bytes_per_sec()));
             set("bw-throttle", self.throttle.name().to_string());
         }
+        if let Some(w) = self.pm_write_bandwidth {
+            set("pm-write-bandwidth", format!("{}B/s", w.bytes_per_sec()));
+        }
         if self.write_latency_ns > 0.0 {
             set("write-latency", ns(self.write_latency_ns));
         }
@@ -477,6 +569,7 @@ impl RunOptions {
             set("no-inject", "1".into());
         }
         set("source", self.source.clone());
+        set("sample", self.sample.to_string());
         env
     }
 }
@@ -569,6 +662,37 @@ mod tests {
         assert!(e.to_string().contains("expected auto, hw"), "{e}");
         let e = flags(&[("bw-throttle", "mba")]).unwrap_err();
         assert_eq!(e.to_string(), "--bw-throttle needs --pm-bandwidth");
+        let e = flags(&[("pm-write-bandwidth", "2GB/s")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--pm-write-bandwidth needs --pm-bandwidth (the read bandwidth)"
+        );
+        let e = flags(&[
+            ("pm-bandwidth", "6GB/s"),
+            ("pm-write-bandwidth", "2GB/s"),
+            ("bw-throttle", "mba"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--pm-write-bandwidth needs --bw-throttle software"),
+            "{e}"
+        );
+        let o = flags(&[
+            ("pm-bandwidth", "6.6GB/s"),
+            ("pm-write-bandwidth", "2.3GB/s"),
+        ])
+        .unwrap();
+        assert_eq!(o.pm_write_bandwidth.map(|b| b.bytes_per_ns()), Some(2.3));
+        let w = env(&[
+            ("PMLAB_PM_BANDWIDTH", "6GB/s"),
+            ("PMLAB_PM_WRITE_BANDWIDTH", "fast"),
+        ])
+        .unwrap_err();
+        assert!(
+            w.to_string().starts_with("PMLAB_PM_WRITE_BANDWIDTH: "),
+            "{w}"
+        );
         let e = env(&[
             ("PMLAB_PM_BANDWIDTH", "1GB/s"),
             ("PMLAB_BW_THROTTLE", "magic"),

@@ -73,11 +73,93 @@ pub fn remote_stall_cycles(
 /// How much longer an epoch must last so that the bytes it moved do not
 /// exceed the target bandwidth: `max(0, bytes / bandwidth - epoch_ns)`,
 /// where `epoch_ns` already includes the latency delay injected for it.
+/// The epoch on its own, with no credit from the epochs before it: what
+/// [`DeviceClock`] reduces to for one thread whose epochs each begin once
+/// the device has finished the previous one's traffic (and what the
+/// runtime reports under `--no-inject`, where no thread waits).
 pub fn bandwidth_stretch_ns(bytes_moved: f64, epoch_ns: f64, target_bytes_per_ns: f64) -> f64 {
     if target_bytes_per_ns <= 0.0 || bytes_moved <= 0.0 {
         return 0.0;
     }
     (bytes_moved / target_bytes_per_ns - epoch_ns).max(0.0)
+}
+
+/// The emulated device's bandwidth: bytes per ns it reads (line fills,
+/// write-allocate reads included) and writes (write-backs). With one
+/// figure for both (`--pm-bandwidth` alone) reads and writes share one
+/// budget; with a write bandwidth of its own (`--pm-write-bandwidth`, as
+/// Optane's ~2.3 GB/s per DIMM for writes against ~6.6 GB/s for reads)
+/// each byte occupies the device for the time its kind takes, so mixed
+/// traffic gets a bandwidth between the two (the harmonic mix, weighted
+/// by the bytes of each kind).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceRates {
+    /// Read bandwidth, bytes per ns (1 byte/ns = 1 GB/s).
+    pub read_bytes_per_ns: f64,
+    /// Write bandwidth, bytes per ns.
+    pub write_bytes_per_ns: f64,
+}
+
+impl DeviceRates {
+    /// One budget for reads and writes.
+    pub fn shared(bytes_per_ns: f64) -> DeviceRates {
+        DeviceRates {
+            read_bytes_per_ns: bytes_per_ns,
+            write_bytes_per_ns: bytes_per_ns,
+        }
+    }
+
+    /// Time (ns) the device is busy moving `read_bytes` in and
+    /// `write_bytes` out. A rate that is not positive moves its bytes in
+    /// no time (no target).
+    pub fn busy_ns(&self, read_bytes: f64, write_bytes: f64) -> f64 {
+        let part = |bytes: f64, rate: f64| {
+            if bytes > 0.0 && rate > 0.0 {
+                bytes / rate
+            } else {
+                0.0
+            }
+        };
+        part(read_bytes, self.read_bytes_per_ns) + part(write_bytes, self.write_bytes_per_ns)
+    }
+}
+
+/// The emulated device's timeline, shared by every thread of the process:
+/// the time its traffic so far keeps it busy until. Each thread, at the
+/// end of an epoch, books the traffic of that epoch and then may not go on
+/// before the device has moved it ([`DeviceClock::book`]). Threads thus
+/// share one budget (two threads streaming at a 1 GB/s target get 0.5 GB/s
+/// each, not 1 each), and an epoch that moved less than the budget leaves
+/// the device idle rather than in credit, as real hardware does.
+///
+/// Times are in any unit and clock the caller uses for all threads (the
+/// runtime's TSC ticks).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeviceClock {
+    /// The device is busy with booked traffic until this time.
+    pub busy_until: f64,
+}
+
+impl DeviceClock {
+    /// Book `busy` time of traffic moved by an epoch that began at
+    /// `since`: the device serves it after what it already has booked,
+    /// never before the epoch began. Returns the time the traffic is done;
+    /// the thread's epoch must not end before it.
+    pub fn book(&mut self, since: f64, busy: f64) -> f64 {
+        let done = book_after(self.busy_until, since, busy);
+        self.busy_until = done;
+        done
+    }
+}
+
+/// [`DeviceClock::book`]'s rule on a bare time, for callers that keep the
+/// timeline in an atomic: `max(busy_until, since) + busy` (`busy` of zero
+/// books nothing).
+pub fn book_after(busy_until: f64, since: f64, busy: f64) -> f64 {
+    if busy <= 0.0 {
+        return busy_until;
+    }
+    busy_until.max(since) + busy
 }
 
 /// Quartz's overhead accounting: the emulator's own cost in each epoch (the
@@ -110,6 +192,16 @@ impl OverheadAccount {
         let inject = requested_ns - absorbed;
         self.total_injected_ns += inject;
         inject
+    }
+
+    /// The thread waited `wait_ns` for the device's bandwidth (a deadline
+    /// in real time, which the overhead already spent brought no nearer):
+    /// pending overhead up to that much is hidden in the wait. Returns the
+    /// part absorbed.
+    pub fn hide_in_wait(&mut self, wait_ns: f64) -> f64 {
+        let absorbed = self.pending_ns.min(wait_ns.max(0.0));
+        self.pending_ns -= absorbed;
+        absorbed
     }
 
     /// True when every overhead so far was hidden inside requested delays.
@@ -211,6 +303,88 @@ mod tests {
         // 1 GB/s = 1 byte/ns; 64 KiB in 10 us needs 65536 ns.
         assert!((bandwidth_stretch_ns(65536.0, 10_000.0, 1.0) - 55536.0).abs() < 1e-9);
         assert_eq!(bandwidth_stretch_ns(1000.0, 10_000.0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn device_rates_charge_reads_and_writes_at_their_own_rate() {
+        // One shared budget: 1 GB/s = 1 byte/ns, reads and writes alike.
+        let one = DeviceRates::shared(1.0);
+        assert_eq!(one.busy_ns(3000.0, 1000.0), 4000.0);
+        // Optane-like: 6.6 GB/s reads, 2.3 GB/s writes.
+        let optane = DeviceRates {
+            read_bytes_per_ns: 6.6,
+            write_bytes_per_ns: 2.3,
+        };
+        let t = optane.busy_ns(6600.0, 2300.0);
+        assert!((t - 2000.0).abs() < 1e-9, "{t}");
+        // Mixed traffic lands between the two rates.
+        let mixed = (6600.0 + 2300.0) / t;
+        assert!(mixed > 2.3 && mixed < 6.6, "{mixed}");
+        // No traffic, no time; a rate of zero means no target.
+        assert_eq!(one.busy_ns(0.0, 0.0), 0.0);
+        assert_eq!(DeviceRates::shared(0.0).busy_ns(1e9, 1e9), 0.0);
+    }
+
+    #[test]
+    fn one_thread_books_its_epochs_back_to_back() {
+        // 1 byte/ns; a thread that moves 20,000 B per 10,000 ns epoch:
+        // each epoch ends 20,000 ns after it began, as bandwidth_stretch_ns
+        // says for an epoch alone.
+        let rates = DeviceRates::shared(1.0);
+        let mut dev = DeviceClock::default();
+        let mut start = 0.0;
+        for _ in 0..5 {
+            let now = start + 10_000.0;
+            let done = dev.book(start, rates.busy_ns(20_000.0, 0.0));
+            let stretch = done - now;
+            assert_eq!(stretch, bandwidth_stretch_ns(20_000.0, 10_000.0, 1.0));
+            start = done;
+        }
+        assert_eq!(start, 100_000.0);
+    }
+
+    #[test]
+    fn threads_share_the_device_budget() {
+        // Two threads, each moving 10,000 B in every 10,000 ns epoch at
+        // 1 byte/ns: together they move 1 byte/ns, each half of it
+        // (booked per thread, each would run at the full target).
+        let mut dev = DeviceClock::default();
+        let (mut a, mut b) = (0.0, 0.0);
+        let mut moved = 0.0;
+        for _ in 0..100 {
+            a = dev.book(a, 10_000.0).max(a + 10_000.0);
+            b = dev.book(b, 10_000.0).max(b + 10_000.0);
+            moved += 20_000.0;
+        }
+        let rate = moved / a.max(b);
+        assert!((rate - 1.0).abs() < 0.01, "{rate}");
+        let one = 1_000_000.0 / a.max(b);
+        assert!((one - 0.5).abs() < 0.01, "{one}");
+    }
+
+    #[test]
+    fn an_idle_device_gives_no_credit() {
+        // A thread idle for 1 ms, then a burst of 5,000 B in 1,000 ns at
+        // 1 byte/ns: the burst waits 4,000 ns; the idle millisecond does
+        // not pay for it.
+        let mut dev = DeviceClock::default();
+        let done = dev.book(1_000_000.0, 5_000.0);
+        assert_eq!(done - 1_001_000.0, 4_000.0);
+        // Nothing booked: the timeline stays.
+        assert_eq!(book_after(7.0, 100.0, 0.0), 7.0);
+        // Traffic behind booked traffic waits for it.
+        assert_eq!(book_after(50.0, 10.0, 5.0), 55.0);
+    }
+
+    #[test]
+    fn a_bandwidth_wait_hides_pending_overhead() {
+        let mut acc = OverheadAccount::default();
+        acc.settle(0.0, 300.0);
+        assert_eq!(acc.hide_in_wait(200.0), 200.0);
+        assert_eq!(acc.pending_ns, 100.0);
+        assert_eq!(acc.hide_in_wait(500.0), 100.0);
+        assert!(acc.fully_amortised());
+        assert_eq!(acc.hide_in_wait(-5.0), 0.0);
     }
 
     #[test]

@@ -41,8 +41,11 @@ pub struct Config {
     pub remote_latency_ns: Option<f64>,
     /// W of equation 3.
     pub w: f64,
-    /// Target PM bandwidth, bytes per ns.
+    /// Target PM bandwidth, bytes per ns (the read bandwidth when
+    /// `pm_write_bytes_per_ns` is given).
     pub pm_bytes_per_ns: Option<f64>,
+    /// Target PM write bandwidth, bytes per ns, when it differs.
+    pub pm_write_bytes_per_ns: Option<f64>,
     /// How the bandwidth target is enforced.
     pub throttle: Throttle,
     /// Maximum epoch, ns.
@@ -88,6 +91,7 @@ impl Default for Config {
             remote_latency_ns: None,
             w: 6.0,
             pm_bytes_per_ns: None,
+            pm_write_bytes_per_ns: None,
             throttle: Throttle::None,
             epoch_max_ns: 10e6,
             epoch_min_ns: 100e3,
@@ -134,6 +138,7 @@ impl Config {
             remote_latency_ns: o.remote_latency_ns,
             w: o.w,
             pm_bytes_per_ns: o.pm_bandwidth.map(|b| b.bytes_per_ns()),
+            pm_write_bytes_per_ns: o.pm_write_bandwidth.map(|b| b.bytes_per_ns()),
             throttle: o.throttle,
             epoch_max_ns: o.epoch_max_ns,
             epoch_min_ns: o.epoch_min_ns,
@@ -209,6 +214,7 @@ mod tests {
         assert_eq!(c.pm_latency_ns, 400.0);
         assert_eq!(c.epoch_min_ns, 10e3);
         assert_eq!(c.pm_bytes_per_ns, Some(2.0));
+        assert_eq!(c.pm_write_bytes_per_ns, None);
         assert_eq!(c.throttle, Throttle::Software);
     }
 

@@ -160,6 +160,8 @@ struct Globals {
     lock_min_ticks: u64,
     max_ticks: u64,
     throttle: Throttle,
+    /// The device's bandwidth when the software throttle enforces it.
+    device: Option<quartz::DeviceRates>,
     mba_note: String,
     init_ns: u64,
 }
@@ -354,6 +356,13 @@ pub fn init() {
         ),
         max_ticks: clock::ns_to_ticks(cfg.epoch_max_ns),
         throttle,
+        device: match (throttle, cfg.pm_bytes_per_ns) {
+            (Throttle::Software, Some(read)) => Some(quartz::DeviceRates {
+                read_bytes_per_ns: read,
+                write_bytes_per_ns: cfg.pm_write_bytes_per_ns.unwrap_or(read),
+            }),
+            _ => None,
+        },
         mba_note,
         cfg,
         source,
@@ -537,25 +546,51 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
         None => (Default::default(), 0.0),
     };
     let delay = reading.delay_ns(&g.params);
-    let stretch = match (g.throttle, g.cfg.pm_bytes_per_ns) {
-        (Throttle::Software, Some(bw)) => {
-            quartz::bandwidth_stretch_ns(reading.pm_bytes as f64, epoch_ns + delay, bw)
-        }
-        _ => 0.0,
+    // Bandwidth: the time the device needs for the epoch's traffic, booked
+    // on the timeline all threads share; the epoch ends once the device is
+    // done (`stretch` is what that adds to the latency delay). Without
+    // injection nobody waits, so the timeline would run ahead of the
+    // threads: each epoch is then taken alone.
+    let busy_ns = g.device.map_or(0.0, |d| {
+        d.busy_ns(
+            reading.pm_read_bytes() as f64,
+            reading.pm_write_bytes as f64,
+        )
+    });
+    let (stretch, deadline) = if busy_ns <= 0.0 {
+        (0.0, None)
+    } else if g.cfg.no_inject {
+        ((busy_ns - epoch_ns - delay).max(0.0), None)
+    } else {
+        let since = if start == u64::MAX { t0 } else { start };
+        let done = book_device(since, clock::ns_to_ticks(busy_ns));
+        let wait = ticks_to_ns(done.saturating_sub(t0));
+        ((wait - delay).max(0.0), Some(done))
     };
     let t1 = rdtsc();
     let overhead = ticks_to_ns(t1.saturating_sub(t0)) + source_overhead;
-    let inject = account.settle(delay + stretch, overhead);
-    let end = if !g.cfg.no_inject && inject > 0.0 {
+    let inject = account.settle(delay, overhead);
+    let mut end = if !g.cfg.no_inject && inject > 0.0 {
         spin(t, inject)
     } else {
         rdtsc()
     };
+    // The device's deadline is in real time: the overhead and the latency
+    // delay spent since the epoch's end count towards it.
+    let mut waited = 0.0;
+    if let Some(done) = deadline.filter(|&d| d > end) {
+        waited = ticks_to_ns(done - end);
+        end = spin_until(done);
+        account.hide_in_wait(waited);
+    }
+    // Sampling times the program's own code, without the runtime's.
+    crate::source::instrumented::sample::exclude(end.saturating_sub(t0));
     let s = &t.stats;
     s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
     s.requested_ns
         .fetch_add((delay + stretch) as u64, Ordering::Relaxed);
-    s.injected_ns.fetch_add(inject as u64, Ordering::Relaxed);
+    s.injected_ns
+        .fetch_add((inject + waited) as u64, Ordering::Relaxed);
     s.stretch_ns.fetch_add(stretch as u64, Ordering::Relaxed);
     s.overhead_ns.fetch_add(overhead as u64, Ordering::Relaxed);
     s.overhead_ticks
@@ -566,6 +601,69 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
         .fetch_add(epoch_ns as u64, Ordering::Relaxed);
     s.pm_bytes.fetch_add(reading.pm_bytes, Ordering::Relaxed);
     t.epoch_start.store(end, Ordering::Release);
+}
+
+/// The emulated device's timeline in TSC ticks
+/// ([`quartz::DeviceClock`]): busy with the traffic booked so far, by all
+/// threads, until this tick.
+static DEVICE_BUSY_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// Book `busy_ticks` of device time for traffic moved by an epoch that
+/// began at tick `since` ([`quartz::book_after`]); returns the tick at
+/// which the device is done with it. Async-signal-safe.
+fn book_device(since: u64, busy_ticks: u64) -> u64 {
+    let mut cur = DEVICE_BUSY_UNTIL.load(Ordering::Relaxed);
+    loop {
+        let done = quartz::book_after(cur as f64, since as f64, busy_ticks as f64) as u64;
+        match DEVICE_BUSY_UNTIL.compare_exchange_weak(
+            cur,
+            done,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return done,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Longest wait for the device spent spinning: a longer one sleeps until
+/// this much before its deadline, leaving the CPU to the program's other
+/// threads (a thread waiting for a device's bandwidth does not hold a core
+/// either), then spins.
+const DEVICE_SPIN_NS: f64 = 1e6;
+
+/// Wait until the TSC reaches `tick` (a deadline in real time: time
+/// switched out counts towards it), sleeping through all but the last
+/// [`DEVICE_SPIN_NS`]. Returns the TSC at the end. Async-signal-safe.
+fn spin_until(tick: u64) -> u64 {
+    let ahead = ticks_to_ns(tick.saturating_sub(rdtsc()));
+    if ahead > 2.0 * DEVICE_SPIN_NS {
+        let ns = (ahead - DEVICE_SPIN_NS) as i64;
+        let ts = libc::timespec {
+            tv_sec: ns / 1_000_000_000,
+            tv_nsec: ns % 1_000_000_000,
+        };
+        // SAFETY: a relative sleep on a local timespec, by system call
+        // (not the interposed function); cut short by a signal, the spin
+        // below finishes the wait.
+        unsafe {
+            libc::syscall(
+                libc::SYS_clock_nanosleep,
+                libc::CLOCK_MONOTONIC,
+                0,
+                &ts as *const libc::timespec,
+                null_mut::<libc::timespec>(),
+            )
+        };
+    }
+    loop {
+        let now = rdtsc();
+        if now >= tick {
+            return now;
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// Hold the calling thread's CPU for `ns` of its own time (a delay or a
@@ -1246,4 +1344,49 @@ pub fn durability_point() -> f64 {
 /// Statistics of the monitor (for tests and benchmarks).
 pub fn signals_sent() -> u64 {
     SIGNALS_SENT.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_book_one_device_timeline() {
+        // Four threads book 100 transfers of 1,000 ticks each, all from
+        // epochs that began at tick 1: the device is busy for the sum, and
+        // every booking ends at a distinct multiple of 1,000 (none lost or
+        // counted twice under contention).
+        let base = DEVICE_BUSY_UNTIL.load(Ordering::Relaxed).max(1);
+        let ends: Vec<u64> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        (0..100)
+                            .map(|_| book_device(base, 1000))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let mut sorted = ends.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 400);
+        assert_eq!(*sorted.last().unwrap(), base + 400_000);
+        assert_eq!(DEVICE_BUSY_UNTIL.load(Ordering::Relaxed), base + 400_000);
+        // An epoch that began after the device went idle starts afresh.
+        let later = base + 1_000_000;
+        assert_eq!(book_device(later, 500), later + 500);
+    }
+
+    #[test]
+    fn a_device_wait_ends_at_its_deadline() {
+        clock::set_tsc_ghz(clock::measure_tsc_ghz(2_000_000));
+        let deadline = rdtsc() + clock::ns_to_ticks(3e6);
+        let end = spin_until(deadline);
+        assert!(end >= deadline);
+        // A deadline in the past returns at once.
+        assert!(spin_until(1) >= 1);
+    }
 }

@@ -421,6 +421,20 @@ pub extern "C" fn __sanitizer_cov_load8(addr: *const u64) {
     on_access(addr as usize, 8, false, Some(addr));
 }
 
+/// Called by programs built with `pmlab cc`'s sampling plugin when a
+/// countdown of `state` (two `int64_t`: the clean copy's, the
+/// instrumented copy's) runs out: returns 1 when the instrumented copy is
+/// to run next, 0 for the clean one, and writes the next countdowns
+/// ([`sample::switch`](crate::source::instrumented::sample::switch)).
+///
+/// # Safety
+///
+/// `state` points at the calling thread's two countdowns.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __pmlab_sample_switch(state: *mut i64) -> c_int {
+    crate::source::instrumented::sample::switch(state)
+}
+
 /// Called once per instrumented module with its inline 8-bit counters
 /// (function-entry coverage, which `pmlab cc` requests only because clang
 /// needs a coverage mode for trace-loads/stores). Nothing to do.

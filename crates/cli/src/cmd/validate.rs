@@ -143,6 +143,8 @@ fn print_table(points: &[Point], cached: f64) {
             } else {
                 "NO"
             }
+        } else if p.not_reachable {
+            "unreach"
         } else {
             "-"
         };
@@ -201,8 +203,17 @@ fn print_table(points: &[Point], cached: f64) {
         } else {
             String::new()
         };
+        let unreachable = points
+            .iter()
+            .filter(|p| p.study == *study && p.not_reachable)
+            .count();
+        let unreachable = if unreachable > 0 {
+            format!("; {unreachable} not reachable (target not below the emulated build's own bandwidth), not judged")
+        } else {
+            String::new()
+        };
         println!(
-            "{study}: worst |error| {worst:.2}% (target < {target}%), {passed}/{} points within{noise}",
+            "{study}: worst |error| {worst:.2}% (target < {target}%), {passed}/{} points within{noise}{unreachable}",
             v.len()
         );
         let diagnostics: [(&str, ErrorOf); 4] = [
@@ -246,6 +257,8 @@ type ErrorOf = fn(&Point) -> Option<f64>;
 fn fmt_val(v: f64, unit: &str) -> String {
     if unit == "ns" {
         format!("{:.2}ms", v / 1e6)
+    } else if unit == "GB/s" {
+        format!("{v:.2}")
     } else {
         format!("{v:.1}")
     }

@@ -191,6 +191,7 @@ pub fn reading_from_deltas(d: [u64; 5]) -> EpochReading {
             remote: d[4] as f64,
         },
         pm_bytes: d[2].saturating_mul(64),
+        pm_write_bytes: 0,
     }
 }
 

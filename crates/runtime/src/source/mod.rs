@@ -16,8 +16,10 @@
 //!   accesses already attributed by the compiler instrumentation
 //!   ([`Reading::Accesses`]).
 //!
-//! Both report the bytes moved to and from PM (misses and write-backs
-//! times 64 B) for the bandwidth model.
+//! Both report the bytes moved to and from PM for the bandwidth model:
+//! the instrumented source its modelled cache's misses and write-backs
+//! times 64 B, the hardware source the L3 misses of loads times 64 B
+//! (no write-backs: see `hw`).
 
 use crate::error::Error;
 use pmlab_model::quartz;
@@ -33,8 +35,19 @@ pub mod synthetic;
 pub struct EpochReading {
     /// The counters.
     pub reading: Reading,
-    /// Bytes moved between the caches and PM in the epoch.
+    /// Bytes moved between the caches and PM in the epoch: lines read
+    /// (write-allocate reads included) and lines written back.
     pub pm_bytes: u64,
+    /// The part of `pm_bytes` written to PM (write-backs), for a write
+    /// bandwidth of its own; 0 for a source that does not see writes.
+    pub pm_write_bytes: u64,
+}
+
+impl EpochReading {
+    /// Bytes read from PM in the epoch (`pm_bytes` less the writes).
+    pub fn pm_read_bytes(&self) -> u64 {
+        self.pm_bytes.saturating_sub(self.pm_write_bytes)
+    }
 }
 
 /// The two kinds of reading.
@@ -246,6 +259,7 @@ mod tests {
                 remote: 0.0,
             },
             pm_bytes: 0,
+            pm_write_bytes: 0,
         };
         assert!((r.delay_ns(&params()) - 3000.0).abs() < 1e-9);
     }
@@ -265,6 +279,7 @@ mod tests {
                 remote: 10.0,
             },
             pm_bytes: 0,
+            pm_write_bytes: 0,
         };
         assert!((r.delay_ns(&p) - 2000.0).abs() < 1e-6);
     }
@@ -277,6 +292,7 @@ mod tests {
                 dram_serial: 100.0,
             },
             pm_bytes: 0,
+            pm_write_bytes: 0,
         };
         assert!((r.delay_ns(&params()) - 2100.0).abs() < 1e-9);
     }

@@ -19,8 +19,10 @@
 //!
 //! Keys: `stall` (cycles stalled with an L2 miss pending), `l3_hit`,
 //! `l3_miss`, `local`, `remote` (stall-cycle lines); `pm`, `dram` (serial
-//! PM and DRAM accesses: access-count lines); `bytes` (bytes moved to and
-//! from PM, either kind). A line mixes no kinds. The line `loop` (last
+//! PM and DRAM accesses: access-count lines); `bytes` (bytes moved
+//! between the caches and PM, either kind of line) and `write_bytes` (the
+//! part of them written to PM, for `--pm-write-bandwidth`; 0 by default).
+//! A line mixes no kinds. The line `loop` (last
 //! non-comment line) makes the script start again when it ends; without it
 //! every epoch after the last line reads zero. Every thread reads the
 //! script from its start, independently.
@@ -61,6 +63,7 @@ impl Script {
             let mut acc = [0.0f64; 2];
             let (mut has_stall, mut has_acc) = (false, false);
             let mut bytes = 0u64;
+            let mut write_bytes = 0u64;
             let mut repeat = 1u64;
             for tok in line.split_whitespace() {
                 if let Some(n) = tok.strip_prefix('*') {
@@ -88,9 +91,10 @@ impl Script {
                     "pm" => (acc[0], has_acc) = (val, true),
                     "dram" => (acc[1], has_acc) = (val, true),
                     "bytes" => bytes = val as u64,
+                    "write_bytes" => write_bytes = val as u64,
                     _ => {
                         return Err(err(format!(
-                            "unknown key '{k}': expected stall, l3_hit, l3_miss, local, remote, pm, dram or bytes"
+                            "unknown key '{k}': expected stall, l3_hit, l3_miss, local, remote, pm, dram, bytes or write_bytes"
                         )))
                     }
                 }
@@ -114,10 +118,16 @@ impl Script {
                     dram_serial: acc[1],
                 }
             };
+            if write_bytes > bytes {
+                return Err(err(format!(
+                    "write_bytes={write_bytes} is more than bytes={bytes}: bytes counts both kinds"
+                )));
+            }
             lines.push((
                 EpochReading {
                     reading,
                     pm_bytes: bytes,
+                    pm_write_bytes: write_bytes,
                 },
                 repeat,
             ));
@@ -238,6 +248,32 @@ mod tests {
         );
         assert_eq!(third.pm_bytes, 64);
         assert_eq!(c.epoch_end(0.0), EpochReading::default());
+    }
+
+    #[test]
+    fn write_bytes_are_part_of_bytes() {
+        let s = Script::parse(
+            "pm=1 bytes=640 write_bytes=128
+",
+            "t",
+        )
+        .unwrap();
+        let mut c = SyntheticSource::from_script(s).thread_counters().unwrap();
+        let r = c.epoch_end(0.0);
+        assert_eq!(
+            (r.pm_bytes, r.pm_read_bytes(), r.pm_write_bytes),
+            (640, 512, 128)
+        );
+        let e = Script::parse(
+            "pm=1 bytes=64 write_bytes=128
+",
+            "s.txt",
+        )
+        .unwrap_err();
+        assert!(
+            e.message().starts_with("s.txt:1: write_bytes=128 is more"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -18,6 +18,14 @@ use std::sync::Arc;
 /// Open the instrumented source: configure and activate the hooks.
 pub fn open() -> Result<Box<dyn Source>, Error> {
     let cfg = settings::config_from_env(|k| std::env::var(k).ok())?;
+    let sample = std::env::var("PMLAB_SAMPLE").unwrap_or_else(|_| "auto".into());
+    let sample = pmlab_model::options::Sample::parse(&sample).map_err(|why| {
+        Error::new(
+            crate::error::ErrorKind::Config,
+            format!("PMLAB_SAMPLE: {why}"),
+        )
+    })?;
+    super::sample::set_policy(super::sample::Policy::from_option(sample));
     hooks::activate(cfg);
     let costs = cost::calibrate();
     let lat = match crate::config::get() {
@@ -284,7 +292,32 @@ pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
             dram_serial: (b.serial.dram - a.serial.dram).max(0.0),
         },
         pm_bytes: b.pm_bytes().saturating_sub(a.pm_bytes()),
+        pm_write_bytes: b.pm_writebacks.saturating_sub(a.pm_writebacks) << 6,
     }
+}
+
+/// `r` with its counts multiplied by `f`, the sampling's extrapolation
+/// (programs built with the sampling plugin and run with `--sample
+/// RATIO`: the windows' counts stand for every check). The bytes, read
+/// and written, are extrapolated with the accesses, so that the bandwidth
+/// model sees the traffic of the whole epoch, not of its windows.
+pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
+    if f == 1.0 {
+        return r;
+    }
+    if let Reading::Accesses {
+        pm_serial,
+        dram_serial,
+    } = r.reading
+    {
+        r.reading = Reading::Accesses {
+            pm_serial: pm_serial * f,
+            dram_serial: dram_serial * f,
+        };
+    }
+    r.pm_bytes = (r.pm_bytes as f64 * f).round() as u64;
+    r.pm_write_bytes = ((r.pm_write_bytes as f64 * f).round() as u64).min(r.pm_bytes);
+    r
 }
 
 impl ThreadCounters for InstrumentedCounters {
@@ -304,7 +337,12 @@ impl ThreadCounters for InstrumentedCounters {
         // locks (it may spin until the modeller thread, which never waits
         // for this one, finishes a batch of this thread's log).
         let (now, ran) = thread::totals_and_ran();
-        let r = reading_between(&self.last, &now);
+        // Sampled programs: the windows' counts stand for every check.
+        // The hooks' costs are those of the windows, the delay that of
+        // every check.
+        let f = super::sample::thread_factor();
+        let raw = reading_between(&self.last, &now);
+        let r = scaled(raw, f);
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
@@ -316,7 +354,7 @@ impl ThreadCounters for InstrumentedCounters {
             now.batches.saturating_sub(self.last.batches),
             Ordering::Relaxed,
         );
-        (self.last_overhead_ns, self.carried_ns) = match (self.lat, r.reading) {
+        (self.last_overhead_ns, self.carried_ns) = match (self.lat, raw.reading) {
             (
                 Some((dram, pm)),
                 Reading::Accesses {
@@ -324,7 +362,7 @@ impl ThreadCounters for InstrumentedCounters {
                     dram_serial,
                 },
             ) => {
-                let delay = quartz::delay_from_serial_accesses(pm_serial, dram, pm);
+                let delay = quartz::delay_from_serial_accesses(pm_serial * f, dram, pm);
                 let serial = pm_serial + dram_serial;
                 let misses = (now.serial.pm_misses + now.serial.dram_misses)
                     .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
@@ -469,6 +507,28 @@ mod tests {
     }
 
     #[test]
+    fn sampled_readings_are_extrapolated_bytes_included() {
+        let r = EpochReading {
+            reading: Reading::Accesses {
+                pm_serial: 10.0,
+                dram_serial: 4.0,
+            },
+            pm_bytes: 640,
+            pm_write_bytes: 128,
+        };
+        let s = scaled(r, 2.5);
+        assert_eq!(
+            s.reading,
+            Reading::Accesses {
+                pm_serial: 25.0,
+                dram_serial: 10.0
+            }
+        );
+        assert_eq!((s.pm_bytes, s.pm_write_bytes), (1600, 320));
+        assert_eq!(scaled(r, 1.0), r);
+    }
+
+    #[test]
     fn epoch_reading_is_the_difference_of_totals() {
         let a = ThreadTotals {
             serial: SerialCounts {
@@ -499,6 +559,7 @@ mod tests {
             }
         );
         assert_eq!(r.pm_bytes, (30 + 5) * 64);
+        assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 5 * 64));
     }
 
     #[test]

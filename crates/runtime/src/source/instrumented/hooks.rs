@@ -57,6 +57,12 @@ pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed) & ON != 0
 }
 
+/// True while the hooks also feed the tracer (every access must be seen).
+#[inline]
+pub fn tracing() -> bool {
+    ACTIVE.load(Ordering::Relaxed) & TRACING != 0
+}
+
 /// Offer every access to the tracer (`on`, once a trace is recording) or
 /// stop doing so; see the module's documentation.
 pub fn trace_accesses(on: bool) {

@@ -84,6 +84,8 @@
 //! * [`trace`]: accesses offered to the tracer;
 //! * [`hooks`]: the hook ABI's common body and the on/off switch;
 //! * [`cost`]: cost calibration and overhead accounting;
+//! * [`sample`]: the sampling switch of programs built with the sampling
+//!   plugin;
 //! * [`tsan`]: gcc's `__tsan_*` callbacks;
 //! * [`memfns`]: libc's `memcpy`, `memmove` and `memset` offered to the hooks;
 //! * [`counters`]: the `Source` implementation.
@@ -97,6 +99,7 @@ pub mod memfns;
 pub mod model;
 pub mod offload;
 pub mod pm;
+pub mod sample;
 pub mod settings;
 pub mod thread;
 pub mod trace;

@@ -162,11 +162,16 @@ pub(super) fn publish(s: &Slow) {
     s.seq.fetch_add(1, Ordering::AcqRel);
 }
 
-/// The totals as of the last batch; None if a writer (the modeller)
-/// stayed in the middle of publishing them for too long (it was
-/// descheduled there). Async-signal-safe.
-pub(super) fn read_published(s: &Slow) -> Option<ThreadTotals> {
-    for _ in 0..100_000 {
+/// Attempts [`read_published`] makes when nothing but a descheduled
+/// modeller can hold it up.
+pub(super) const PATIENT_TRIES: u32 = 100_000;
+
+/// The totals as of the last batch; None if a writer stayed in the middle
+/// of publishing them for `tries` attempts (the modeller was descheduled
+/// there, or the caller is a signal handler that interrupted its own
+/// thread's publishing). Async-signal-safe.
+pub(super) fn read_published(s: &Slow, tries: u32) -> Option<ThreadTotals> {
+    for _ in 0..tries {
         let a = s.seq.load(Ordering::Acquire);
         if a & 1 == 0 {
             // SAFETY: a racing write is detected by the sequence.

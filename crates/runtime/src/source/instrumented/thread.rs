@@ -144,6 +144,11 @@ pub fn totals() -> ThreadTotals {
     totals_and_ran().0
 }
 
+/// Attempts at reading the published totals when the signal interrupted a
+/// batch of the thread itself (which may be in the middle of publishing
+/// them, and cannot finish before the handler returns).
+const BUSY_TRIES: u32 = 256;
+
 /// [`totals`], and the batches that the call itself ran to bring them up
 /// to date (the caller, which times the call, need not count them again).
 pub fn totals_and_ran() -> (ThreadTotals, Ran) {
@@ -155,8 +160,8 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
         let s = std::ptr::read_volatile(&(*t).slow);
         let busy = std::ptr::read_volatile(&(*t).busy);
         if busy {
-            // A batch of this thread is under way below us (it may be
-            // publishing): the previous reading stands.
+            // A batch of this thread is under way below us: its entries
+            // count at the next reading.
             std::ptr::write_volatile(&mut (*t).interrupted, true);
         } else if !s.is_null() {
             // Exact counts up to here: wait for a log the modeller is
@@ -165,8 +170,21 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
             ran = process(t, false, true);
         }
         let mut out = std::ptr::read_volatile(&(*t).last);
-        if !s.is_null() && !busy {
-            if let Some(v) = offload::read_published(&*s) {
+        if !s.is_null() {
+            // Interrupting a batch, take the totals as of the last one
+            // published (by the modeller, or by this thread before it
+            // began this batch), not the previous reading: a thread that
+            // spends most of its time in batches (or waiting for the
+            // modeller's) would otherwise read nothing new for several
+            // epochs and then all of it at once, and the bandwidth model
+            // would see bursts that never happened. If the batch was
+            // interrupted while publishing, the previous reading stands.
+            let tries = if busy {
+                BUSY_TRIES
+            } else {
+                offload::PATIENT_TRIES
+            };
+            if let Some(v) = offload::read_published(&*s, tries) {
                 out = v;
             }
         }

@@ -1,0 +1,474 @@
+// pmlab's sampling pass: an LLVM pass plugin (new pass manager, LLVM 14)
+// loaded by `pmlab cc` / `pmlab c++` with -fpass-plugin=FILE.
+//
+// Every function with loads or stores gets two copies of its body in the
+// same function: the *clean* copy (the optimized code, untouched but for a
+// countdown check at the function's entry and on every loop back-edge) and
+// the *instrumented* copy (the same blocks with a call to
+// __sanitizer_cov_{load,store}{1,2,4,8,16} before each load and store of
+// those sizes, the ABI of clang's -fsanitize-coverage=trace-loads,
+// trace-stores). The checks decrement a per-thread countdown; when it runs
+// out, __pmlab_sample_switch (libpmlab) says which copy runs next and sets
+// the next countdown. This is the framework of Arnold and Ryder (PLDI 2001)
+// for reducing the cost of instrumented code.
+//
+// The pass runs last in the optimization pipeline (as sanitizer coverage
+// does), so the clean copy is the code the compiler would emit without
+// pmlab and the instrumented copy hooks the same accesses sanitizer coverage
+// would hook. To clone blocks and jump between the copies freely, values
+// that live across blocks are first demoted to stack slots; after cloning
+// and wiring, those slots are promoted back to registers (mem2reg).
+//
+// The per-thread state is a hidden, linkonce_odr thread-local pair of i64
+// (one per executable or shared object):
+//   state[0]: countdown of the clean copy's checks;
+//   state[1]: countdown of the instrumented copy's checks (the window).
+// A check in the clean copy is `if (--state[0] <= 0) switch`; at entry a
+// non-zero answer runs the instrumented copy, on a back-edge it jumps to
+// the instrumented copy of the loop's header. A check in the instrumented
+// copy is `if (--state[1] <= 0) switch`; a zero answer jumps back to the
+// clean copy. The runtime keeps state[0] at 1 while a window is open, so
+// that functions entered during a window (callees) ask and run
+// instrumented too.
+//
+// Functions that cannot be cloned safely (exception handling pads,
+// invoke, callbr, indirectbr, musttail calls, returns_twice calls such as
+// setjmp, token values, addresses of blocks taken, or more than
+// kMaxInstructions instructions) are left as one copy with every access
+// hooked, i.e. as sanitizer coverage would build them.
+//
+// PMLAB_SAMPLE_PASS_DEBUG=1 in the compiler's environment prints one line
+// per function saying what the pass did.
+
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Analysis/LoopInfo.h"
+#include "llvm/IR/Dominators.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/IntrinsicInst.h"
+#include "llvm/IR/MDBuilder.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/PassManager.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Passes/PassPlugin.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Transforms/Utils/BasicBlockUtils.h"
+#include "llvm/Transforms/Utils/Cloning.h"
+#include "llvm/Transforms/Utils/Local.h"
+#include "llvm/Transforms/Utils/PromoteMemToReg.h"
+#include "llvm/Transforms/Utils/ValueMapper.h"
+
+#include <cstdlib>
+
+using namespace llvm;
+
+namespace {
+
+// Functions larger than this stay fully instrumented (cloning doubles them).
+constexpr unsigned kMaxInstructions = 20000;
+
+const char *const kStateName = "__pmlab_sample_state";
+const char *const kSwitchName = "__pmlab_sample_switch";
+
+bool debugOn() {
+  const char *v = std::getenv("PMLAB_SAMPLE_PASS_DEBUG");
+  return v && *v && *v != '0';
+}
+
+// Index of the callback for an access of `bytes` bytes, -1 for none
+// (sanitizer coverage hooks only these sizes).
+int sizeIndex(uint64_t bytes) {
+  switch (bytes) {
+  case 1:
+    return 0;
+  case 2:
+    return 1;
+  case 4:
+    return 2;
+  case 8:
+    return 3;
+  case 16:
+    return 4;
+  default:
+    return -1;
+  }
+}
+
+struct Hooks {
+  FunctionCallee load[5];
+  FunctionCallee store[5];
+};
+
+Hooks declareHooks(Module &M) {
+  LLVMContext &C = M.getContext();
+  Type *ptr = Type::getInt8PtrTy(C);
+  Type *voidTy = Type::getVoidTy(C);
+  Hooks h;
+  const char *sizes[5] = {"1", "2", "4", "8", "16"};
+  for (int i = 0; i < 5; i++) {
+    h.load[i] = M.getOrInsertFunction(
+        (Twine("__sanitizer_cov_load") + sizes[i]).str(), voidTy, ptr);
+    h.store[i] = M.getOrInsertFunction(
+        (Twine("__sanitizer_cov_store") + sizes[i]).str(), voidTy, ptr);
+  }
+  return h;
+}
+
+// Whether `I` is an access the hooks see, and which callback.
+bool hookOf(const Hooks &h, const DataLayout &DL, Instruction &I,
+            FunctionCallee &fn, Value *&ptr) {
+  Type *ty;
+  if (auto *L = dyn_cast<LoadInst>(&I)) {
+    ptr = L->getPointerOperand();
+    ty = L->getType();
+  } else if (auto *S = dyn_cast<StoreInst>(&I)) {
+    ptr = S->getPointerOperand();
+    ty = S->getValueOperand()->getType();
+  } else {
+    return false;
+  }
+  if (I.getMetadata("nosanitize"))
+    return false;
+  if (ptr->getType()->getPointerAddressSpace() != 0)
+    return false;
+  if (!ty->isSized())
+    return false;
+  TypeSize ts = DL.getTypeStoreSize(ty);
+  if (ts.isScalable())
+    return false;
+  int idx = sizeIndex(ts.getFixedSize());
+  if (idx < 0)
+    return false;
+  fn = isa<LoadInst>(I) ? h.load[idx] : h.store[idx];
+  return true;
+}
+
+// Insert a hook before every hooked access among `insts`.
+void insertHooks(const Hooks &h, const DataLayout &DL,
+                 ArrayRef<Instruction *> insts) {
+  for (Instruction *I : insts) {
+    FunctionCallee fn;
+    Value *ptr;
+    if (!hookOf(h, DL, *I, fn, ptr))
+      continue;
+    IRBuilder<> B(I);
+    Value *p = B.CreatePointerCast(ptr, B.getInt8PtrTy());
+    CallInst *call = B.CreateCall(fn, {p});
+    call->setDoesNotThrow();
+    if (DebugLoc dl = I->getDebugLoc())
+      call->setDebugLoc(dl);
+  }
+}
+
+// Why `F` cannot be cloned, or nullptr when it can.
+const char *cannotClone(Function &F) {
+  unsigned n = 0;
+  for (BasicBlock &BB : F) {
+    if (BB.hasAddressTaken())
+      return "block address taken";
+    if (BB.isEHPad())
+      return "exception handling pad";
+    for (Instruction &I : BB) {
+      n++;
+      if (isa<InvokeInst>(I))
+        return "invoke";
+      if (isa<CallBrInst>(I))
+        return "callbr";
+      if (isa<IndirectBrInst>(I))
+        return "indirectbr";
+      if (I.isEHPad())
+        return "exception handling pad";
+      if (I.getType()->isTokenTy())
+        return "token value";
+      if (auto *CB = dyn_cast<CallBase>(&I)) {
+        if (auto *CI = dyn_cast<CallInst>(CB))
+          if (CI->isMustTailCall())
+            return "musttail call";
+        if (CB->hasFnAttr(Attribute::ReturnsTwice))
+          return "returns_twice call (setjmp)";
+        if (Function *callee = CB->getCalledFunction())
+          if (callee->hasFnAttribute(Attribute::ReturnsTwice))
+            return "returns_twice call (setjmp)";
+      }
+    }
+  }
+  if (n > kMaxInstructions)
+    return "too large";
+  return nullptr;
+}
+
+// Functions the hooks never see (as sanitizer coverage skips them).
+bool skipEntirely(Function &F) {
+  if (F.isDeclaration() || F.hasAvailableExternallyLinkage())
+    return true;
+  if (F.hasFnAttribute(Attribute::NoSanitizeCoverage) ||
+      F.hasFnAttribute(Attribute::Naked))
+    return true;
+  StringRef name = F.getName();
+  if (name.startswith("__sanitizer_") || name.startswith("__pmlab") ||
+      name.startswith("__tsan_"))
+    return true;
+  if (isa<UnreachableInst>(F.getEntryBlock().getTerminator()))
+    return true;
+  return false;
+}
+
+bool hasAccesses(Function &F) {
+  for (BasicBlock &BB : F)
+    for (Instruction &I : BB)
+      if (isa<LoadInst>(I) || isa<StoreInst>(I))
+        return true;
+  return false;
+}
+
+struct Sampler {
+  Module &M;
+  const DataLayout &DL;
+  Hooks hooks;
+  GlobalVariable *state;
+  FunctionCallee switchFn;
+  bool debug;
+
+  explicit Sampler(Module &M)
+      : M(M), DL(M.getDataLayout()), hooks(declareHooks(M)),
+        state(nullptr), debug(debugOn()) {
+    LLVMContext &C = M.getContext();
+    Type *i64 = Type::getInt64Ty(C);
+    ArrayType *ty = ArrayType::get(i64, 2);
+    state = M.getGlobalVariable(kStateName, true);
+    if (!state) {
+      Constant *one = ConstantInt::get(i64, 1);
+      state = new GlobalVariable(M, ty, false,
+                                 GlobalValue::LinkOnceODRLinkage,
+                                 ConstantArray::get(ty, {one, one}), kStateName,
+                                 nullptr, GlobalValue::InitialExecTLSModel);
+      state->setVisibility(GlobalValue::HiddenVisibility);
+      state->setAlignment(Align(16));
+      // An executable (no PIC, or PIE) may use the cheapest model; a
+      // shared object initial-exec (glibc's surplus static TLS holds 16
+      // bytes even for a dlopen'ed library).
+      if (M.getPICLevel() == PICLevel::NotPIC ||
+          M.getPIELevel() != PIELevel::Default)
+        state->setThreadLocalMode(GlobalValue::LocalExecTLSModel);
+    }
+    switchFn = M.getOrInsertFunction(kSwitchName, Type::getInt32Ty(C),
+                                     PointerType::getUnqual(i64));
+    if (auto *f = dyn_cast<Function>(switchFn.getCallee()))
+      f->setDoesNotThrow();
+  }
+
+  Value *slot(IRBuilder<> &B, unsigned i) {
+    return B.CreateConstInBoundsGEP2_64(state->getValueType(), state, 0, i);
+  }
+
+  // At the end of `BB`: `if (--state[which] <= 0) goto expired else goto
+  // cont`. Returns nothing; `expired` and `cont` must exist.
+  void countdown(BasicBlock *BB, unsigned which, BasicBlock *expired,
+                 BasicBlock *cont) {
+    IRBuilder<> B(BB);
+    Value *p = slot(B, which);
+    LoadInst *v = B.CreateLoad(B.getInt64Ty(), p);
+    Value *dec = B.CreateSub(v, B.getInt64(1));
+    B.CreateStore(dec, p);
+    Value *out = B.CreateICmpSLE(dec, B.getInt64(0));
+    // Expiry is rare: tell the code generator.
+    MDBuilder md(B.getContext());
+    B.CreateCondBr(out, expired, cont, md.createBranchWeights(1, 100000));
+  }
+
+  // A block that calls the switch and goes to `instr` on non-zero, `clean`
+  // on zero.
+  BasicBlock *asker(Function &F, const Twine &name, BasicBlock *instr,
+                    BasicBlock *clean) {
+    BasicBlock *BB = BasicBlock::Create(F.getContext(), name, &F);
+    IRBuilder<> B(BB);
+    CallInst *r = B.CreateCall(switchFn, {slot(B, 0)});
+    r->setDoesNotThrow();
+    B.CreateCondBr(B.CreateICmpNE(r, B.getInt32(0)), instr, clean);
+    return BB;
+  }
+
+  void fullyInstrument(Function &F) {
+    SmallVector<Instruction *, 64> insts;
+    for (BasicBlock &BB : F)
+      for (Instruction &I : BB)
+        insts.push_back(&I);
+    insertHooks(hooks, DL, insts);
+  }
+
+  void sample(Function &F) {
+    LLVMContext &C = F.getContext();
+    // 1. A prologue holding the entry block's static allocas (never
+    //    cloned: both copies use the same slots).
+    BasicBlock *oldEntry = &F.getEntryBlock();
+    SmallVector<AllocaInst *, 16> statics;
+    for (Instruction &I : *oldEntry)
+      if (auto *A = dyn_cast<AllocaInst>(&I))
+        if (A->isStaticAlloca())
+          statics.push_back(A);
+    BasicBlock *prologue =
+        BasicBlock::Create(C, "pmlab.prologue", &F, oldEntry);
+    BranchInst *toBody = BranchInst::Create(oldEntry, prologue);
+    for (AllocaInst *A : statics)
+      A->moveBefore(toBody);
+
+    // 2. Demote values that live across blocks, then phis, to stack slots
+    //    in the prologue.
+    SmallVector<Instruction *, 64> worklist;
+    for (BasicBlock &BB : F) {
+      if (&BB == prologue)
+        continue;
+      for (Instruction &I : BB) {
+        if (isa<AllocaInst>(I) && I.getParent() == prologue)
+          continue;
+        for (User *U : I.users()) {
+          auto *UI = cast<Instruction>(U);
+          if (UI->getParent() != &BB || isa<PHINode>(UI)) {
+            worklist.push_back(&I);
+            break;
+          }
+        }
+      }
+    }
+    SmallPtrSet<AllocaInst *, 32> ours;
+    for (Instruction *I : worklist)
+      if (AllocaInst *A = DemoteRegToStack(*I, false, toBody))
+        ours.insert(A);
+    SmallVector<PHINode *, 32> phis;
+    for (BasicBlock &BB : F)
+      for (PHINode &P : BB.phis())
+        phis.push_back(&P);
+    for (PHINode *P : phis)
+      if (AllocaInst *A = DemotePHIToStack(P, toBody))
+        ours.insert(A);
+
+    // 3. The loops' back-edges, on the clean CFG.
+    DominatorTree DT(F);
+    LoopInfo LI(DT);
+    SmallVector<std::pair<BasicBlock *, BasicBlock *>, 16> backEdges;
+    for (Loop *L : LI.getLoopsInPreorder()) {
+      SmallVector<BasicBlock *, 4> latches;
+      L->getLoopLatches(latches);
+      for (BasicBlock *latch : latches)
+        backEdges.push_back({latch, L->getHeader()});
+    }
+
+    // 4. Clone the body.
+    SmallVector<BasicBlock *, 64> body;
+    for (BasicBlock &BB : F)
+      if (&BB != prologue)
+        body.push_back(&BB);
+    ValueToValueMapTy VMap;
+    SmallVector<BasicBlock *, 64> clones;
+    for (BasicBlock *BB : body) {
+      BasicBlock *NB = CloneBasicBlock(BB, VMap, ".pmlab.i", &F);
+      VMap[BB] = NB;
+      clones.push_back(NB);
+    }
+    remapInstructionsInBlocks(clones, VMap);
+    auto clone = [&](BasicBlock *BB) { return cast<BasicBlock>(VMap[BB]); };
+
+    // 5. Hooks in the instrumented copy, except on our own slots.
+    SmallVector<Instruction *, 256> accesses;
+    for (BasicBlock *BB : clones)
+      for (Instruction &I : *BB) {
+        Value *ptr = nullptr;
+        if (auto *L = dyn_cast<LoadInst>(&I))
+          ptr = L->getPointerOperand();
+        else if (auto *S = dyn_cast<StoreInst>(&I))
+          ptr = S->getPointerOperand();
+        else
+          continue;
+        if (auto *A = dyn_cast<AllocaInst>(ptr->stripPointerCasts()))
+          if (ours.count(A))
+            continue;
+        accesses.push_back(&I);
+      }
+    insertHooks(hooks, DL, accesses);
+
+    // 6. Entry: prologue -> dispatch -> clean or instrumented body.
+    BasicBlock *cleanEntry = oldEntry, *instrEntry = clone(oldEntry);
+    BasicBlock *ask = asker(F, "pmlab.entry.ask", instrEntry, cleanEntry);
+    toBody->eraseFromParent();
+    countdown(prologue, 0, ask, cleanEntry);
+
+    // 7. Back-edges of both copies.
+    unsigned n = 0;
+    for (auto &[latch, header] : backEdges) {
+      BasicBlock *H = header, *Hi = clone(header);
+      for (int copy = 0; copy < 2; copy++) {
+        BasicBlock *from = copy ? clone(latch) : latch;
+        BasicBlock *to = copy ? Hi : H;
+        Instruction *T = from->getTerminator();
+        BasicBlock *check =
+            BasicBlock::Create(C, copy ? "pmlab.iedge" : "pmlab.edge", &F);
+        BasicBlock *a = asker(F, copy ? "pmlab.iedge.ask" : "pmlab.edge.ask",
+                              Hi, H);
+        countdown(check, copy, a, to);
+        for (unsigned s = 0; s < T->getNumSuccessors(); s++)
+          if (T->getSuccessor(s) == to)
+            T->setSuccessor(s, check);
+      }
+      n++;
+    }
+
+    // 8. Back to registers.
+    DominatorTree DT2(F);
+    std::vector<AllocaInst *> promote;
+    for (AllocaInst *A : ours)
+      if (isAllocaPromotable(A))
+        promote.push_back(A);
+    if (!promote.empty())
+      PromoteMemToReg(promote, DT2);
+    if (debug)
+      errs() << "pmlab sample: " << F.getName() << ": two copies, "
+             << n << " back-edge(s), " << accesses.size()
+             << " access(es) in the instrumented copy\n";
+  }
+
+  bool run() {
+    bool changed = false;
+    for (Function &F : M) {
+      if (skipEntirely(F) || !hasAccesses(F))
+        continue;
+      if (const char *why = cannotClone(F)) {
+        if (debug)
+          errs() << "pmlab sample: " << F.getName()
+                 << ": fully instrumented (" << why << ")\n";
+        fullyInstrument(F);
+      } else {
+        sample(F);
+      }
+      changed = true;
+    }
+    return changed;
+  }
+};
+
+struct SamplePass : PassInfoMixin<SamplePass> {
+  PreservedAnalyses run(Module &M, ModuleAnalysisManager &) {
+    if (M.getGlobalVariable(kStateName, true) &&
+        M.getGlobalVariable(kStateName, true)->hasMetadata("pmlab.done"))
+      return PreservedAnalyses::all();
+    Sampler s(M);
+    bool changed = s.run();
+    // Mark the module, so that a second run (e.g. at LTO link time) does
+    // not clone the clones.
+    s.state->setMetadata("pmlab.done", MDNode::get(M.getContext(), {}));
+    return changed ? PreservedAnalyses::none() : PreservedAnalyses::all();
+  }
+  static bool isRequired() { return true; }
+};
+
+} // namespace
+
+extern "C" LLVM_ATTRIBUTE_WEAK PassPluginLibraryInfo llvmGetPassPluginInfo() {
+  return {LLVM_PLUGIN_API_VERSION, "pmlab-sample", "1",
+          [](PassBuilder &PB) {
+            PB.registerOptimizerLastEPCallback(
+                [](ModulePassManager &MPM, OptimizationLevel) {
+                  MPM.addPass(SamplePass());
+                });
+          }};
+}
