@@ -320,6 +320,9 @@ impl pmlab_kv_server::engine::KvEngine for Kept {
     fn last_version(&self) -> u64 {
         self.0.lock().unwrap().last_version()
     }
+    fn floor(&self) -> u64 {
+        self.0.lock().unwrap().floor()
+    }
     fn rollback_above(&mut self, index: u64) -> pmlab_kv_server::engine::EngineResult<()> {
         self.0.lock().unwrap().rollback_above(index)
     }
