@@ -167,6 +167,22 @@ fn bad_flags_get_one_line_and_exit_2() {
             ],
             "--pool-mb 0",
         ),
+        (
+            &[
+                "cluster",
+                "--dir",
+                "/tmp/x",
+                "--engine",
+                "list",
+                "--raft-log",
+                "disk",
+            ],
+            "--raft-log \"disk\"",
+        ),
+        (
+            &["cluster", "--dir", "/tmp/x", "--raft-log", "engine"],
+            "needs a PM engine",
+        ),
         (&["serve", "--id", "1", "--dir", "/tmp/x"], "no members"),
         (&["cluster", "--nodes", "0", "--dir", "/tmp/x"], "--nodes"),
         (&["bench"], "--addrs"),

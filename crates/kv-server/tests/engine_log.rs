@@ -410,3 +410,20 @@ async fn a_directory_is_refused_to_the_other_log_placement() {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+/// `anchor` (libpmemobj) holds the log as well, when this build has it;
+/// without it the engine is refused in one line naming the fix.
+#[tokio::test]
+async fn anchor_holds_the_log_when_libpmemobj_is_built_in() {
+    if !pmlab_kv::EngineKind::Anchor.available() {
+        let d = tmpdir("anchor-missing");
+        let err = open_engine("anchor", &d, 16 << 20).err().unwrap();
+        assert!(err.0.contains("libpmemobj"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+        return;
+    }
+    uncommitted_entries_survive_a_restart_unread("anchor").await;
+    truncation_after_a_leader_change_rolls_back("anchor").await;
+    purge_snapshot_and_install("anchor").await;
+    a_crash_around_an_install_leaves_old_or_new_state("anchor").await;
+}
