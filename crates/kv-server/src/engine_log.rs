@@ -46,8 +46,9 @@
 //!   install and is done by it.
 //! * `save_vote`: the vote file `raft-vote.json`, written to a temporary
 //!   file, fsync'd and renamed before returning; `save_committed` writes
-//!   the same file without fsync (losing it only means re-learning the
-//!   commit index from the leader).
+//!   the same file without fsync every [`COMMITTED_EVERY`] entries (losing
+//!   it only means re-applying less at start and re-learning the commit
+//!   index from the leader).
 //! * `apply`: nothing is written; the applied log id and membership move
 //!   forward in DRAM and the replies come from what the append found
 //!   (stored or not). After a restart the applied index is the purged one
@@ -88,6 +89,8 @@ pub const MEMBER_KEY: &[u8] = b"\xffpmkv.membership";
 pub const RESERVED_PREFIX: &[u8] = b"\xffpmkv.";
 /// The file holding the vote and the committed log id.
 pub const VOTE_FILE: &str = "raft-vote.json";
+/// The committed log id is written every this many entries (and with each vote).
+pub const COMMITTED_EVERY: u64 = 1024;
 
 /// Whether `key` is reserved for the Raft log.
 pub fn is_reserved(key: &[u8]) -> bool {
@@ -147,6 +150,8 @@ struct Inner {
     /// The leader of the last entry (`None` for an empty log).
     last_leader: Option<CommittedLeaderId<NodeId>>,
     saved: VoteFile,
+    /// The committed index last written to the vote file.
+    committed_written: u64,
     applied: Option<LogId>,
     membership: StoredMembership,
     pending_purge: Option<LogId>,
@@ -446,6 +451,7 @@ pub fn open(dir: &Path, engine: Box<dyn KvEngine>) -> io::Result<(EngineLog, Eng
         engine,
         slots,
         last_leader: None,
+        committed_written: saved.committed.map_or(0, |c| c.index),
         saved,
         applied: None,
         membership: StoredMembership::default(),
@@ -533,11 +539,19 @@ impl EngineLog {
         lock(&self.inner).saved.vote
     }
 
-    /// Save the committed log id (no fsync).
+    /// Note the committed log id; it is written (without fsync) once it
+    /// has moved [`COMMITTED_EVERY`] entries past the written one, and
+    /// with every vote. Losing it only means re-learning it from the
+    /// leader; writing a file per commit would cost more than the append.
     #[allow(clippy::result_large_err)]
     pub fn save_committed(&self, committed: Option<LogId>) -> Result<(), StorageError> {
         let mut g = lock(&self.inner);
         g.saved.committed = committed;
+        let at = committed.map_or(0, |c| c.index);
+        if at < g.committed_written + COMMITTED_EVERY {
+            return Ok(());
+        }
+        g.committed_written = at;
         g.write_vote_file(false)
             .map_err(|e| StorageError::from_io_error(ErrorSubject::Store, ErrorVerb::Write, e))
     }

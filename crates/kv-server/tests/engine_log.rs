@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
-use openraft::{CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder};
+use openraft::{
+    CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder, Vote,
+};
 use pmlab_kv_server::engine::open_engine;
 use pmlab_kv_server::store::{self, LogPlacement, LogStore, StateMachine};
 use pmlab_kv_server::types::{Cmd, Entry, LogId, NodeAddr, Reply};
@@ -160,7 +162,10 @@ async fn uncommitted_entries_survive_a_restart_unread(engine: &str) {
             Some("2"),
             "entry 7 is not committed"
         );
+        // The committed id is written with the next vote (or every 1,024
+        // entries); the vote durably.
         log.save_committed(Some(id(1, 1, 5))).await.unwrap();
+        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
         // Dropped without any further sync: a kill -9.
     }
     let (mut log, mut sm) = open(engine, &dir);
@@ -173,6 +178,10 @@ async fn uncommitted_entries_survive_a_restart_unread(engine: &str) {
     );
     assert_eq!(st.last_purged_log_id, None);
     assert_eq!(log.read_committed().await.unwrap(), Some(id(1, 1, 5)));
+    assert_eq!(
+        log.read_vote().await.unwrap(),
+        Some(Vote::new_committed(1, 1))
+    );
     // Nothing applied yet after the restart: reads see no uncommitted state.
     let (applied, _) = sm.applied_state().await.unwrap();
     assert_eq!(applied, None);
