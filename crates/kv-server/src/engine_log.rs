@@ -45,10 +45,10 @@
 //!   the state machine is still installing a snapshot) waits for that
 //!   install and is done by it.
 //! * `save_vote`: the vote file `raft-vote.json`, written to a temporary
-//!   file, fsync'd and renamed before returning; `save_committed` writes
-//!   the same file without fsync every [`COMMITTED_EVERY`] entries (losing
-//!   it only means re-applying less at start and re-learning the commit
-//!   index from the leader).
+//!   file, fsync'd and renamed before returning. `save_committed`: one
+//!   `pwrite` of a checksummed record into `raft-committed`, no fsync
+//!   (openraft needs it after a restart: a node that comes back as the
+//!   leader of its old term reads at the saved committed id).
 //! * `apply`: nothing is written; the applied log id and membership move
 //!   forward in DRAM and the replies come from what the append found
 //!   (stored or not). After a restart the applied index is the purged one
@@ -87,10 +87,41 @@ pub const RAFT_KEY: &[u8] = b"\xffpmkv.raft";
 pub const MEMBER_KEY: &[u8] = b"\xffpmkv.membership";
 /// What every reserved key starts with; clients may not use such keys.
 pub const RESERVED_PREFIX: &[u8] = b"\xffpmkv.";
-/// The file holding the vote and the committed log id.
+/// The file holding the vote.
 pub const VOTE_FILE: &str = "raft-vote.json";
-/// The committed log id is written every this many entries (and with each vote).
-pub const COMMITTED_EVERY: u64 = 1024;
+/// The file holding the committed log id (a fixed record, rewritten in place).
+pub const COMMITTED_FILE: &str = "raft-committed";
+
+const COMMITTED_MAGIC: u64 = 0x544d_4d43_564b_4d50; // "PMKVCMMT"
+
+/// `[magic][index][term][node][present][checksum]`, little-endian u64s.
+fn encode_committed(c: Option<LogId>) -> [u8; 48] {
+    let w = match c {
+        Some(c) => [c.index, c.leader_id.term, c.leader_id.node_id, 1],
+        None => [0, 0, 0, 0],
+    };
+    let mut b = [0u8; 48];
+    b[..8].copy_from_slice(&COMMITTED_MAGIC.to_le_bytes());
+    for (i, x) in w.iter().enumerate() {
+        b[8 + i * 8..16 + i * 8].copy_from_slice(&x.to_le_bytes());
+    }
+    let sum = crate::store::checksum(&b[..40]);
+    b[40..].copy_from_slice(&sum.to_le_bytes());
+    b
+}
+
+/// The record's log id; `None` when absent, empty or torn (a torn record
+/// only costs re-learning the commit index from the leader).
+fn decode_committed(b: &[u8]) -> Option<LogId> {
+    if b.len() < 48 {
+        return None;
+    }
+    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+    if w(0) != COMMITTED_MAGIC || crate::store::checksum(&b[..40]) != w(5) || w(4) != 1 {
+        return None;
+    }
+    Some(LogId::new(CommittedLeaderId::new(w(2), w(3)), w(1)))
+}
 
 /// Whether `key` is reserved for the Raft log.
 pub fn is_reserved(key: &[u8]) -> bool {
@@ -134,6 +165,8 @@ enum Kind {
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct VoteFile {
     vote: Option<Vote<NodeId>>,
+    /// Kept in [`COMMITTED_FILE`], not in the vote file.
+    #[serde(skip)]
     committed: Option<LogId>,
 }
 
@@ -150,8 +183,7 @@ struct Inner {
     /// The leader of the last entry (`None` for an empty log).
     last_leader: Option<CommittedLeaderId<NodeId>>,
     saved: VoteFile,
-    /// The committed index last written to the vote file.
-    committed_written: u64,
+    committed_file: fs::File,
     applied: Option<LogId>,
     membership: StoredMembership,
     pending_purge: Option<LogId>,
@@ -428,6 +460,20 @@ pub fn open(dir: &Path, engine: Box<dyn KvEngine>) -> io::Result<(EngineLog, Eng
         Err(e) if e.kind() == io::ErrorKind::NotFound => VoteFile::default(),
         Err(e) => return Err(e),
     };
+    let committed_path = dir.join(COMMITTED_FILE);
+    let committed_file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&committed_path)?;
+    let mut saved = saved;
+    {
+        use std::os::unix::fs::FileExt;
+        let mut b = [0u8; 48];
+        let n = committed_file.read_at(&mut b, 0)?;
+        saved.committed = decode_committed(&b[..n]);
+    }
     let floor = engine.floor();
     let last = engine.last_version();
     let mut slots = BTreeMap::new();
@@ -451,8 +497,8 @@ pub fn open(dir: &Path, engine: Box<dyn KvEngine>) -> io::Result<(EngineLog, Eng
         engine,
         slots,
         last_leader: None,
-        committed_written: saved.committed.map_or(0, |c| c.index),
         saved,
+        committed_file,
         applied: None,
         membership: StoredMembership::default(),
         pending_purge: None,
@@ -539,20 +585,18 @@ impl EngineLog {
         lock(&self.inner).saved.vote
     }
 
-    /// Note the committed log id; it is written (without fsync) once it
-    /// has moved [`COMMITTED_EVERY`] entries past the written one, and
-    /// with every vote. Losing it only means re-learning it from the
-    /// leader; writing a file per commit would cost more than the append.
+    /// Save the committed log id: one `pwrite` of a checksummed record at
+    /// offset 0 of [`COMMITTED_FILE`], without fsync (it survives a kill
+    /// -9 in the page cache). openraft needs it on restart: a node that
+    /// comes back as the leader of its old term takes the saved committed
+    /// id as its read index, so a stale one would serve stale reads.
     #[allow(clippy::result_large_err)]
     pub fn save_committed(&self, committed: Option<LogId>) -> Result<(), StorageError> {
+        use std::os::unix::fs::FileExt;
         let mut g = lock(&self.inner);
         g.saved.committed = committed;
-        let at = committed.map_or(0, |c| c.index);
-        if at < g.committed_written + COMMITTED_EVERY {
-            return Ok(());
-        }
-        g.committed_written = at;
-        g.write_vote_file(false)
+        g.committed_file
+            .write_all_at(&encode_committed(committed), 0)
             .map_err(|e| StorageError::from_io_error(ErrorSubject::Store, ErrorVerb::Write, e))
     }
 

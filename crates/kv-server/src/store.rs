@@ -56,7 +56,7 @@ fn engine_err(e: EngineError) -> StorageError {
     )
 }
 
-fn checksum(data: &[u8]) -> u64 {
+pub(crate) fn checksum(data: &[u8]) -> u64 {
     // FNV-1a, enough to find a torn tail.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in data {
@@ -755,6 +755,40 @@ impl LogPlacement {
             LogPlacement::File
         }
     }
+
+    /// The default for the engine named `name` (as [`open_engine`]
+    /// takes it), without opening anything.
+    ///
+    /// [`open_engine`]: crate::engine::open_engine
+    pub fn default_for_name(name: &str) -> LogPlacement {
+        match name {
+            "list" | "btree" | "anchor" => LogPlacement::Engine,
+            _ => LogPlacement::File,
+        }
+    }
+}
+
+/// Fail, in one line naming `--raft-log`, if `dir` holds a Raft log kept
+/// the other way than `placement`; a new directory is fine.
+pub fn check_placement(dir: &Path, placement: LogPlacement) -> io::Result<()> {
+    let refuse = |found: &str, flag: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} holds a Raft log kept {found}: start it with --raft-log {flag} or use another directory",
+                dir.display()
+            ),
+        ))
+    };
+    match placement {
+        LogPlacement::Engine if dir.join("raft.log").exists() => {
+            refuse("in a separate file (raft.log)", "file")
+        }
+        LogPlacement::File if dir.join(crate::engine_log::VOTE_FILE).exists() => {
+            refuse("in the engine", "engine")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Open the log and the state machine of the node in `dir` over `engine`
@@ -765,27 +799,13 @@ pub fn open(
     engine: Box<dyn KvEngine>,
     placement: LogPlacement,
 ) -> io::Result<(LogStore, StateMachine)> {
-    let refuse = |found: &str, flag: &str| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} holds a Raft log kept {found}: start it with --raft-log {flag} or use another directory",
-                dir.display()
-            ),
-        )
-    };
+    check_placement(dir, placement)?;
     match placement {
         LogPlacement::Engine => {
-            if dir.join("raft.log").exists() {
-                return Err(refuse("in a separate file (raft.log)", "file"));
-            }
             let (log, sm) = crate::engine_log::open(dir, engine)?;
             Ok((LogStore::Engine(log), StateMachine::Engine(sm)))
         }
         LogPlacement::File => {
-            if dir.join(crate::engine_log::VOTE_FILE).exists() {
-                return Err(refuse("in the engine", "engine"));
-            }
             let log = FileLog::open(dir)?;
             let sm = FileSm::open(dir, engine)?;
             Ok((LogStore::File(log), StateMachine::File(sm)))

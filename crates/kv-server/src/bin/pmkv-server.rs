@@ -315,9 +315,12 @@ fn run_cluster(
         Some(p) => cluster::load_members(&p)?,
         None => cluster::loopback_members(nodes, base)?,
     };
+    let placement = placement(&t)?.unwrap_or_else(|| LogPlacement::default_for_name(&t.engine));
     for id in members.keys() {
-        kvengine::check_data_dir(&t.engine, &dir.join(format!("node-{id}")))
+        let node_dir = dir.join(format!("node-{id}"));
+        kvengine::check_data_dir(&t.engine, &node_dir)
             .map_err(|e| anyhow!("--engine {}: {e}", t.engine))?;
+        pmlab_kv_server::store::check_placement(&node_dir, placement)?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("create --dir {}", dir.display()))?;
     let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
