@@ -59,9 +59,31 @@ pub trait KvEngine: Send {
     /// Replace the whole contents with `entries` at version `index`.
     fn restore(&mut self, index: u64, entries: &mut dyn Iterator<Item = Pair>) -> EngineResult<()>;
 
+    /// The discard floor: reads below it fail. After a restart it tells
+    /// what the engine can still serve (a Raft log kept in the engine has
+    /// purged every entry below it).
+    fn floor(&self) -> u64;
+
     /// The newest value of `key`.
     fn get(&self, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
         self.get_at(key, u64::MAX)
+    }
+
+    /// Whether a node keeps its Raft log inside this engine unless told
+    /// otherwise (see `store`): true for the PM engines `list`, `btree`
+    /// and `anchor`; `wal` keeps a separate log, as the thesis' baseline
+    /// does, and a volatile engine cannot hold one.
+    fn holds_log(&self) -> bool {
+        false
+    }
+
+    /// The versions above `index` (and the floor) with the key each wrote,
+    /// in version order; needed only to keep the Raft log in the engine.
+    fn written_above(&self, _index: u64) -> EngineResult<Vec<(u64, Vec<u8>)>> {
+        Err(EngineError(format!(
+            "engine {} cannot list its versions, so it cannot hold the Raft log",
+            self.name()
+        )))
     }
 }
 
@@ -136,6 +158,25 @@ impl KvEngine for MemEngine {
 
     fn last_version(&self) -> u64 {
         self.last
+    }
+
+    fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    fn written_above(&self, index: u64) -> EngineResult<Vec<(u64, Vec<u8>)>> {
+        let above = index.max(self.floor);
+        let mut out: Vec<(u64, Vec<u8>)> = self
+            .map
+            .iter()
+            .flat_map(|(k, vs)| {
+                vs.iter()
+                    .filter(move |(v, _)| *v > above)
+                    .map(move |(v, _)| (*v, k.clone()))
+            })
+            .collect();
+        out.sort_unstable_by_key(|(v, _)| *v);
+        Ok(out)
     }
 
     fn rollback_above(&mut self, index: u64) -> EngineResult<()> {
@@ -228,6 +269,18 @@ impl KvEngine for PmEngine {
 
     fn last_version(&self) -> u64 {
         self.0.last_version()
+    }
+
+    fn floor(&self) -> u64 {
+        self.0.floor()
+    }
+
+    fn holds_log(&self) -> bool {
+        self.0.kind() != pmlab_kv::EngineKind::Wal
+    }
+
+    fn written_above(&self, index: u64) -> EngineResult<Vec<(u64, Vec<u8>)>> {
+        self.0.written_above(index).map_err(pm_err)
     }
 
     fn rollback_above(&mut self, index: u64) -> EngineResult<()> {

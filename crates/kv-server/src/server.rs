@@ -14,9 +14,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::engine::KvEngine;
+use crate::engine_log::is_reserved;
 use crate::net::{serve_raft, Network};
 use crate::resp::{parse_command, Value};
-use crate::store::{LogStore, StateMachine};
+use crate::store::{self, LogPlacement, StateMachine};
 use crate::types::{Cmd, NodeAddr, NodeId, Raft, Reply};
 
 /// A server failure: the message names the file, address or setting.
@@ -61,6 +62,10 @@ pub struct NodeConfig {
     /// A planted bug for the checker's tests: GET answers from the local
     /// state machine on any node, skipping the read index. Never in use.
     pub unsafe_local_reads: bool,
+    /// Where the Raft log lives; `None`: the engine's default
+    /// ([`LogPlacement::default_for`]: in the PM engine for `list`,
+    /// `btree` and `anchor`, a separate file for `wal` and `mem`).
+    pub raft_log: Option<LogPlacement>,
 }
 
 impl NodeConfig {
@@ -77,6 +82,7 @@ impl NodeConfig {
             max_clients: 1024,
             routes: BTreeMap::new(),
             unsafe_local_reads: false,
+            raft_log: None,
         }
     }
 
@@ -124,10 +130,11 @@ impl Node {
             ))
         })?;
         let raft_config = Arc::new(cfg.raft_config()?);
-        let log = LogStore::open(&cfg.dir)
-            .map_err(|e| Error(format!("raft log in {}: {e}", cfg.dir.display())))?;
-        let sm = StateMachine::open(&cfg.dir, engine)
-            .map_err(|e| Error(format!("state machine in {}: {e}", cfg.dir.display())))?;
+        let placement = cfg
+            .raft_log
+            .unwrap_or_else(|| LogPlacement::default_for(engine.as_ref()));
+        let (log, sm) = store::open(&cfg.dir, engine, placement)
+            .map_err(|e| Error(format!("raft storage in {}: {e}", cfg.dir.display())))?;
         let raft_l = TcpListener::bind(&me.raft)
             .await
             .map_err(|e| Error(format!("bind raft address {}: {e}", me.raft)))?;
@@ -367,6 +374,9 @@ async fn exec(shared: &Shared, args: &[Vec<u8>]) -> Value {
         },
         "ECHO" if n == 2 => Value::Bulk(args[1].clone()),
         "QUIT" | "SELECT" | "CLIENT" | "RESET" => Value::Simple("OK".into()),
+        "GET" | "SET" | "CAS" | "DEL" if reserved_key(&name, args) => {
+            err("ERR keys starting with \\xffpmkv. are reserved for the Raft log")
+        }
         "GET" => {
             if n != 2 {
                 return wrong_args("get");
@@ -442,12 +452,13 @@ async fn exec(shared: &Shared, args: &[Vec<u8>]) -> Value {
                 "slave"
             };
             let text = format!(
-                "# Server\r\nredis_version:7.0.0-pmkv\r\n# Replication\r\nrole:{role}\r\nraft_id:{}\r\nraft_leader:{}\r\nraft_term:{}\r\nraft_applied:{}\r\nengine:{}\r\n",
+                "# Server\r\nredis_version:7.0.0-pmkv\r\n# Replication\r\nrole:{role}\r\nraft_id:{}\r\nraft_leader:{}\r\nraft_term:{}\r\nraft_applied:{}\r\nengine:{}\r\nraft_log:{}\r\n",
                 shared.id,
                 m.current_leader.map_or("none".to_string(), |l| l.to_string()),
                 m.current_term,
                 shared.sm.applied_index(),
-                shared.sm.engine_name()
+                shared.sm.engine_name(),
+                shared.sm.placement().name()
             );
             Value::Bulk(text.into_bytes())
         }
@@ -460,6 +471,15 @@ async fn exec(shared: &Shared, args: &[Vec<u8>]) -> Value {
                 COMMANDS.join(" ")
             ))
         }
+    }
+}
+
+/// Whether a key argument of the data command `name` is reserved for the
+/// Raft log kept in the engine (every key of DEL, the first of the others).
+fn reserved_key(name: &str, args: &[Vec<u8>]) -> bool {
+    match name {
+        "DEL" => args[1..].iter().any(|k| is_reserved(k)),
+        _ => args.get(1).is_some_and(|k| is_reserved(k)),
     }
 }
 

@@ -1,7 +1,12 @@
-//! openraft storage: the Raft log in an append-only file with a small
-//! metadata file, and the state machine over a [`KvEngine`].
+//! openraft storage in two placements ([`LogPlacement`]): the Raft log in
+//! the state machine's engine ([`crate::engine_log`], the default for the
+//! PM engines `list`, `btree` and `anchor`), or in a separate append-only
+//! file beside a state machine over a [`KvEngine`] ([`FileLog`] and
+//! [`FileSm`]: `wal`, the thesis' baseline, and the volatile `mem`).
+//! [`open`] picks one; [`LogStore`] and [`StateMachine`] are what openraft
+//! is given either way.
 //!
-//! Files in a node's directory:
+//! Files of the separate placement in a node's directory:
 //! * `raft.log`: records `[u32 length][u64 checksum][JSON entry]`, appended
 //!   and fsync'd once per `append` call (one flush per batch), truncated by
 //!   `set_len`; a torn tail is cut on open.
@@ -51,7 +56,7 @@ fn engine_err(e: EngineError) -> StorageError {
     )
 }
 
-fn checksum(data: &[u8]) -> u64 {
+pub(crate) fn checksum(data: &[u8]) -> u64 {
     // FNV-1a, enough to find a torn tail.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in data {
@@ -63,7 +68,7 @@ fn checksum(data: &[u8]) -> u64 {
 
 /// Write `bytes` to `path` atomically: a temporary file, fsync'd when
 /// `durable`, renamed over the old one.
-fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = File::create(&tmp)?;
@@ -149,15 +154,16 @@ fn write_atomic_file(tmp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// The Raft log of one node (also its own log reader: clones share state).
+/// The Raft log of one node in its own file (also its own log reader:
+/// clones share state).
 #[derive(Clone)]
-pub struct LogStore {
+pub struct FileLog {
     inner: Arc<Mutex<LogInner>>,
 }
 
-impl LogStore {
+impl FileLog {
     /// Open (or create) the log in `dir`, cutting a torn tail.
-    pub fn open(dir: &Path) -> io::Result<LogStore> {
+    pub fn open(dir: &Path) -> io::Result<FileLog> {
         fs::create_dir_all(dir)?;
         let meta_path = dir.join("raft-meta.json");
         let meta: LogMeta = match fs::read(&meta_path) {
@@ -214,7 +220,7 @@ impl LogStore {
             file.set_len(pos as u64)?;
             file.sync_all()?;
         }
-        Ok(LogStore {
+        Ok(FileLog {
             inner: Arc::new(Mutex::new(LogInner {
                 dir: dir.to_path_buf(),
                 file,
@@ -241,7 +247,7 @@ impl LogStore {
     }
 }
 
-impl RaftLogReader<TypeConfig> for LogStore {
+impl RaftLogReader<TypeConfig> for FileLog {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + std::fmt::Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -255,8 +261,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 }
 
-impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogStore;
+impl RaftLogStorage<TypeConfig> for FileLog {
+    type LogReader = FileLog;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let g = self.lock();
@@ -438,14 +444,8 @@ impl SmState {
     fn build(&mut self) -> Result<StoredSnapshot, StorageError> {
         let index = self.applied.map_or(0, |l| l.index);
         let at = index.min(self.engine.last_version());
-        let mut data = SNAPSHOT_MAGIC.to_vec();
-        for pair in self.engine.snapshot(at).map_err(engine_err)? {
-            let (k, v) = pair.map_err(engine_err)?;
-            data.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            data.extend_from_slice(&k);
-            data.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            data.extend_from_slice(&v);
-        }
+        let data =
+            encode_snapshot(self.engine.snapshot(at).map_err(engine_err)?).map_err(engine_err)?;
         self.built += 1;
         let meta = SnapshotMeta {
             last_log_id: self.applied,
@@ -471,6 +471,21 @@ impl SmState {
         }
         self.write_meta()
     }
+}
+
+/// Encode snapshot pairs: a magic, then `[u32 klen][key][u32 vlen][value]`.
+pub(crate) fn encode_snapshot(
+    pairs: impl Iterator<Item = Result<Pair, EngineError>>,
+) -> Result<Vec<u8>, EngineError> {
+    let mut data = SNAPSHOT_MAGIC.to_vec();
+    for pair in pairs {
+        let (k, v) = pair?;
+        data.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        data.extend_from_slice(&k);
+        data.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        data.extend_from_slice(&v);
+    }
+    Ok(data)
 }
 
 /// Decode snapshot data into pairs, checking every length.
@@ -503,18 +518,18 @@ pub fn decode_snapshot(data: &[u8]) -> io::Result<Vec<Pair>> {
     Ok(out)
 }
 
-/// The replicated state machine; clones share it, so the server reads
-/// through one while openraft owns another.
+/// The replicated state machine beside a [`FileLog`]; clones share it, so
+/// the server reads through one while openraft owns another.
 #[derive(Clone)]
-pub struct StateMachine {
+pub struct FileSm {
     inner: Arc<Mutex<SmState>>,
 }
 
-impl StateMachine {
+impl FileSm {
     /// Open the state machine in `dir` over `engine`: a volatile engine is
     /// rebuilt from `snapshot.bin`; a persistent one is rolled back to the
     /// recorded applied index (later writes are re-applied from the log).
-    pub fn open(dir: &Path, mut engine: Box<dyn KvEngine>) -> io::Result<StateMachine> {
+    pub fn open(dir: &Path, mut engine: Box<dyn KvEngine>) -> io::Result<FileSm> {
         fs::create_dir_all(dir)?;
         let meta_path = dir.join("sm-meta.json");
         let meta: SmMeta = match fs::read(&meta_path) {
@@ -575,7 +590,7 @@ impl StateMachine {
             }
         }
         state.engine = engine;
-        Ok(StateMachine {
+        Ok(FileSm {
             inner: Arc::new(Mutex::new(state)),
         })
     }
@@ -600,7 +615,7 @@ impl StateMachine {
     }
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+impl RaftSnapshotBuilder<TypeConfig> for FileSm {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let mut g = self.lock();
         let snap = g.build()?;
@@ -613,8 +628,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     }
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotBuilder = StateMachine;
+impl RaftStateMachine<TypeConfig> for FileSm {
+    type SnapshotBuilder = FileSm;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let g = self.lock();
@@ -700,5 +715,319 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: s.meta.clone(),
             snapshot: Box::new(Cursor::new(s.data.clone())),
         }))
+    }
+}
+
+/// Where a node keeps its Raft log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogPlacement {
+    /// Inside the state machine's PM engine, as uncommitted versions
+    /// ([`crate::engine_log`]); no log file.
+    Engine,
+    /// In its own file (`raft.log`) beside the state machine.
+    File,
+}
+
+impl LogPlacement {
+    /// The placement named `s` (`engine` or `file`).
+    pub fn parse(s: &str) -> Option<LogPlacement> {
+        match s {
+            "engine" => Some(LogPlacement::Engine),
+            "file" => Some(LogPlacement::File),
+            _ => None,
+        }
+    }
+
+    /// The placement's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogPlacement::Engine => "engine",
+            LogPlacement::File => "file",
+        }
+    }
+
+    /// The default for `engine`: inside it when it says it can hold the
+    /// log ([`KvEngine::holds_log`]), else a separate file.
+    pub fn default_for(engine: &dyn KvEngine) -> LogPlacement {
+        if engine.holds_log() {
+            LogPlacement::Engine
+        } else {
+            LogPlacement::File
+        }
+    }
+
+    /// The default for the engine named `name` (as [`open_engine`]
+    /// takes it), without opening anything.
+    ///
+    /// [`open_engine`]: crate::engine::open_engine
+    pub fn default_for_name(name: &str) -> LogPlacement {
+        match name {
+            "list" | "btree" | "anchor" => LogPlacement::Engine,
+            _ => LogPlacement::File,
+        }
+    }
+}
+
+/// Fail, in one line naming `--raft-log`, if `dir` holds a Raft log kept
+/// the other way than `placement`; a new directory is fine.
+pub fn check_placement(dir: &Path, placement: LogPlacement) -> io::Result<()> {
+    let refuse = |found: &str, flag: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} holds a Raft log kept {found}: start it with --raft-log {flag} or use another directory",
+                dir.display()
+            ),
+        ))
+    };
+    match placement {
+        LogPlacement::Engine if dir.join("raft.log").exists() => {
+            refuse("in a separate file (raft.log)", "file")
+        }
+        LogPlacement::File if dir.join(crate::engine_log::VOTE_FILE).exists() => {
+            refuse("in the engine", "engine")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Open the log and the state machine of the node in `dir` over `engine`
+/// with the log placed as `placement`. A directory written with one
+/// placement is refused to the other, in one line naming the flag.
+pub fn open(
+    dir: &Path,
+    engine: Box<dyn KvEngine>,
+    placement: LogPlacement,
+) -> io::Result<(LogStore, StateMachine)> {
+    check_placement(dir, placement)?;
+    match placement {
+        LogPlacement::Engine => {
+            let (log, sm) = crate::engine_log::open(dir, engine)?;
+            Ok((LogStore::Engine(log), StateMachine::Engine(sm)))
+        }
+        LogPlacement::File => {
+            let log = FileLog::open(dir)?;
+            let sm = FileSm::open(dir, engine)?;
+            Ok((LogStore::File(log), StateMachine::File(sm)))
+        }
+    }
+}
+
+/// The Raft log openraft is given: in a file or in the engine. Clones
+/// share state (it is also its own log reader).
+#[derive(Clone)]
+pub enum LogStore {
+    /// A separate log file.
+    File(FileLog),
+    /// The log kept in the engine.
+    Engine(crate::engine_log::EngineLog),
+}
+
+/// The state machine openraft is given; clones share it, so the server
+/// reads through one while openraft owns another.
+#[derive(Clone)]
+pub enum StateMachine {
+    /// Beside a separate log file.
+    File(FileSm),
+    /// Over the engine that also holds the log.
+    Engine(crate::engine_log::EngineSm),
+}
+
+impl LogStore {
+    /// Where this log lives.
+    pub fn placement(&self) -> LogPlacement {
+        match self {
+            LogStore::File(_) => LogPlacement::File,
+            LogStore::Engine(_) => LogPlacement::Engine,
+        }
+    }
+
+    /// Live entries held (not yet purged).
+    pub fn len(&self) -> usize {
+        match self {
+            LogStore::File(l) => l.len(),
+            LogStore::Engine(l) => l.len(),
+        }
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + std::fmt::Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        match self {
+            LogStore::File(l) => l.try_get_log_entries(range).await,
+            LogStore::Engine(l) => l.read(range),
+        }
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        match self {
+            LogStore::File(l) => l.get_log_state().await,
+            LogStore::Engine(l) => l.log_state(),
+        }
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        match self {
+            LogStore::File(l) => l.save_vote(vote).await,
+            LogStore::Engine(l) => l.save_vote(vote),
+        }
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        match self {
+            LogStore::File(l) => l.read_vote().await,
+            LogStore::Engine(l) => Ok(l.vote()),
+        }
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        match self {
+            LogStore::File(l) => l.save_committed(committed).await,
+            LogStore::Engine(l) => l.save_committed(committed),
+        }
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        match self {
+            LogStore::File(l) => l.read_committed().await,
+            LogStore::Engine(l) => Ok(l.committed()),
+        }
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        match self {
+            LogStore::File(l) => l.append(entries, callback).await,
+            LogStore::Engine(l) => l.append(entries, callback),
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        match self {
+            LogStore::File(l) => l.truncate(log_id).await,
+            LogStore::Engine(l) => l.truncate(log_id),
+        }
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        match self {
+            LogStore::File(l) => l.purge(log_id).await,
+            LogStore::Engine(l) => l.purge(log_id),
+        }
+    }
+}
+
+impl StateMachine {
+    /// The current (committed) value of `key` (call after the read index
+    /// is applied).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        match self {
+            StateMachine::File(s) => s.get(key),
+            StateMachine::Engine(s) => s.get(key),
+        }
+    }
+
+    /// The applied log index.
+    pub fn applied_index(&self) -> u64 {
+        match self {
+            StateMachine::File(s) => s.applied_index(),
+            StateMachine::Engine(s) => s.applied_index(),
+        }
+    }
+
+    /// The engine's name.
+    pub fn engine_name(&self) -> &'static str {
+        match self {
+            StateMachine::File(s) => s.engine_name(),
+            StateMachine::Engine(s) => s.engine_name(),
+        }
+    }
+
+    /// Where the Raft log beside this state machine lives.
+    pub fn placement(&self) -> LogPlacement {
+        match self {
+            StateMachine::File(_) => LogPlacement::File,
+            StateMachine::Engine(_) => LogPlacement::Engine,
+        }
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        match self {
+            StateMachine::File(s) => s.build_snapshot().await,
+            StateMachine::Engine(s) => s.build_snapshot(),
+        }
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        match self {
+            StateMachine::File(s) => s.applied_state().await,
+            StateMachine::Engine(s) => Ok(s.applied_state()),
+        }
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        match self {
+            StateMachine::File(s) => s.apply(entries).await,
+            StateMachine::Engine(s) => s.apply(entries),
+        }
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        match self {
+            StateMachine::File(s) => s.install_snapshot(meta, snapshot).await,
+            StateMachine::Engine(s) => s.install(meta, snapshot.into_inner()),
+        }
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        match self {
+            StateMachine::File(s) => s.get_current_snapshot().await,
+            StateMachine::Engine(s) => s.current_snapshot(),
+        }
     }
 }

@@ -167,6 +167,22 @@ fn bad_flags_get_one_line_and_exit_2() {
             ],
             "--pool-mb 0",
         ),
+        (
+            &[
+                "cluster",
+                "--dir",
+                "/tmp/x",
+                "--engine",
+                "list",
+                "--raft-log",
+                "disk",
+            ],
+            "--raft-log \"disk\"",
+        ),
+        (
+            &["cluster", "--dir", "/tmp/x", "--raft-log", "engine"],
+            "needs a PM engine",
+        ),
         (&["serve", "--id", "1", "--dir", "/tmp/x"], "no members"),
         (&["cluster", "--nodes", "0", "--dir", "/tmp/x"], "--nodes"),
         (&["bench"], "--addrs"),
@@ -181,4 +197,42 @@ fn bad_flags_get_one_line_and_exit_2() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// A directory whose Raft log is kept one way is refused to the other in
+/// one line naming `--raft-log`, before any node starts.
+#[test]
+fn a_directory_of_the_other_log_placement_is_refused() {
+    let dir = std::env::temp_dir().join(format!("pmkv-cli-placement-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("node-1")).unwrap();
+    std::fs::write(dir.join("node-1/engine"), "list\n").unwrap();
+    std::fs::write(dir.join("node-1/raft.log"), b"").unwrap();
+    let d = dir.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["cluster", "--dir", d, "--engine", "list"],
+            "--raft-log file",
+        ),
+        (
+            &[
+                "cluster",
+                "--dir",
+                d,
+                "--engine",
+                "list",
+                "--raft-log",
+                "engine",
+            ],
+            "--raft-log file",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(BIN).args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

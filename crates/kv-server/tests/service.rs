@@ -10,6 +10,7 @@ use pmlab_kv_server::client::{Client, Conn};
 use pmlab_kv_server::engine::{open_engine, KvEngine, MemEngine};
 use pmlab_kv_server::resp::Value;
 use pmlab_kv_server::server::{Node, NodeConfig};
+use pmlab_kv_server::store::LogPlacement;
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
 fn free_port() -> u16 {
@@ -93,6 +94,13 @@ per_engine!(pm_engine_is_rolled_back_and_replayed_on_restart:
     rollback_and_replay_list => "list",
     rollback_and_replay_btree => "btree");
 
+/// The same restart with the `list` engine forced to keep a separate log
+/// file (`--raft-log file`), the placement benchmarks compare with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_and_replay_list_with_a_separate_log_file() {
+    restart_keeps_every_write("list", Some(LogPlacement::File)).await
+}
+
 fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> tokio::task::JoinHandle<T> {
@@ -143,6 +151,9 @@ async fn commands_redirects_and_bad_input(engine_name: &str) {
         assert_eq!(l.call(&[b"COMMAND", b"DOCS"]).unwrap(), Value::Array(vec![]));
         assert!(matches!(l.call(&[b"NOSUCH", b"x"]).unwrap(), Value::Error(e) if e.starts_with("ERR unknown command")));
         assert!(matches!(l.call(&[b"GET"]).unwrap(), Value::Error(e) if e.contains("wrong number")));
+        // Keys of the Raft log kept in the engine are not the clients'.
+        assert!(matches!(l.call(&[b"SET", b"\xffpmkv.raft", b"x"]).unwrap(), Value::Error(e) if e.contains("reserved")));
+        assert!(matches!(l.call(&[b"DEL", b"k", b"\xffpmkv.membership"]).unwrap(), Value::Error(e) if e.contains("reserved")));
         assert!(matches!(l.call(&[b"SET", b"a", b"b", b"EX", b"5"]).unwrap(), Value::Error(_)));
 
         // Malformed input: an error, the connection closes, the node lives.
@@ -320,6 +331,9 @@ impl pmlab_kv_server::engine::KvEngine for Kept {
     fn last_version(&self) -> u64 {
         self.0.lock().unwrap().last_version()
     }
+    fn floor(&self) -> u64 {
+        self.0.lock().unwrap().floor()
+    }
     fn rollback_above(&mut self, index: u64) -> pmlab_kv_server::engine::EngineResult<()> {
         self.0.lock().unwrap().rollback_above(index)
     }
@@ -432,14 +446,21 @@ async fn persistent_engine_is_rolled_back_and_replayed_on_restart() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The restart scenario above on a real PM engine: each node reopens its
-/// pool, rolls back to the recorded applied index and re-applies the log.
+/// The restart scenario above on a real PM engine with its default log
+/// placement: the Raft log in the pool (`list`, `btree`), where the node
+/// reopens the log and state from the pool and re-applies up to the
+/// committed index.
 async fn pm_engine_is_rolled_back_and_replayed_on_restart(engine_name: &str) {
-    let dir = tmpdir(&format!("pm-{engine_name}"));
+    restart_keeps_every_write(engine_name, None).await
+}
+
+async fn restart_keeps_every_write(engine_name: &str, placement: Option<LogPlacement>) {
+    let dir = tmpdir(&format!("pm-{engine_name}-{placement:?}"));
     let m = members(3);
-    let tweak = |c: &mut NodeConfig| {
+    let tweak = move |c: &mut NodeConfig| {
         c.snapshot_every = 25;
         c.keep_logs = 5;
+        c.raft_log = placement;
     };
     let nodes = start_all(engine_name, &dir, &m, tweak).await;
     let a = addrs(&m);
@@ -465,10 +486,16 @@ async fn pm_engine_is_rolled_back_and_replayed_on_restart(engine_name: &str) {
     for n in nodes {
         n.shutdown().await;
     }
+    let separate = placement == Some(LogPlacement::File);
     for id in m.keys() {
         assert!(
             dir.join(format!("node-{id}/kv.pool")).exists(),
             "node {id} has no pool file"
+        );
+        assert_eq!(
+            dir.join(format!("node-{id}/raft.log")).exists(),
+            separate,
+            "node {id}: a Raft log file only with the separate placement"
         );
     }
     let nodes = start_all(engine_name, &dir, &m, tweak).await;

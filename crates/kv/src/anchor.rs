@@ -499,6 +499,10 @@ mod imp {
             self.history_of(&self.index)
         }
 
+        fn written_above(&self, index: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+            Ok(self.index.written_above(index))
+        }
+
         fn check(&self) -> Result<()> {
             let (index, _) = self.rebuild()?;
             let h = self.history()?;

@@ -46,6 +46,15 @@ impl<V> Index<V> {
         })
     }
 
+    /// The versions above `index` and above the floor, with their keys, in
+    /// version order.
+    pub fn written_above(&self, index: u64) -> Vec<(u64, Vec<u8>)> {
+        self.by_version
+            .range(index.saturating_add(1)..)
+            .map(|(v, k)| (*v, k.clone()))
+            .collect()
+    }
+
     /// Add a version; versions of a key must arrive in increasing order.
     pub fn push(&mut self, key: &[u8], version: u64, val: Option<V>) -> Result<()> {
         let vs = match self.keys.get_mut(key) {

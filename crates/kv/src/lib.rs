@@ -263,6 +263,22 @@ pub trait Engine: Send {
     /// Every retained version, sorted by key then version.
     fn history(&self) -> Result<Vec<VersionEntry>>;
 
+    /// The versions above `index` (and above the floor) with the key each
+    /// wrote, in version order: what a replication log kept in the engine
+    /// needs to find its entries after a restart. The default walks
+    /// [`Engine::history`]; engines with a version index answer from it.
+    fn written_above(&self, index: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let above = index.max(self.floor());
+        let mut out: Vec<(u64, Vec<u8>)> = self
+            .history()?
+            .into_iter()
+            .filter(|e| e.version > above)
+            .map(|e| (e.version, e.key))
+            .collect();
+        out.sort_unstable_by_key(|(v, _)| *v);
+        Ok(out)
+    }
+
     /// Check every invariant of the pool and the structure; the error names
     /// the first one broken.
     fn check(&self) -> Result<()>;

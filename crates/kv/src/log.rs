@@ -463,6 +463,10 @@ impl Engine for LogEngine {
         self.history_of(&self.index)
     }
 
+    fn written_above(&self, index: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        Ok(self.index.written_above(index))
+    }
+
     fn check(&self) -> Result<()> {
         self.pool.check_pages()?;
         let h = self.history()?;

@@ -13,6 +13,7 @@ use pmlab_kv_server::engine::{self as kvengine, KvEngine};
 use pmlab_kv_server::faults::{self, FaultConfig};
 use pmlab_kv_server::loadgen;
 use pmlab_kv_server::server::{Node, NodeConfig};
+use pmlab_kv_server::store::LogPlacement;
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
 #[derive(Parser)]
@@ -35,6 +36,10 @@ struct Tuning {
     /// Size of a new PM pool in MiB (an existing pool keeps its size).
     #[arg(long, default_value_t = 256)]
     pool_mb: u64,
+    /// Where the Raft log lives: auto (in the engine for list, btree and
+    /// anchor; a separate file for wal and mem), engine, or file.
+    #[arg(long, default_value = "auto")]
+    raft_log: String,
     /// Build a snapshot and purge the log every this many entries.
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
@@ -153,8 +158,22 @@ enum Cmd {
     },
 }
 
-/// Check `--engine` and `--pool-mb` without opening anything.
+/// The `--raft-log` choice: `None` for auto.
+fn placement(t: &Tuning) -> Result<Option<LogPlacement>> {
+    if t.raft_log == "auto" {
+        return Ok(None);
+    }
+    let p = LogPlacement::parse(&t.raft_log)
+        .ok_or_else(|| anyhow!("--raft-log {:?}: pick auto, engine or file", t.raft_log))?;
+    if p == LogPlacement::Engine && t.engine == "mem" {
+        bail!("--raft-log engine needs a PM engine (list, btree, wal or anchor), not mem: drop the flag or pick --engine list");
+    }
+    Ok(Some(p))
+}
+
+/// Check `--engine`, `--pool-mb` and `--raft-log` without opening anything.
 fn check_engine(t: &Tuning) -> Result<()> {
+    placement(t)?;
     if t.engine != "mem" {
         let kind = pmlab_kv::EngineKind::parse(&t.engine).map_err(|_| {
             anyhow!(
@@ -195,6 +214,8 @@ fn tuning_args(t: &Tuning) -> Vec<String> {
         t.engine.clone(),
         "--pool-mb".into(),
         t.pool_mb.to_string(),
+        "--raft-log".into(),
+        t.raft_log.clone(),
         "--snapshot-every".into(),
         t.snapshot_every.to_string(),
         "--keep-logs".into(),
@@ -250,6 +271,7 @@ fn serve(
     cfg.election_ms = election(&t.election_ms)?;
     cfg.max_clients = t.max_clients;
     cfg.routes = route_map;
+    cfg.raft_log = placement(&t)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -293,9 +315,12 @@ fn run_cluster(
         Some(p) => cluster::load_members(&p)?,
         None => cluster::loopback_members(nodes, base)?,
     };
+    let placement = placement(&t)?.unwrap_or_else(|| LogPlacement::default_for_name(&t.engine));
     for id in members.keys() {
-        kvengine::check_data_dir(&t.engine, &dir.join(format!("node-{id}")))
+        let node_dir = dir.join(format!("node-{id}"));
+        kvengine::check_data_dir(&t.engine, &node_dir)
             .map_err(|e| anyhow!("--engine {}: {e}", t.engine))?;
+        pmlab_kv_server::store::check_placement(&node_dir, placement)?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("create --dir {}", dir.display()))?;
     let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
@@ -373,6 +398,7 @@ fn faults(
     check_engine(&Tuning {
         engine: engine.clone(),
         pool_mb: 32,
+        raft_log: "auto".into(),
         snapshot_every: 1,
         keep_logs: 0,
         heartbeat_ms: 1,
