@@ -15,6 +15,10 @@
 # 1 thread, 3 x 128 MiB, GB/s) and the compute-bound sort (workloads/sort.c,
 # qsort and radix over 16 MiB, ns per element), native against `pmlab run
 # --no-inject`: the slowdown the hooks cost where no delay hides them.
+# Each program runs as a full build (PMLAB_CC_MODE=full: a hook on every
+# access) and, with clang, as a sampled build (pmlab cc's default, the
+# sampling plugin under --sample auto); memlat (one chain over 256 MiB)
+# is the latency-bound case.
 # qsort moves the keys inside libc, which pmlab cc does not instrument
 # (only its comparison calls are): radix, all in the program, is the
 # sort that pays the hooks on every access.
@@ -34,10 +38,13 @@ gcc) NATIVE_CC=${GCC:-gcc}; PMLAB_CC=$NATIVE_CC; export PMLAB_CC ;;
 esac
 need_pmlab
 "$NATIVE_CC" -O2 -o "$TMP/native" "$ROOT/bench/instr_kernel.c"
-"$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/instr_kernel.c"
-for w in stream sort; do
-	"$NATIVE_CC" -O2 -std=gnu11 -o "$TMP/$w.native" "$ROOT/workloads/$w.c" -lpthread
-	"$PMLAB" cc -O2 -std=gnu11 -o "$TMP/$w.instr" "$ROOT/workloads/$w.c" -lpthread
+PMLAB_CC_MODE=full "$PMLAB" cc -O2 -o "$TMP/instr" "$ROOT/bench/instr_kernel.c"
+for w in stream sort memlat; do
+	"$NATIVE_CC" -O2 -std=gnu11 -I"$ROOT/include" -o "$TMP/$w.native" "$ROOT/workloads/$w.c" -lpthread
+	PMLAB_CC_MODE=full "$PMLAB" cc -O2 -std=gnu11 -I"$ROOT/include" -o "$TMP/$w.instr" "$ROOT/workloads/$w.c" -lpthread
+	if [ "$CC_UNDER_TEST" = clang ]; then
+		PMLAB_CC_MODE=sample "$PMLAB" cc -O2 -std=gnu11 -I"$ROOT/include" -o "$TMP/$w.sampled" "$ROOT/workloads/$w.c" -lpthread
+	fi
 done
 
 run_variant() { # name command...
@@ -94,19 +101,40 @@ program_runs() { # name key command...
 	done
 }
 NOINJ="$PMLAB run --quiet --source instrumented --no-inject --pm-latency 400ns --"
+# Builds: "full" hooks every access (PMLAB_CC_MODE=full), "sampled" is
+# pmlab cc's default with clang (the sampling plugin, --sample auto).
+BUILDS="full"
+[ -x "$TMP/stream.sampled" ] && BUILDS="full sampled"
 program_runs triad.native gbps "$TMP/stream.native" -k triad -t 1
-program_runs triad.active gbps $NOINJ "$TMP/stream.instr" -k triad -t 1
+program_runs memlat.native ns_per_access "$TMP/memlat.native" -r 256
 for a in qsort radix; do
 	program_runs $a.native ns_per_element "$TMP/sort.native" -a $a
-	program_runs $a.active ns_per_element $NOINJ "$TMP/sort.instr" -a $a
+done
+for b in $BUILDS; do
+	x=$b; [ "$b" = full ] && x=instr
+	program_runs triad.$b gbps $NOINJ "$TMP/stream.$x" -k triad -t 1
+	program_runs memlat.$b ns_per_access $NOINJ "$TMP/memlat.$x" -r 256
+	for a in qsort radix; do
+		program_runs $a.$b ns_per_element $NOINJ "$TMP/sort.$x" -a $a
+	done
 done
 set -- $(stats "$TMP/triad.native"); tn=$1; tnl=$2; tnh=$3
-set -- $(stats "$TMP/triad.active"); ta=$1; tal=$2; tah=$3
-printf "triad (1 thread, 3 x 128 MiB): native %.2f GB/s [%.2f..%.2f], --no-inject %.2f GB/s [%.2f..%.2f]: %.1fx slower\n" \
-	"$tn" "$tnl" "$tnh" "$ta" "$tal" "$tah" "$(awk -v n="$tn" -v a="$ta" 'BEGIN { print n / a }')"
+for b in $BUILDS; do
+	set -- $(stats "$TMP/triad.$b"); ta=$1; tal=$2; tah=$3
+	printf "triad (1 thread, 3 x 128 MiB): native %.2f GB/s [%.2f..%.2f], --no-inject %-7s %.2f GB/s [%.2f..%.2f]: %.2fx slower\n" \
+		"$tn" "$tnl" "$tnh" "$b" "$ta" "$tal" "$tah" "$(awk -v n="$tn" -v a="$ta" 'BEGIN { print n / a }')"
+done
 for a in qsort radix; do
 	set -- $(stats "$TMP/$a.native"); sn=$1; snl=$2; snh=$3
-	set -- $(stats "$TMP/$a.active"); sa=$1; sal=$2; sah=$3
-	printf "sort %-5s (4M keys, 16 MiB): native %.2f ns/element [%.2f..%.2f], --no-inject %.2f [%.2f..%.2f]: %.1fx slower\n" \
-		"$a" "$sn" "$snl" "$snh" "$sa" "$sal" "$sah" "$(awk -v n="$sn" -v a="$sa" 'BEGIN { print a / n }')"
+	for b in $BUILDS; do
+		set -- $(stats "$TMP/$a.$b"); sa=$1; sal=$2; sah=$3
+		printf "sort %-5s (4M keys, 16 MiB): native %.2f ns/element [%.2f..%.2f], --no-inject %-7s %.2f [%.2f..%.2f]: %.2fx slower\n" \
+			"$a" "$sn" "$snl" "$snh" "$b" "$sa" "$sal" "$sah" "$(awk -v n="$sn" -v a="$sa" 'BEGIN { print a / n }')"
+	done
+done
+set -- $(stats "$TMP/memlat.native"); mn=$1; mnl=$2; mnh=$3
+for b in $BUILDS; do
+	set -- $(stats "$TMP/memlat.$b"); ma=$1; mal=$2; mah=$3
+	printf "memlat (1 chain, 256 MiB): native %.1f ns/access [%.1f..%.1f], --no-inject %-7s %.1f [%.1f..%.1f]: %.2fx slower\n" \
+		"$mn" "$mnl" "$mnh" "$b" "$ma" "$mal" "$mah" "$(awk -v n="$mn" -v a="$ma" 'BEGIN { print a / n }')"
 done

@@ -31,8 +31,8 @@
 // that functions entered during a window (callees) ask and run
 // instrumented too.
 //
-// Functions that cannot be cloned safely (exception handling pads,
-// invoke, callbr, indirectbr, musttail calls, returns_twice calls such as
+// Functions that cannot be cloned safely (Windows funclet exception pads,
+// callbr, indirectbr, musttail calls, returns_twice calls such as
 // setjmp, token values, addresses of blocks taken, or more than
 // kMaxInstructions instructions) are left as one copy with every access
 // hooked, i.e. as sanitizer coverage would build them.
@@ -167,18 +167,18 @@ const char *cannotClone(Function &F) {
   for (BasicBlock &BB : F) {
     if (BB.hasAddressTaken())
       return "block address taken";
-    if (BB.isEHPad())
-      return "exception handling pad";
+    // Landing pads (Itanium C++ exceptions) are cloned with their
+    // invokes; funclet pads (Windows) are not handled.
+    if (BB.isEHPad() && !BB.isLandingPad())
+      return "funclet exception pad";
     for (Instruction &I : BB) {
       n++;
-      if (isa<InvokeInst>(I))
-        return "invoke";
       if (isa<CallBrInst>(I))
         return "callbr";
       if (isa<IndirectBrInst>(I))
         return "indirectbr";
-      if (I.isEHPad())
-        return "exception handling pad";
+      if (I.isEHPad() && !isa<LandingPadInst>(I))
+        return "funclet exception pad";
       if (I.getType()->isTokenTy())
         return "token value";
       if (auto *CB = dyn_cast<CallBase>(&I)) {
@@ -314,7 +314,24 @@ struct Sampler {
       A->moveBefore(toBody);
 
     // 2. Demote values that live across blocks, then phis, to stack slots
-    //    in the prologue.
+    //    in the prologue. An invoke's result is stored in its normal
+    //    destination, and a phi's reload goes before the terminator of the
+    //    incoming block: give every invoke a normal destination of its own
+    //    first, so that the reload comes after the store.
+    SmallVector<InvokeInst *, 8> invokes;
+    for (BasicBlock &BB : F)
+      if (auto *II = dyn_cast<InvokeInst>(BB.getTerminator()))
+        invokes.push_back(II);
+    for (InvokeInst *II : invokes) {
+      BasicBlock *from = II->getParent(), *to = II->getNormalDest();
+      BasicBlock *mid = BasicBlock::Create(C, "pmlab.invoke.cont", &F, to);
+      BranchInst::Create(to, mid);
+      II->setNormalDest(mid);
+      for (PHINode &P : to->phis())
+        for (unsigned i = 0; i < P.getNumIncomingValues(); i++)
+          if (P.getIncomingBlock(i) == from)
+            P.setIncomingBlock(i, mid);
+    }
     SmallVector<Instruction *, 64> worklist;
     for (BasicBlock &BB : F) {
       if (&BB == prologue)
@@ -350,6 +367,9 @@ struct Sampler {
     for (Loop *L : LI.getLoopsInPreorder()) {
       SmallVector<BasicBlock *, 4> latches;
       L->getLoopLatches(latches);
+      // A header entered by an unwind edge cannot take a check block.
+      if (L->getHeader()->isEHPad())
+        continue;
       for (BasicBlock *latch : latches)
         backEdges.push_back({latch, L->getHeader()});
     }

@@ -128,7 +128,7 @@ pub const SPECS: &[Spec] = &[
         help: "NUMA node of the PM pool (two-memory mode)" },
     Spec { name: "no-inject", env: "PMLAB_NO_INJECT", default: None, kind: Kind::Switch, user: true,
         help: "Compute epochs and delays but inject nothing (measures overhead)" },
-    Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some("auto"), kind: Kind::Sample, user: true,
+    Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some("off"), kind: Kind::Sample, user: true,
         help: "Programs built by pmlab cc with the sampling plugin: run the cache model on every access (off), on a fixed share of the checks (a ratio in (0, 1], e.g. 0.01), or adaptively (auto)" },
     Spec { name: "tsc-ghz", env: "PMLAB_TSC_GHZ", default: None, kind: Kind::Ratio, user: false,
         help: "TSC frequency (from the calibration cache; else measured at start)" },
@@ -452,7 +452,7 @@ impl RunOptions {
             no_inject: value("no-inject").1.is_some_and(|v| is_on(&v)),
             sample: {
                 let (s, v) = value("sample");
-                Sample::parse(v.as_deref().unwrap_or("auto"))
+                Sample::parse(v.as_deref().unwrap_or("off"))
                     .map_err(|why| bad(s, ErrorKind::Parse, why))?
             },
             tsc_ghz: ratio("tsc-ghz")?,

@@ -15,7 +15,10 @@
 //!   window, every access is seen.
 //! * `--sample RATIO`: windows of [`WINDOW`] checks separated by gaps so
 //!   that RATIO of the checks fall in windows.
-//! * `--sample auto` (the default): see [`Policy::Auto`].
+//! * `--sample auto`: see [`Policy::Auto`].
+//!
+//! The default is `--sample off`: `auto` loses accuracy on short phases
+//! (see docs/emulator.md) until it is measured on a quiet machine.
 //!
 //! While a window is open `state[0]` is kept at 1, so that every function
 //! entered in the window (a callee) asks, and runs instrumented; such a

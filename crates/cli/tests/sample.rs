@@ -1,0 +1,345 @@
+//! `pmlab cc`'s sampling plugin (issue 17): programs built with it give
+//! the same output as native builds at every optimization level, both
+//! copies of their functions run, a window sees exactly the accesses full
+//! instrumentation sees, and without the plugin `pmlab cc` falls back to
+//! full instrumentation with one warning line.
+//!
+//! The pass is checked without libpmlab: the objects `pmlab cc -c` builds
+//! are linked with a stub (below) that counts the hooks and answers
+//! `__pmlab_sample_switch` by a policy read from `STUB_POLICY`.
+
+mod common;
+
+use common::{runtime_dir, TempDir, PMLAB};
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Loops (nested, with early exits and a switch), calls in loops,
+/// recursion, function pointers, a callee with its own loop, stack arrays
+/// whose address escapes, and a checksum of everything.
+const PROG: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned long mix(unsigned long h, unsigned long v) { return (h ^ v) * 1099511628211UL; }
+static int cmp(const void *a, const void *b) {
+	long x = *(const long *)a, y = *(const long *)b;
+	return (x > y) - (x < y);
+}
+__attribute__((noinline)) static long sum(const long *v, int n) {
+	long s = 0;
+	for (int i = 0; i < n; i++) s += v[i];
+	return s;
+}
+static long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+__attribute__((noinline)) static void fill(long *buf, int n, int seed) {
+	for (int i = 0; i < n; i++) buf[i] = (seed * 7919L + i * 104729L) % 1000;
+}
+int main(int argc, char **argv) {
+	int n = argc > 1 ? atoi(argv[1]) : 4000;
+	long *v = malloc(n * sizeof *v);
+	double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+	unsigned long h = 14695981039346656037UL;
+	for (int i = 0; i < n; i++) { v[i] = (i * 2654435761UL) % 10007; b[i] = i; c[i] = 2.0 * i; }
+	for (int r = 0; r < 20; r++) {
+		for (int i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i];
+		h = mix(h, (unsigned long)a[r % n]);
+		h = mix(h, sum(v, n));
+	}
+	for (int i = 0; i < n; i++) {
+		switch (v[i] % 4) {
+		case 0: h = mix(h, 1); break;
+		case 1: if (v[i] > 5000) continue; h = mix(h, 2); break;
+		case 2: h = mix(h, v[i]); break;
+		default: if (v[i] == 3) goto out; break;
+		}
+	}
+out:
+	qsort(v, n, sizeof *v, cmp);
+	for (int i = 1; i < n; i++) if (v[i - 1] > v[i]) { printf("unsorted\n"); return 1; }
+	long stack[64];
+	for (int k = 0; k < 50; k++) { fill(stack, 64, k); h = mix(h, sum(stack, 64)); }
+	char text[128];
+	for (int k = 0; k < 30; k++) { snprintf(text, sizeof text, "%d-%lu", k, h % 97); h = mix(h, strlen(text)); }
+	h = mix(h, fib(20));
+	printf("checksum %lu\n", h);
+	return 0;
+}
+"#;
+
+/// Counts the hooks and answers the switch: `STUB_POLICY` = `clean`
+/// (never a window), `full` (one endless window) or `alt` (windows of 50
+/// checks, gaps of 200). At exit, writes the counts to stderr.
+const STUB: &str = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static unsigned long hooks, asks, to_instr, to_clean;
+static int policy = -1;
+#define H(n) void __sanitizer_cov_load##n(void *p) { (void)p; hooks++; } \
+	void __sanitizer_cov_store##n(void *p) { (void)p; hooks++; }
+H(1) H(2) H(4) H(8) H(16)
+void __sanitizer_cov_8bit_counters_init(char *a, char *b) { (void)a; (void)b; }
+void __sanitizer_cov_pcs_init(const uintptr_t *a, const uintptr_t *b) { (void)a; (void)b; }
+static int in_window;
+int __pmlab_sample_switch(int64_t *s) {
+	if (policy < 0) {
+		const char *p = getenv("STUB_POLICY");
+		policy = !p || !strcmp(p, "clean") ? 0 : !strcmp(p, "full") ? 1 : 2;
+	}
+	asks++;
+	int r;
+	if (policy == 0) { s[0] = 1 << 30; s[1] = 1; r = 0; }
+	else if (policy == 1) { s[0] = 1; s[1] = 1L << 40; r = 1; }
+	else if (in_window && s[1] > 0) { s[1]--; if (s[1] > 0) { s[0] = 1; r = 1; } else { in_window = 0; s[0] = 200; s[1] = 1; r = 0; } }
+	else if (in_window) { in_window = 0; s[0] = 200; s[1] = 1; r = 0; }
+	else if (s[0] > 0) { s[1] = 1; r = 0; }
+	else { in_window = 1; s[0] = 1; s[1] = 50; r = 1; }
+	if (r) to_instr++; else to_clean++;
+	return r;
+}
+__attribute__((destructor)) static void report(void) {
+	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu\n", hooks, asks, to_instr, to_clean);
+}
+"#;
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The stub's counts from a run's stderr: (hooks, asks, to instrumented,
+/// to clean).
+fn counts(out: &Output) -> (u64, u64, u64, u64) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("hooks="))
+        .unwrap_or_else(|| panic!("no counts in {err}"));
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|kv| kv.split('=').nth(1).unwrap().parse().unwrap())
+        .collect();
+    (v[0], v[1], v[2], v[3])
+}
+
+/// Build `prog.c` in `dir` with `pmlab cc -c FLAGS` (`mode`: the
+/// `PMLAB_CC_MODE`) and link it with the stub by clang itself: `exe`.
+fn build(dir: &Path, flags: &[&str], mode: &str, exe: &str) {
+    let obj = format!("{exe}.o");
+    run(Command::new(PMLAB)
+        .arg("cc")
+        .args(flags)
+        .args(["-c", "-o", &obj, "prog.c"])
+        .env("PMLAB_CC_MODE", mode)
+        .current_dir(dir));
+    run(Command::new("clang-14")
+        .args(flags)
+        .args(["-o", exe, &obj, "stub.o"])
+        .current_dir(dir));
+}
+
+fn exec(dir: &Path, exe: &str, policy: &str) -> Output {
+    run(Command::new(dir.join(exe))
+        .env("STUB_POLICY", policy)
+        .current_dir(dir))
+}
+
+fn have_plugin(dir: &Path) -> bool {
+    let out = Command::new(PMLAB)
+        .args(["cc", "-c", "-o", "probe.o", "stub.c"])
+        .current_dir(dir)
+        .output()
+        .expect("pmlab cc");
+    !String::from_utf8_lossy(&out.stderr).contains("sampling plugin unavailable")
+}
+
+#[test]
+fn sampled_builds_run_both_copies_and_match_native_output() {
+    runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample");
+    t.write("prog.c", PROG);
+    t.write("stub.c", STUB);
+    run(Command::new("clang-14")
+        .args(["-O2", "-c", "-o", "stub.o", "stub.c"])
+        .current_dir(&t.0));
+    if !have_plugin(&t.0) {
+        common::skip("pmlab built without LLVM 14 (apt-get install llvm-14-dev)");
+        return;
+    }
+    run(Command::new("clang-14")
+        .args(["-O2", "-o", "native", "prog.c"])
+        .current_dir(&t.0));
+    let want = String::from_utf8_lossy(&exec(&t.0, "native", "clean").stdout).into_owned();
+    assert!(want.starts_with("checksum "), "{want}");
+    for flags in [
+        &["-O0"][..],
+        &["-O1"],
+        &["-O2"],
+        &["-O3"],
+        &["-O2", "-flto"],
+    ] {
+        let tag = flags.join("").replace('-', "");
+        let (full, sampled) = (format!("full{tag}"), format!("sampled{tag}"));
+        build(&t.0, flags, "full", &full);
+        build(&t.0, flags, "sample", &sampled);
+        let f = exec(&t.0, &full, "clean");
+        let (full_hooks, full_asks, _, _) = counts(&f);
+        assert_eq!(String::from_utf8_lossy(&f.stdout), want, "{flags:?} full");
+        assert!(full_hooks > 10_000, "{flags:?}: {full_hooks} hooks");
+        assert_eq!(full_asks, 0, "{flags:?}: the full build has no switch");
+        for policy in ["clean", "full", "alt"] {
+            let o = exec(&t.0, &sampled, policy);
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                want,
+                "{flags:?} sampled, {policy}"
+            );
+            let (hooks, asks, instr, clean) = counts(&o);
+            match policy {
+                // Outside windows no hook runs.
+                "clean" => assert_eq!(hooks, 0, "{flags:?}"),
+                // One endless window sees every access full
+                // instrumentation sees, no more.
+                "full" => assert_eq!(hooks, full_hooks, "{flags:?}"),
+                // Both copies run, and the windows see a part.
+                _ => {
+                    assert!(instr > 10 && clean > 10, "{flags:?}: {asks} asks");
+                    assert!(
+                        hooks > 0 && hooks < full_hooks,
+                        "{flags:?}: {hooks} of {full_hooks}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cxx_exceptions_and_setjmp_build_and_run_sampled() {
+    runtime_dir();
+    if !common::require_tool("clang++-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample-cxx");
+    t.write(
+        "ex.cpp",
+        r#"
+#include <csetjmp>
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+static std::jmp_buf jb;
+static int at(std::vector<int> &v, int i) {
+	if (i >= (int)v.size()) throw std::out_of_range("past the end");
+	return v[i];
+}
+static int jump(int n) {
+	volatile int k = 0;
+	if (setjmp(jb) == 0) { for (int i = 0; i < n; i++) k = k + i; std::longjmp(jb, 1); }
+	return k;
+}
+int main() {
+	std::vector<int> v(100);
+	for (int i = 0; i < 100; i++) v[i] = i * i;
+	long s = 0;
+	for (int i = 0; i < 150; i++) {
+		try { s += at(v, i); } catch (const std::exception &) { s += 1; }
+	}
+	std::printf("%ld %d\n", s, jump(10));
+}
+"#,
+    );
+    let out = run(Command::new(PMLAB)
+        .args(["c++", "-O2", "-o", "ex", "ex.cpp"])
+        .current_dir(&t.0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let native = run(&mut Command::new(t.0.join("ex")));
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "328400 45\n");
+    for sample in ["auto", "off", "0.01"] {
+        let o = run(Command::new(PMLAB)
+            .args([
+                "run",
+                "-q",
+                "--source",
+                "instrumented",
+                "--no-inject",
+                "--sample",
+                sample,
+                "./ex",
+            ])
+            .current_dir(&t.0));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "328400 45\n",
+            "--sample {sample}"
+        );
+    }
+}
+
+#[test]
+fn without_the_plugin_cc_hooks_every_access_and_says_so_once() {
+    runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample-fallback");
+    t.write(
+        "a.c",
+        "#include <stdio.h>\nint g[64];\nint main(void){for(int i=0;i<64;i++)g[i]=i;printf(\"%d\\n\",g[63]);return 0;}\n",
+    );
+    let out = run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "a", "a.c"])
+        .env("PMLAB_CC_PLUGIN", t.0.join("missing.so"))
+        .env("PMLAB_CC_VERBOSE", "1")
+        .current_dir(&t.0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<_> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(warnings[0].contains("missing.so"), "{err}");
+    assert!(err.contains("-fsanitize-coverage="), "{err}");
+    assert!(!err.contains("-fpass-plugin"), "{err}");
+    let o = run(&mut Command::new(t.0.join("a")));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "63\n");
+    // PMLAB_CC_MODE=full: the same build, no warning.
+    let out = run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "a", "a.c"])
+        .env("PMLAB_CC_MODE", "full")
+        .env("PMLAB_CC_VERBOSE", "1")
+        .current_dir(&t.0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("warning") && err.contains("-fsanitize-coverage="),
+        "{err}"
+    );
+    // A bad mode is one error line.
+    let out = Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "a", "a.c"])
+        .env("PMLAB_CC_MODE", "fast")
+        .current_dir(&t.0)
+        .output()
+        .unwrap();
+    common::assert_one_line_error(&out, "PMLAB_CC_MODE");
+}
+
+#[test]
+fn bad_sample_option_is_one_error_line() {
+    let t = TempDir::new("sample-opt");
+    let out = common::pmlab(&t.0, &["run", "--sample", "2", "--", "true"]);
+    common::assert_one_line_error(&out, "--sample");
+}
