@@ -1374,6 +1374,7 @@ fn find_workloads(given: Option<&Path>) -> Result<PathBuf> {
 /// The workloads `pmlab validate` builds and runs.
 pub const WORKLOADS: &[&str] = &[
     "memlat",
+    "lenschase",
     "multilat",
     "mtlat",
     "idxchase",
