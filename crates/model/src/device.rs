@@ -352,6 +352,9 @@ struct Lru {
     keys: Vec<u64>,
     masks: Vec<u32>,
     flags: Vec<bool>,
+    /// A second mask per entry (the AIT buffer's: which of its XPLines are
+    /// in the RMW buffer).
+    aux: Vec<u32>,
     prev: Vec<u32>,
     next: Vec<u32>,
     /// Slot of each key, by hash (linear probing); NIL when empty.
@@ -369,6 +372,7 @@ impl Lru {
             keys: vec![0; c],
             masks: vec![0; c],
             flags: vec![false; c],
+            aux: vec![0; c],
             prev: vec![NIL; c],
             next: vec![NIL; c],
             index: vec![NIL; ix],
@@ -474,9 +478,9 @@ impl Lru {
         self.index[i] = NIL;
     }
 
-    /// Insert `key` (absent) as the most recent with `mask` and `flag`;
-    /// returns the evicted (key, mask, flag) when full.
-    fn insert(&mut self, key: u64, mask: u32, flag: bool) -> Option<(u64, u32, bool)> {
+    /// Insert `key` (absent) as the most recent with `mask` and `flag` (and
+    /// no `aux` bits); returns the evicted (key, mask, flag, aux) when full.
+    fn insert(&mut self, key: u64, mask: u32, flag: bool) -> Option<(u64, u32, bool, u32)> {
         if self.cap() == 0 {
             return None;
         }
@@ -487,7 +491,12 @@ impl Lru {
         } else {
             let s = self.tail;
             let old = self.keys[s as usize];
-            evicted = Some((old, self.masks[s as usize], self.flags[s as usize]));
+            evicted = Some((
+                old,
+                self.masks[s as usize],
+                self.flags[s as usize],
+                self.aux[s as usize],
+            ));
             self.unindex(old);
             self.unlink(s);
             s
@@ -495,6 +504,7 @@ impl Lru {
         self.keys[s as usize] = key;
         self.masks[s as usize] = mask;
         self.flags[s as usize] = flag;
+        self.aux[s as usize] = 0;
         let (i, _) = self.probe(key);
         self.index[i] = s;
         self.push_front(s);
@@ -516,6 +526,7 @@ impl Lru {
             self.keys[s as usize] = k;
             self.masks[s as usize] = self.masks[last as usize];
             self.flags[s as usize] = self.flags[last as usize];
+            self.aux[s as usize] = self.aux[last as usize];
             let (p, n) = (self.prev[last as usize], self.next[last as usize]);
             self.prev[s as usize] = p;
             self.next[s as usize] = n;
@@ -715,6 +726,7 @@ impl DeviceModel {
             self.fetch(d, blk);
         }
         self.media_write(d, blk);
+        self.ait_fill(d, blk);
         match self.dimms[d].rmw.find(blk) {
             Some(s) => {
                 self.dimms[d].rmw.masks[s as usize] = 0;
@@ -722,7 +734,6 @@ impl DeviceModel {
             }
             None => self.rmw_insert(d, blk, 0, false),
         }
-        self.ait_fill(d, blk);
         self.counts.stall_ns - stall0
     }
 
@@ -747,9 +758,15 @@ impl DeviceModel {
     fn ait_fill(&mut self, d: usize, blk: u64) {
         let page = blk / self.per;
         let bit = 1u32 << (blk % self.per);
+        let in_rmw = if self.dimms[d].rmw.find(blk).is_some() {
+            bit
+        } else {
+            0
+        };
         let ait = &mut self.dimms[d].ait;
         if let Some(s) = ait.find(page) {
             ait.masks[s as usize] |= bit;
+            ait.aux[s as usize] |= in_rmw;
             ait.touch(s);
             return;
         }
@@ -759,8 +776,14 @@ impl DeviceModel {
             (1u32 << self.per) - 1
         };
         let mask = if self.p.fill_entry { all } else { bit };
-        if let Some((victim, valid, _)) = ait.insert(page, mask, false) {
-            let mut m = valid;
+        let evicted = ait.insert(page, mask, false);
+        if let Some(s) = ait.find(page) {
+            ait.aux[s as usize] = in_rmw;
+        }
+        if let Some((victim, valid, _, in_rmw)) = evicted {
+            // Only the entry's valid XPLines that are in the RMW buffer
+            // leave it.
+            let mut m = valid & in_rmw;
             while m != 0 {
                 let b = victim * self.per + m.trailing_zeros() as u64;
                 m &= m - 1;
@@ -782,9 +805,27 @@ impl DeviceModel {
             rmw.touch(s);
             return;
         }
-        if let Some((victim, mask, unread)) = rmw.insert(blk, dirty, unread) {
+        let evicted = rmw.insert(blk, dirty, unread);
+        self.mark_in_rmw(d, blk, true);
+        if let Some((victim, mask, unread, _)) = evicted {
+            self.mark_in_rmw(d, victim, false);
             if mask != 0 {
                 self.evict_dirty(d, victim, unread);
+            }
+        }
+    }
+
+    /// Note in XPLine `blk`'s AIT entry, if present, whether it is in the
+    /// RMW buffer (so that evicting the entry visits only those XPLines).
+    #[inline]
+    fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool) {
+        let ait = &mut self.dimms[d].ait;
+        if let Some(s) = ait.find(blk / self.per) {
+            let bit = 1u32 << (blk % self.per);
+            if on {
+                ait.aux[s as usize] |= bit;
+            } else {
+                ait.aux[s as usize] &= !bit;
             }
         }
     }
@@ -876,13 +917,13 @@ mod tests {
         }
         l.touch(l.find(10).unwrap());
         // 20 is the least recent.
-        assert_eq!(l.insert(40, 0, true), Some((20, 20, false)));
+        assert_eq!(l.insert(40, 0, true), Some((20, 20, false, 0)));
         assert_eq!(l.remove(30), Some((30, false)));
         assert!(l.find(30).is_none());
         assert_eq!(l.insert(50, 5, false), None);
         // Order now (most recent first): 50, 40, 10.
-        assert_eq!(l.insert(60, 0, false), Some((10, 10, false)));
-        assert_eq!(l.insert(70, 0, false), Some((40, 0, true)));
+        assert_eq!(l.insert(60, 0, false), Some((10, 10, false, 0)));
+        assert_eq!(l.insert(70, 0, false), Some((40, 0, true, 0)));
         assert!(l.find(50).is_some() && l.find(60).is_some() && l.find(70).is_some());
         // Many keys colliding in a small index stay findable.
         let mut big = Lru::new(64);
@@ -1042,6 +1083,37 @@ mod tests {
         assert_eq!(d.read(0), Level::Media);
         assert_eq!(d.write_back(0), 0.0);
         assert_eq!(d.counts().media_writes, 0);
+    }
+
+    /// The micro benchmark behind `bench/device-cost.sh`, as a test: the
+    /// model's cost per read stays well below (a fifth of) the delay a
+    /// read injects. Timing: run it alone on a quiet machine
+    /// (`cargo test --release -p pmlab-model -- --ignored device`).
+    #[test]
+    #[ignore]
+    fn the_model_costs_a_fraction_of_the_delay_it_injects() {
+        let p = DeviceParams::optane_like();
+        let mut d = DeviceModel::new(&p);
+        let mut s = 0x9E37_79B9u64;
+        let addrs: Vec<u64> = (0..1_000_000)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % (4 << 20)) & !63
+            })
+            .collect();
+        let mut delay = 0.0;
+        let t = std::time::Instant::now();
+        for &a in &addrs {
+            delay += p.latency(d.read(a)) - 100.0;
+        }
+        let ns = t.elapsed().as_nanos() as f64 / addrs.len() as f64;
+        let per = delay / addrs.len() as f64;
+        assert!(
+            ns < per / 5.0,
+            "{ns:.1} ns per access against {per:.0} ns injected"
+        );
     }
 
     #[test]
