@@ -560,7 +560,7 @@ struct Dimm {
     media_writes: u64,
 }
 
-/// The functional model: one [`Dimm`] per channel.
+/// The functional model: the buffers of one DIMM per channel.
 #[derive(Debug, Clone)]
 pub struct DeviceModel {
     p: DeviceParams,
