@@ -610,11 +610,57 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
         let range = idx * ways..(idx + 1) * ways;
         let set = &mut self.slots.as_mut()[range.clone()];
         let names = &mut lines[range];
+        // Fixed-size sets for the common geometries, as in `access`.
+        match ways {
+            16 => Self::tracked_set::<16>(
+                set.try_into().unwrap(),
+                names.try_into().unwrap(),
+                line,
+                tag,
+                write,
+                pm,
+            ),
+            8 => Self::tracked_set::<8>(
+                set.try_into().unwrap(),
+                names.try_into().unwrap(),
+                line,
+                tag,
+                write,
+                pm,
+            ),
+            _ => Self::tracked_slices(set, names, line, tag, write, pm),
+        }
+    }
+
+    #[inline(always)]
+    fn tracked_set<const W: usize>(
+        set: &mut [u32; W],
+        names: &mut [u64; W],
+        line: u64,
+        tag: u32,
+        write: bool,
+        pm: bool,
+    ) -> (CompactAccess, u64) {
+        Self::tracked_slices(set, names, line, tag, write, pm)
+    }
+
+    #[inline(always)]
+    fn tracked_slices(
+        set: &mut [u32],
+        names: &mut [u64],
+        line: u64,
+        tag: u32,
+        write: bool,
+        pm: bool,
+    ) -> (CompactAccess, u64) {
         let w = set.len();
-        let at = set
-            .iter()
-            .position(|&s| s & !3 == tag || s == 0)
-            .unwrap_or(w);
+        let mut at = w;
+        for (i, &s) in set.iter().enumerate() {
+            if s & !3 == tag || s == 0 {
+                at = i;
+                break;
+            }
+        }
         if at < w && set[at] != 0 {
             let (s, n) = (set[at], names[at]);
             set.copy_within(0..at, 1);

@@ -564,7 +564,11 @@ struct Dimm {
 #[derive(Debug, Clone)]
 pub struct DeviceModel {
     p: DeviceParams,
+    /// XPLines per AIT entry (a power of two), and its log2.
     per: u64,
+    per_shift: u32,
+    /// log2 of the XPLine size.
+    xp_shift: u32,
     full: u32,
     dimms: Vec<Dimm>,
     counts: DeviceCounts,
@@ -583,6 +587,8 @@ impl DeviceModel {
         DeviceModel {
             p: p.clone(),
             per,
+            per_shift: per.trailing_zeros(),
+            xp_shift: p.xpline.trailing_zeros(),
             full: if lines >= 32 {
                 u32::MAX
             } else {
@@ -638,8 +644,8 @@ impl DeviceModel {
             return Level::Media;
         }
         let (d, local) = self.route(addr);
-        let blk = local / self.p.xpline;
-        let bit = 1u32 << ((local % self.p.xpline) / 64);
+        let blk = local >> self.xp_shift;
+        let bit = 1u32 << ((local & (self.p.xpline - 1)) >> 6);
         let dimm = &mut self.dimms[d];
         let new_xpline = blk != dimm.last_blk;
         if new_xpline {
@@ -681,7 +687,7 @@ impl DeviceModel {
         if new_xpline && dimm.run >= self.p.prefetch_after {
             for k in 1..=self.p.prefetch as u64 {
                 let b = blk + k;
-                if self.p.fill_entry && b / self.per != blk / self.per {
+                if self.p.fill_entry && b >> self.per_shift != blk >> self.per_shift {
                     break;
                 }
                 if self.dimms[d].rmw.find(b).is_none() {
@@ -704,8 +710,8 @@ impl DeviceModel {
         }
         let stall0 = self.counts.stall_ns;
         let (d, local) = self.route(addr);
-        let blk = local / self.p.xpline;
-        let bit = 1u32 << ((local % self.p.xpline) / 64);
+        let blk = local >> self.xp_shift;
+        let bit = 1u32 << ((local & (self.p.xpline - 1)) >> 6);
         let held = self.dimms[d].rmw.find(blk);
         if let Some(s) = held {
             self.dimms[d].rmw.touch(s);
@@ -740,8 +746,8 @@ impl DeviceModel {
     /// Bring XPLine `blk` of DIMM `d` to its RMW buffer's door: an AIT
     /// hit, or a media read (which fills the AIT buffer).
     fn fetch(&mut self, d: usize, blk: u64) -> Level {
-        let page = blk / self.per;
-        let bit = 1u32 << (blk % self.per);
+        let page = blk >> self.per_shift;
+        let bit = 1u32 << (blk & (self.per - 1));
         let ait = &mut self.dimms[d].ait;
         if let Some(s) = ait.find(page) {
             ait.touch(s);
@@ -756,8 +762,8 @@ impl DeviceModel {
     /// Make XPLine `blk` valid in the AIT buffer (the whole entry when it
     /// was absent and `fill_entry`), keeping the RMW buffer inclusive.
     fn ait_fill(&mut self, d: usize, blk: u64) {
-        let page = blk / self.per;
-        let bit = 1u32 << (blk % self.per);
+        let page = blk >> self.per_shift;
+        let bit = 1u32 << (blk & (self.per - 1));
         let in_rmw = if self.dimms[d].rmw.find(blk).is_some() {
             bit
         } else {
@@ -785,7 +791,7 @@ impl DeviceModel {
             // leave it.
             let mut m = valid & in_rmw;
             while m != 0 {
-                let b = victim * self.per + m.trailing_zeros() as u64;
+                let b = (victim << self.per_shift) + m.trailing_zeros() as u64;
                 m &= m - 1;
                 if let Some((dirty, unread)) = self.dimms[d].rmw.remove(b) {
                     if dirty != 0 {
@@ -820,8 +826,8 @@ impl DeviceModel {
     #[inline]
     fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool) {
         let ait = &mut self.dimms[d].ait;
-        if let Some(s) = ait.find(blk / self.per) {
-            let bit = 1u32 << (blk % self.per);
+        if let Some(s) = ait.find(blk >> self.per_shift) {
+            let bit = 1u32 << (blk & (self.per - 1));
             if on {
                 ait.aux[s as usize] |= bit;
             } else {
