@@ -61,6 +61,7 @@ use std::process::Command;
 use std::time::Instant;
 
 pub mod bandwidth;
+pub mod device;
 pub mod shapes;
 pub mod workset;
 
@@ -80,6 +81,9 @@ pub struct Options {
     pub workloads: Option<PathBuf>,
     /// Build the workloads here [default: a temporary directory].
     pub build_dir: Option<PathBuf>,
+    /// Run the device study ([`device`]) on this preset or simulator
+    /// config instead of the other studies.
+    pub device: Option<String>,
     /// The `pmlab` executable that runs the emulated builds (`pmlab run`)
     /// and builds them (`pmlab cc`).
     pub pmlab: PathBuf,
@@ -430,6 +434,29 @@ impl Ctx<'_> {
         self.emulated_with(prog, args, pm_ns, no_inject, dram, &[])
     }
 
+    /// The instrumented build under `pmlab run --source instrumented`
+    /// with the DRAM latency `dram` and `flags` (`--device ...`), no PM
+    /// latency (the device gives it); the output.
+    fn device_run(
+        &self,
+        prog: &str,
+        args: &[String],
+        dram: f64,
+        flags: &[String],
+    ) -> Result<String> {
+        let out = Command::new(&self.pmlab)
+            .args(["run", "--quiet", "--source", "instrumented"])
+            .arg("--dram-latency")
+            .arg(format!("{dram:.2}ns"))
+            .args(flags)
+            .arg("--")
+            .arg(self.exe(true, prog))
+            .args(args)
+            .output()
+            .with_context(|| format!("cannot run pmlab run on {prog}"))?;
+        check_output(prog, &out)
+    }
+
     /// As [`emulated_given`](Self::emulated_given), with more `pmlab run`
     /// flags (`flags`, e.g. `--pm-bandwidth`).
     fn emulated_with(
@@ -689,6 +716,10 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
     let plan = Plan::new(opts.quick);
     let mut points = Vec::new();
     let want = |s: &str| only.iter().any(|x| x == s);
+    if let Some(d) = &opts.device {
+        device::study(&ctx, d, &mut points)?;
+    }
+    let want = |s: &str| opts.device.is_none() && want(s);
     if want("memlat") {
         memlat_study(&ctx, &plan, &mut points)?;
     }
@@ -1283,6 +1314,7 @@ pub fn write_plots(dir: &Path, points: &[Point]) -> Result<()> {
     shapes::plot(dir, points)?;
     workset::plot(dir, points)?;
     bandwidth::plot(dir, points)?;
+    device::plot(dir, points)?;
     let save = |chart: LineChart, name: &str| -> Result<()> {
         let path = dir.join(name);
         chart.save(&path).map_err(|e| {
@@ -1430,6 +1462,7 @@ fn find_workloads(given: Option<&Path>) -> Result<PathBuf> {
 /// The workloads `pmlab validate` builds and runs.
 pub const WORKLOADS: &[&str] = &[
     "memlat",
+    "lenschase",
     "multilat",
     "mtlat",
     "idxchase",

@@ -590,11 +590,161 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             }),
         }
     }
+
+    /// [`access`](Self::access), keeping in `lines` (one `u64` per slot:
+    /// [`table_len`](CompactCache::table_len) of them) the full line number
+    /// of each slot, so that a victim's address is known: returns the access
+    /// and, with a victim, its line. For models that need the addresses of
+    /// write-backs (`pmlab run --device`); the plain `access` stays as fast
+    /// as it was.
+    pub fn access_tracked(
+        &mut self,
+        line: u64,
+        write: bool,
+        pm: bool,
+        lines: &mut [u64],
+    ) -> (CompactAccess, u64) {
+        let idx = (line & ((1 << self.set_bits) - 1)) as usize;
+        let tag = self.tag(line);
+        let ways = self.ways;
+        let range = idx * ways..(idx + 1) * ways;
+        let set = &mut self.slots.as_mut()[range.clone()];
+        let names = &mut lines[range];
+        // Fixed-size sets for the common geometries, as in `access`.
+        match ways {
+            16 => Self::tracked_set::<16>(
+                set.try_into().unwrap(),
+                names.try_into().unwrap(),
+                line,
+                tag,
+                write,
+                pm,
+            ),
+            8 => Self::tracked_set::<8>(
+                set.try_into().unwrap(),
+                names.try_into().unwrap(),
+                line,
+                tag,
+                write,
+                pm,
+            ),
+            _ => Self::tracked_slices(set, names, line, tag, write, pm),
+        }
+    }
+
+    #[inline(always)]
+    fn tracked_set<const W: usize>(
+        set: &mut [u32; W],
+        names: &mut [u64; W],
+        line: u64,
+        tag: u32,
+        write: bool,
+        pm: bool,
+    ) -> (CompactAccess, u64) {
+        Self::tracked_slices(set, names, line, tag, write, pm)
+    }
+
+    #[inline(always)]
+    fn tracked_slices(
+        set: &mut [u32],
+        names: &mut [u64],
+        line: u64,
+        tag: u32,
+        write: bool,
+        pm: bool,
+    ) -> (CompactAccess, u64) {
+        let w = set.len();
+        let mut at = w;
+        for (i, &s) in set.iter().enumerate() {
+            if s & !3 == tag || s == 0 {
+                at = i;
+                break;
+            }
+        }
+        if at < w && set[at] != 0 {
+            let (s, n) = (set[at], names[at]);
+            set.copy_within(0..at, 1);
+            names.copy_within(0..at, 1);
+            set[0] = s | write as u32;
+            names[0] = n;
+            let a = CompactAccess {
+                hit: true,
+                victim: None,
+            };
+            return (a, 0);
+        }
+        let fresh = tag | (pm as u32) << 1 | write as u32;
+        let end = at.min(w - 1);
+        let (last, last_line) = (set[end], names[end]);
+        set.copy_within(0..end, 1);
+        names.copy_within(0..end, 1);
+        set[0] = fresh;
+        names[0] = line;
+        let victim = (at == w).then_some(CompactVictim {
+            dirty: last & 1 == 1,
+            pm: last & 2 == 2,
+        });
+        (CompactAccess { hit: false, victim }, last_line)
+    }
+
+    /// Remove `line` (a flush), with the slot names of
+    /// [`access_tracked`](Self::access_tracked): returns the removed line's
+    /// dirty and PM bits when it was present.
+    pub fn invalidate_tracked(&mut self, line: u64, lines: &mut [u64]) -> Option<CompactVictim> {
+        let idx = (line & ((1 << self.set_bits) - 1)) as usize;
+        let tag = self.tag(line);
+        let ways = self.ways;
+        let range = idx * ways..(idx + 1) * ways;
+        let set = &mut self.slots.as_mut()[range.clone()];
+        let names = &mut lines[range];
+        let i = set.iter().position(|&s| s != 0 && s & !3 == tag)?;
+        let s = set[i];
+        set.copy_within(i + 1.., i);
+        names.copy_within(i + 1.., i);
+        let w = set.len();
+        set[w - 1] = 0;
+        Some(CompactVictim {
+            dirty: s & 1 == 1,
+            pm: s & 2 == 2,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracked_access_names_its_victims_and_flushes() {
+        // 2 sets of 2 ways.
+        let cfg = CacheConfig::new(4 * 64, 2);
+        let mut c = CompactCache::new(cfg).unwrap();
+        let mut plain = CompactCache::new(cfg).unwrap();
+        let mut names = vec![0u64; CompactCache::table_len(cfg).unwrap()];
+        for (line, write) in [
+            (2, true),
+            (4, false),
+            (2, false),
+            (6, false),
+            (8, true),
+            (3, true),
+        ] {
+            let (a, _) = c.access_tracked(line, write, true, &mut names);
+            assert_eq!(a, plain.access(line, write, true), "line {line}");
+        }
+        // Set 0 holds 8 (dirty) and 6; line 10 evicts 6, then 12 evicts 8.
+        let (a, v) = c.access_tracked(10, false, true, &mut names);
+        assert_eq!((a.victim.map(|v| v.dirty), v), (Some(false), 6));
+        let (a, v) = c.access_tracked(12, false, true, &mut names);
+        assert_eq!((a.victim.map(|v| v.dirty), v), (Some(true), 8));
+        // A flush removes a line and says whether it was dirty.
+        assert_eq!(
+            c.invalidate_tracked(3, &mut names).map(|v| v.dirty),
+            Some(true)
+        );
+        assert_eq!(c.invalidate_tracked(3, &mut names), None);
+        assert!(!c.access_tracked(3, false, true, &mut names).0.hit);
+    }
 
     #[test]
     fn compact_cache_takes_outside_storage_of_the_right_size() {

@@ -14,6 +14,9 @@
 //!   two-memory machine, bandwidth stretching and the write (pcommit) model.
 //! * [`cache`]: a set-associative cache hierarchy model (LRU, dirty lines,
 //!   write-backs) for the instrumented counter source.
+//! * [`device`]: a functional (hit/miss) model of a device's buffers
+//!   (Optane's RMW and AIT buffers, media, write combining, wear leveling,
+//!   interleaving) for `pmlab run --device`.
 //! * [`mlp`]: the memory-level-parallelism estimate that turns misses into
 //!   serial accesses.
 //! * [`options`]: the emulator's run options, defined once for `pmlab run`
@@ -37,6 +40,7 @@
 #![deny(missing_docs)]
 
 pub mod cache;
+pub mod device;
 mod error;
 pub mod mlp;
 pub mod options;

@@ -10,6 +10,7 @@
 //! variables once with [`RunOptions::from_env`] (errors name the
 //! variable). Pure: no I/O here; the caller supplies the lookup.
 
+use crate::device::DeviceParams;
 use crate::units::{Bandwidth, Bytes, Nanos};
 use crate::{Error, ErrorKind};
 
@@ -130,6 +131,10 @@ pub const SPECS: &[Spec] = &[
         help: "Compute epochs and delays but inject nothing (measures overhead)" },
     Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some("off"), kind: Kind::Sample, user: true,
         help: "Programs built by pmlab cc with the sampling plugin: run the cache model on every access (off), on a fixed share of the checks (a ratio in (0, 1], e.g. 0.01), or adaptively (auto)" },
+    Spec { name: "device", env: "PMLAB_DEVICE", default: None, kind: Kind::Path, user: true,
+        help: "Emulate a device's buffers: a `pmlab sim` preset (`pmlab sim presets`) or a simulator config or `pmlab probe infer` profile (TOML); each PM access then takes the latency of the level that serves it (instead of --pm-latency; instrumented source)" },
+    Spec { name: "device-params", env: "PMLAB_DEVICE_PARAMS", default: None, kind: Kind::Path, user: false,
+        help: "The device model's parameters (pmlab run resolves them from --device)" },
     Spec { name: "tsc-ghz", env: "PMLAB_TSC_GHZ", default: None, kind: Kind::Ratio, user: false,
         help: "TSC frequency (from the calibration cache; else measured at start)" },
     Spec { name: "cpu-ghz", env: "PMLAB_CPU_GHZ", default: None, kind: Kind::Ratio, user: false,
@@ -210,6 +215,10 @@ pub struct RunOptions {
     pub no_inject: bool,
     /// Sampling of programs built with pmlab cc's sampling plugin.
     pub sample: Sample,
+    /// The device emulated (`--device`: a preset name or a file), if any.
+    pub device: Option<String>,
+    /// Its functional model's parameters (resolved by `pmlab run`).
+    pub device_params: Option<DeviceParams>,
     /// TSC GHz, when known.
     pub tsc_ghz: Option<f64>,
     /// Core GHz, when given.
@@ -432,6 +441,27 @@ impl RunOptions {
             }
             b.get()
         };
+        let device = value("device").1.filter(|d| !d.trim().is_empty());
+        let device_params = {
+            let (s, v) = value("device-params");
+            v.map(|v| DeviceParams::parse(&v).map_err(|e| bad(s, ErrorKind::Parse, e.to_string())))
+                .transpose()?
+        };
+        if device.is_some() && naming == Naming::Flag {
+            let d = naming.of(spec("device"));
+            if get(spec("pm-latency")).is_some() {
+                return Err(Error::new(
+                    ErrorKind::Inconsistent,
+                    format!("{d} and {} cannot be combined: the device gives each access the latency of the level that serves it (drop {})", naming.of(spec("pm-latency")), naming.of(spec("pm-latency"))),
+                ));
+            }
+            if !matches!(source.as_str(), "auto" | "instrumented") {
+                return Err(Error::new(
+                    ErrorKind::Inconsistent,
+                    format!("{d} needs the instrumented source (a program built by pmlab cc), not {} {source}: drop {}", naming.of(spec("source")), naming.of(spec("source"))),
+                ));
+            }
+        }
         let o = RunOptions {
             pm_latency_ns: dur("pm-latency")?.unwrap_or(300.0),
             dram_latency_ns: dram,
@@ -455,6 +485,8 @@ impl RunOptions {
                 Sample::parse(v.as_deref().unwrap_or("off"))
                     .map_err(|why| bad(s, ErrorKind::Parse, why))?
             },
+            device,
+            device_params,
             tsc_ghz: ratio("tsc-ghz")?,
             cpu_ghz: ratio("cpu-ghz")?,
         };
@@ -567,6 +599,12 @@ impl RunOptions {
         }
         if self.no_inject {
             set("no-inject", "1".into());
+        }
+        if let Some(d) = &self.device {
+            set("device", d.clone());
+        }
+        if let Some(p) = &self.device_params {
+            set("device-params", p.to_env());
         }
         set("source", self.source.clone());
         set("sample", self.sample.to_string());
@@ -724,6 +762,35 @@ mod tests {
     }
 
     #[test]
+    fn a_device_excludes_a_pm_latency_and_other_sources() {
+        let e = flags(&[("device", "optane-1dimm"), ("pm-latency", "400ns")]).unwrap_err();
+        assert_eq!(e.to_string(), "--device and --pm-latency cannot be combined: the device gives each access the latency of the level that serves it (drop --pm-latency)");
+        let e = flags(&[("device", "optane-1dimm"), ("source", "hw")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--device needs the instrumented source"),
+            "{e}"
+        );
+        let o = flags(&[("device", "optane-1dimm")]).unwrap();
+        assert_eq!(o.device.as_deref(), Some("optane-1dimm"));
+        assert_eq!(o.device_params, None);
+        // The runtime's side: the parameters travel, checked.
+        let p = crate::device::DeviceParams::optane_like();
+        let e = env(&[("PMLAB_DEVICE_PARAMS", "name=x,xpline=3")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("PMLAB_DEVICE_PARAMS: device parameter xpline"),
+            "{e}"
+        );
+        let o = env(&[
+            ("PMLAB_DEVICE_PARAMS", &p.to_env()),
+            ("PMLAB_PM_LATENCY", "345ns"),
+        ])
+        .unwrap();
+        assert_eq!(o.device_params, Some(p));
+    }
+
+    #[test]
     fn the_environment_round_trips() {
         let o = flags(&[
             ("pm-latency", "1.5us"),
@@ -744,6 +811,9 @@ mod tests {
             ("no-inject", "true"),
         ])
         .unwrap();
+        let mut o = o;
+        o.device = Some("optane-1dimm".into());
+        o.device_params = Some(crate::device::DeviceParams::optane_like());
         let env: HashMap<String, String> = o.to_env().into_iter().collect();
         let back = RunOptions::from_env(|k| env.get(k).cloned()).unwrap();
         assert_eq!(back, o);

@@ -253,6 +253,7 @@ pub unsafe fn pflush(addr: *const c_void, len: size_t) {
         let line = first + i * LINE;
         persist::flush_line(line as *const u8, op);
         record(op, Space::Pm, line as u64, LINE as u32);
+        crate::source::instrumented::hooks::on_flush(line);
     }
     emu::note_flushes(n);
 }

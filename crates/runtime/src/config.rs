@@ -71,6 +71,9 @@ pub struct Config {
     pub pool_size: u64,
     /// NUMA node of the pool.
     pub pm_node: Option<u32>,
+    /// The device whose buffers the instrumented source models
+    /// (`PMLAB_DEVICE_PARAMS`, from `pmlab run --device`).
+    pub device: Option<pmlab_model::device::DeviceParams>,
     /// JSON stats path.
     pub stats_file: Option<String>,
     /// Text stats on stderr.
@@ -104,6 +107,7 @@ impl Default for Config {
             pm_file: None,
             pool_size: 1 << 30,
             pm_node: None,
+            device: None,
             stats_file: None,
             stats_stderr: true,
             signal_offset: 6,
@@ -151,6 +155,7 @@ impl Config {
             pm_file: o.pm_file.clone(),
             pool_size: o.pool_size,
             pm_node: o.pm_node,
+            device: o.device_params.clone(),
             ..Config::default()
         };
         c.stats_file = get("PMLAB_STATS_FILE").filter(|s| !s.is_empty());

@@ -222,7 +222,7 @@ impl Report {
              \"run_delay_ns\":{},\"run_delay_share\":{:.4},\"busy_warning\":{},\
              \"threads_seen\":{},\"threads_untracked\":{},\"signals_sent\":{},\"forked_child\":{},\
              \"main_run_delay_ns\":{},\
-             \"advice\":\"{}\",\"total\":",
+             \"advice\":\"{}\",{}\"total\":",
             self.pid,
             esc(&self.source),
             self.inject,
@@ -252,7 +252,8 @@ impl Report {
             self.signals_sent,
             self.forked_child,
             self.main_run_delay_ns,
-            esc(&self.advice())
+            esc(&self.advice()),
+            crate::source::instrumented::counters::device_json()
         );
         t.json(&mut o);
         o.push_str(",\"threads\":[");

@@ -23,6 +23,8 @@
 //!   x86-adr, hops, hops-adr, ideal) on top of [`System`]: each model one
 //!   implementation of [`persistency::Persistency`], one file each,
 //!   registered by name in [`registry::PERSISTENCY`].
+//! * [`functional`]: the conversion of a configuration into the emulator's
+//!   functional device model (`pmlab run --device`).
 //! * [`validate`]: the validation experiments behind `docs/validation.md`.
 //! * [`Error`]: the one error type; messages name the parameter, component,
 //!   preset or file.
@@ -53,6 +55,7 @@ pub mod controller;
 pub mod device;
 pub mod drive;
 mod error;
+pub mod functional;
 pub mod persistency;
 pub mod presets;
 pub mod registry;

@@ -199,6 +199,23 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     if o.tsc_ghz.is_none() {
         o.tsc_ghz = cached.as_ref().map(|c| c.tsc_ghz);
     }
+    if let Some(dev) = o.device.clone() {
+        let p = device_params(&dev)?;
+        let dram = o.dram_ns();
+        if p.slowest_ns() <= dram {
+            bail!(
+                "--device {dev}: its reads take at most {:.0} ns, not above this machine's DRAM latency {dram:.0} ns: the emulator can only make memory slower (pick a slower device)",
+                p.slowest_ns()
+            );
+        }
+        // The runtime's reference latency: delays are charged in units of
+        // (slowest level - DRAM) per serial access.
+        o.pm_latency_ns = p.slowest_ns();
+        o.device_params = Some(p);
+        if o.source == "auto" {
+            o.source = "instrumented".into();
+        }
+    }
     o.check(Naming::Flag)?;
     if let Some(p) = &o.pm_file {
         let p = PathBuf::from(p);
@@ -242,6 +259,27 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         env,
         source: o.source,
     })
+}
+
+/// The functional device model's parameters for `--device ARG`: a file
+/// (a simulator config or a `pmlab probe infer` profile) when one exists
+/// at that path, else a preset.
+pub fn device_params(arg: &str) -> anyhow::Result<pmlab_model::device::DeviceParams> {
+    let path = Path::new(arg);
+    if path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--device {arg}: cannot read the file"))?;
+        return pmlab_sim::functional::params_from_toml(&text, arg)
+            .map_err(|e| anyhow!("--device {arg}: {e}"));
+    }
+    if pmlab_sim::presets::find(arg).is_err() {
+        let names: Vec<&str> = pmlab_sim::presets::ALL.iter().map(|p| p.name).collect();
+        bail!(
+            "--device {arg}: no such preset or file: give a preset ({}; see pmlab sim show NAME) or a simulator config / pmlab probe infer profile (TOML)",
+            names.join(", ")
+        );
+    }
+    pmlab_sim::functional::params_of_preset(arg).map_err(|e| anyhow!("--device {arg}: {e}"))
 }
 
 /// Pick the counter source and check it with the runtime. For `auto`: hw

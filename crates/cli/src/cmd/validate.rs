@@ -50,6 +50,13 @@ pub struct Args {
     /// Build the workloads here [default: a temporary directory].
     #[arg(long)]
     build_dir: Option<PathBuf>,
+    /// Run the device study instead: LENS's pointer chase of a pmlab cc
+    /// program under `pmlab run --device DEVICE` against `pmlab probe
+    /// ptrchase --target sim:DEVICE` (10% at every region), and the
+    /// overwrite probe's wear-leveling period (a preset or a simulator
+    /// config file).
+    #[arg(long, value_name = "PRESET|FILE", conflicts_with = "only")]
+    device: Option<String>,
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -67,6 +74,7 @@ pub fn run(args: Args) -> Result<u8> {
             .map(|l| l.split(',').map(|s| s.trim().to_string()).collect()),
         workloads: args.workloads.clone(),
         build_dir: args.build_dir.clone(),
+        device: args.device.clone(),
         pmlab: std::env::current_exe().context("cannot locate the pmlab executable")?,
     };
     let progress = args.progress || std::io::stderr().is_terminal();

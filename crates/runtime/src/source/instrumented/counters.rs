@@ -26,6 +26,13 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
         )
     })?;
     super::sample::set_policy(super::sample::Policy::from_option(sample));
+    if let Some(d) = crate::config::get()
+        .as_ref()
+        .ok()
+        .and_then(|c| c.device.clone())
+    {
+        settings::set_device(d);
+    }
     hooks::activate(cfg);
     let costs = cost::calibrate();
     let lat = match crate::config::get() {
@@ -320,6 +327,90 @@ pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
     r
 }
 
+/// Device mode (`pmlab run --device`): the delay of the epoch between two
+/// totals, ns. Each serial PM access costs the latency of the device level
+/// that served it less this machine's DRAM latency (`dram_ns`: the
+/// program ran on DRAM); wear-leveling migrations stall the program for
+/// their whole length; the media time of the write-backs (write
+/// amplification included) costs only what exceeds the epoch's own time
+/// `epoch_ns` (the media drains while the program runs, and slows it only
+/// once the writes need more time than the epoch lasted).
+pub fn device_delay_ns(a: &ThreadTotals, b: &ThreadTotals, dram_ns: f64, epoch_ns: f64) -> f64 {
+    let pm_serial = (b.serial.pm - a.serial.pm).max(0.0);
+    let reads = (b.device_lat_ns - a.device_lat_ns - pm_serial * dram_ns).max(0.0);
+    let stalls = (b.device.stall_ns - a.device.stall_ns).max(0.0);
+    let media = (b.device.media_write_ns - a.device.media_write_ns).max(0.0);
+    reads + stalls + (media - epoch_ns.max(0.0)).max(0.0)
+}
+
+/// The device model's counts of every thread, for the statistics.
+static DEVICE_COUNTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+const DEVICE_NAMES: [&str; 8] = [
+    "rmw_hits",
+    "ait_hits",
+    "media_reads",
+    "writebacks",
+    "media_writes",
+    "modify_reads",
+    "migrations",
+    "migration_stall_ns",
+];
+
+fn device_fields(c: &pmlab_model::device::DeviceCounts) -> [u64; 8] {
+    [
+        c.rmw_hits,
+        c.ait_hits,
+        c.media_reads,
+        c.writes,
+        c.media_writes,
+        c.modify_reads,
+        c.migrations,
+        c.stall_ns as u64,
+    ]
+}
+
+/// Add one thread's device counts between two totals to the process's.
+fn note_device(a: &pmlab_model::device::DeviceCounts, b: &pmlab_model::device::DeviceCounts) {
+    for ((x, y), total) in device_fields(a)
+        .iter()
+        .zip(device_fields(b))
+        .zip(&DEVICE_COUNTS)
+    {
+        total.fetch_add(y.saturating_sub(*x), Ordering::Relaxed);
+    }
+}
+
+/// The device model's statistics as a JSON member (`"device":{...},`),
+/// empty when no device is modelled: the device's name, the reads each
+/// level served, the write-backs, media writes, write amplification and
+/// wear-leveling migrations of every thread's epochs so far.
+pub fn device_json() -> String {
+    let Some(p) = settings::device() else {
+        return String::new();
+    };
+    let v: Vec<u64> = DEVICE_COUNTS
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect();
+    let mut o = format!(
+        "\"device\":{{\"name\":\"{}\"",
+        p.name.replace(['"', '\\'], "_")
+    );
+    for (n, x) in DEVICE_NAMES.iter().zip(&v) {
+        o.push_str(&format!(",\"{n}\":{x}"));
+    }
+    let amp = if v[3] > 0 {
+        (v[4] * p.xpline) as f64 / (v[3] * 64) as f64
+    } else {
+        0.0
+    };
+    o.push_str(&format!(
+        ",\"write_amplification\":{amp:.4},\"rmw_ns\":{:.1},\"ait_ns\":{:.1},\"media_ns\":{:.1}}},",
+        p.rmw_ns, p.ait_ns, p.media_ns
+    ));
+    o
+}
+
 impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
@@ -343,6 +434,12 @@ impl ThreadCounters for InstrumentedCounters {
         let f = super::sample::thread_factor();
         let raw = reading_between(&self.last, &now);
         let r = scaled(raw, f);
+        let device = settings::device_on()
+            .then(|| {
+                self.lat
+                    .map(|(dram, _)| device_delay_ns(&self.last, &now, dram, epoch_ns) * f)
+            })
+            .flatten();
         let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
@@ -362,7 +459,9 @@ impl ThreadCounters for InstrumentedCounters {
                     dram_serial,
                 },
             ) => {
-                let delay = quartz::delay_from_serial_accesses(pm_serial * f, dram, pm);
+                let delay = device.unwrap_or_else(|| {
+                    quartz::delay_from_serial_accesses(pm_serial * f, dram, pm)
+                });
                 let serial = pm_serial + dram_serial;
                 let misses = (now.serial.pm_misses + now.serial.dram_misses)
                     .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
@@ -385,6 +484,15 @@ impl ThreadCounters for InstrumentedCounters {
             }
             _ => (calls + batches + self.carried_ns, 0.0),
         };
+        if let (Some(d), Some((dram, pm))) = (device, self.lat) {
+            // The runtime charges (pm - dram) per serial PM access: the
+            // device's delay in those units (pm is the device's slowest
+            // level, which `pmlab run` keeps above the DRAM latency).
+            if let Reading::Accesses { pm_serial, .. } = &mut r.reading {
+                *pm_serial = if pm > dram { d / (pm - dram) } else { 0.0 };
+            }
+            note_device(&self.last.device, &now.device);
+        }
         self.last = now;
         r
     }

@@ -26,7 +26,9 @@
 //! Accesses that straddle two lines are counted on their first line only.
 
 use super::log::{tls, Tls, LOG_ENTRIES};
-use super::model::{LogEntry, FILTER_LINES, LINE_SHIFT, STORE_BIT, VALUE_NARROW, VALUE_WIDE};
+use super::model::{
+    LogEntry, FILTER_LINES, FLUSH, LINE_SHIFT, STORE_BIT, VALUE_NARROW, VALUE_WIDE,
+};
 use super::settings::HookConfig;
 use super::{offload, pm, settings, thread, trace};
 use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
@@ -211,4 +213,36 @@ unsafe fn make_room(t: *mut Tls) -> bool {
     }
     thread::process(t, true, true);
     true
+}
+
+/// A flush (`pflush`) of the line at `addr`, logged for the device model
+/// (`pmlab run --device`) only: in the thread's model the line leaves the
+/// cache, written back to the device if it was dirty (Intel's `clwb` on
+/// Optane's platforms evicts the line as `clflushopt` does), and the
+/// line leaves the filter so that its next access is logged as a miss.
+pub fn on_flush(addr: usize) {
+    if ACTIVE.load(Ordering::Relaxed) & ON == 0 || !settings::device_on() {
+        return;
+    }
+    let t = tls();
+    // SAFETY: the calling thread's own state, as in `on_access`.
+    unsafe {
+        let line = addr >> LINE_SHIFT;
+        let slot = &mut (*t).filter[line % FILTER_LINES];
+        if *slot >> 1 == line {
+            *slot = 0;
+        }
+        if ((*t).slow.is_null() || (*t).logged >= LOG_ENTRIES) && !make_room(t) {
+            return;
+        }
+        let n = (*t).logged;
+        let e = (*(*t).slow).logs[(*t).cur].as_mut_ptr().add(n);
+        e.write(LogEntry {
+            addr: addr | FLUSH,
+            at: (*t).accesses,
+            value: 0,
+        });
+        compiler_fence(Ordering::SeqCst);
+        std::ptr::write_volatile(&mut (*t).logged, n + 1);
+    }
 }

@@ -7,6 +7,7 @@
 use super::pm::is_pm;
 use super::settings::{self, LOGGED_WEIGHT};
 use pmlab_model::cache::{CompactCache, Hierarchy};
+use pmlab_model::device::{DeviceCounts, DeviceModel, Level};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
 /// Entries ahead of the one being processed whose model set is prefetched.
@@ -50,6 +51,13 @@ pub struct ThreadTotals {
     pub pm_writebacks: u64,
     /// Dirty lines written back to DRAM.
     pub dram_writebacks: u64,
+    /// Device mode (`pmlab run --device`): the sum, over the PM misses, of
+    /// each miss's serial share times the latency of the device level that
+    /// served it, ns.
+    pub device_lat_ns: f64,
+    /// Device mode: what the device model counted (levels, media writes,
+    /// migrations and their stalls).
+    pub device: DeviceCounts,
 }
 
 impl ThreadTotals {
@@ -84,6 +92,9 @@ pub(super) const STORE_BIT: usize = 1 << 63;
 pub(super) const VALUE_WIDE: usize = 1 << 62;
 /// `LogEntry::value` holds the 4 bytes a 4-byte load read.
 pub(super) const VALUE_NARROW: usize = 1 << 61;
+/// A flush of the line (`pflush`; device mode only): a store never
+/// carries a value, so this pair of bits is free.
+pub(super) const FLUSH: usize = STORE_BIT | VALUE_NARROW;
 /// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
 const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
 
@@ -100,6 +111,9 @@ pub(super) struct ModelState {
     window_serial: f64,
     /// The thread's cumulative totals.
     pub(super) totals: ThreadTotals,
+    /// Device mode: the device's functional model, and the full line
+    /// number of each slot of the compact cache (its victims' addresses).
+    device: Option<(DeviceModel, Vec<u64>)>,
 }
 
 impl ModelState {
@@ -120,6 +134,16 @@ impl ModelState {
             Model::Full(Hierarchy::new(&[llc]).ok()?)
         };
         let est = OverlapEstimator::new(settings::overlap());
+        let device = match settings::device() {
+            Some(p) => {
+                let n = match &cache {
+                    Model::Compact(_) => CompactCache::table_len(llc).ok()?,
+                    Model::Full(_) => 0,
+                };
+                Some((DeviceModel::new(p), vec![0u64; n]))
+            }
+            None => None,
+        };
         Some((
             ModelState {
                 cache,
@@ -128,6 +152,7 @@ impl ModelState {
                 last_miss_units: 0,
                 window_serial: 0.0,
                 totals: ThreadTotals::default(),
+                device,
             },
             compact,
         ))
@@ -143,6 +168,10 @@ impl ModelState {
         self.last_miss_units = 0;
         self.window_serial = 0.0;
         self.totals = ThreadTotals::default();
+        if let Some((d, names)) = &mut self.device {
+            *d = DeviceModel::new(d.params());
+            names.fill(0);
+        }
     }
 
     /// Run `entries` through the model, in order, the model's sets
@@ -189,6 +218,9 @@ impl ModelState {
     /// One logged access through the model and the overlap estimator.
     #[inline(always)]
     unsafe fn process_one(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
+        if self.device.is_some() {
+            return self.process_device(filter, e);
+        }
         let write = e.addr & STORE_BIT != 0;
         let addr = e.addr & !FLAGS;
         let line = addr >> LINE_SHIFT;
@@ -227,6 +259,13 @@ impl ModelState {
                 a.is_miss()
             }
         };
+        self.count_miss(e, addr, pm, miss);
+    }
+
+    /// The overlap estimate and window position of one modelled access
+    /// (after the cache model said whether it missed).
+    #[inline(always)]
+    fn count_miss(&mut self, e: LogEntry, addr: usize, pm: bool, miss: bool) {
         // Position in hooked-window units: the accesses so far, the logged ones
         // (this one included) weighing LOGGED_WEIGHT.
         self.entries += 1;
@@ -245,6 +284,83 @@ impl ModelState {
             let gap = units.saturating_sub(self.last_miss_units);
             self.last_miss_units = units;
             self.window_serial += window_share(gap, settings::hooked_window());
+        }
+    }
+}
+
+impl ModelState {
+    /// [`process_one`](Self::process_one) in device mode: PM misses and
+    /// write-backs also go through the device's functional model, which
+    /// needs the written-back lines' addresses (the compact model names
+    /// them in a table beside its tags), and flushes are modelled.
+    ///
+    /// # Safety
+    ///
+    /// As [`run`](Self::run).
+    #[inline(never)]
+    unsafe fn process_device(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
+        let Some((dev, names)) = &mut self.device else {
+            return;
+        };
+        let addr = e.addr & !FLAGS;
+        let line = addr >> LINE_SHIFT;
+        if e.addr & FLUSH == FLUSH {
+            let dirty = match &mut self.cache {
+                Model::Compact(c) => c
+                    .invalidate_tracked(line as u64, names)
+                    .is_some_and(|v| v.dirty && v.pm),
+                Model::Full(h) => h.invalidate(line as u64) && is_pm(addr),
+            };
+            if dirty {
+                self.totals.pm_writebacks += 1;
+                dev.write_back(addr as u64);
+                self.totals.device = dev.counts();
+            }
+            return;
+        }
+        let write = e.addr & STORE_BIT != 0;
+        let pm = is_pm(addr);
+        let miss = match &mut self.cache {
+            Model::Compact(c) => {
+                let (a, victim_line) = c.access_tracked(line as u64, write, pm, names);
+                if let Some(v) = a.victim {
+                    if v.dirty && v.pm {
+                        self.totals.pm_writebacks += 1;
+                        dev.write_back(victim_line << LINE_SHIFT);
+                    } else if v.dirty {
+                        self.totals.dram_writebacks += 1;
+                    }
+                }
+                !a.hit
+            }
+            Model::Full(h) => {
+                let a = h.access(line as u64, write);
+                if let Some(f) = filter {
+                    for &ev in &a.evicted[..a.n_evicted] {
+                        let slot = &mut (*f)[ev as usize % FILTER_LINES];
+                        if *slot >> 1 == ev as usize {
+                            *slot = 0;
+                        }
+                    }
+                }
+                for &wb in a.writebacks() {
+                    if is_pm((wb as usize) << LINE_SHIFT) {
+                        self.totals.pm_writebacks += 1;
+                        dev.write_back(wb << LINE_SHIFT);
+                    } else {
+                        self.totals.dram_writebacks += 1;
+                    }
+                }
+                a.is_miss()
+            }
+        };
+        let level = (miss && pm).then(|| dev.read(addr as u64));
+        let lat = level.map_or(0.0, |l: Level| dev.params().latency(l));
+        let before = self.totals.serial.pm;
+        self.count_miss(e, addr, pm, miss);
+        if let Some((dev, _)) = &self.device {
+            self.totals.device_lat_ns += (self.totals.serial.pm - before).max(0.0) * lat;
+            self.totals.device = dev.counts();
         }
     }
 }

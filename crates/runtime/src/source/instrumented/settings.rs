@@ -69,6 +69,29 @@ pub(super) fn store(cfg: &HookConfig) {
     HOOKED_WINDOW.store(cfg.hooked_window.max(1), Ordering::Relaxed);
 }
 
+/// The device whose buffers the model follows (`pmlab run --device`), set
+/// once when the source opens.
+static DEVICE: std::sync::OnceLock<pmlab_model::device::DeviceParams> = std::sync::OnceLock::new();
+/// True once [`DEVICE`] is set: the hooks' one relaxed test.
+static DEVICE_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Model `p`'s buffers from now on (the first call wins).
+pub(super) fn set_device(p: pmlab_model::device::DeviceParams) {
+    let _ = DEVICE.set(p);
+    DEVICE_ON.store(true, Ordering::Release);
+}
+
+/// The device being modelled, if any.
+pub(super) fn device() -> Option<&'static pmlab_model::device::DeviceParams> {
+    DEVICE.get()
+}
+
+/// True when a device is modelled (flushes are then logged).
+#[inline]
+pub(super) fn device_on() -> bool {
+    DEVICE_ON.load(Ordering::Relaxed)
+}
+
 /// The modelled last-level cache.
 pub(super) fn llc() -> CacheConfig {
     CacheConfig::new(

@@ -1,0 +1,150 @@
+//! Integration tests of `pmlab run --device` (issue 21): the flag's
+//! errors, and a small LENS chase (`workloads/lenschase.c`, built by
+//! `pmlab cc`) whose statistics report the device's levels.
+
+mod common;
+
+use common::{assert_one_line_error, pmlab, runtime_dir, stderr, TempDir, PMLAB};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workloads() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads")
+}
+
+#[test]
+fn device_flag_errors_are_one_line() {
+    let t = TempDir::new("device-errors");
+    let o = pmlab(&t.0, &["run", "--device", "optane", "--", "true"]);
+    assert_one_line_error(&o, "--device optane: no such preset or file");
+    assert!(stderr(&o).contains("optane-1dimm"), "{}", stderr(&o));
+    let o = pmlab(
+        &t.0,
+        &[
+            "run",
+            "--device",
+            "optane-1dimm",
+            "--pm-latency",
+            "400ns",
+            "--",
+            "true",
+        ],
+    );
+    assert_one_line_error(&o, "--device and --pm-latency cannot be combined");
+    let o = pmlab(
+        &t.0,
+        &[
+            "run",
+            "--device",
+            "optane-1dimm",
+            "--source",
+            "hw",
+            "--",
+            "true",
+        ],
+    );
+    assert_one_line_error(&o, "--device needs the instrumented source");
+    let bad = t.write(
+        "bad.toml",
+        "name = \"bad\"\n[controller]\nimpl = \"imc\"\ncolour = 3\n",
+    );
+    let o = pmlab(
+        &t.0,
+        &["run", "--device", bad.to_str().unwrap(), "--", "true"],
+    );
+    assert_one_line_error(&o, "bad.toml");
+    let o = pmlab(
+        &t.0,
+        &[
+            "run",
+            "--device",
+            "ddr4-2666",
+            "--dram-latency",
+            "150ns",
+            "--",
+            "true",
+        ],
+    );
+    assert_one_line_error(&o, "not above this machine's DRAM latency 150 ns");
+}
+
+/// A field of the stats' `device` object.
+fn field(v: &serde_json::Value, k: &str) -> f64 {
+    v["stats"]["device"][k]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no device.{k} in {v}"))
+}
+
+#[test]
+fn a_small_chase_under_the_device_reports_its_levels() {
+    runtime_dir();
+    let t = TempDir::new("device-chase");
+    let exe = t.path("lenschase");
+    let out = Command::new(PMLAB)
+        .args(["cc", "-O2", "-I"])
+        .arg(workloads().join("../include"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(workloads().join("lenschase.c"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats = t.path("stats.json");
+    // 64 KiB of 64 B blocks: four times the RMW buffer, well inside the
+    // AIT buffer; 8 passes after the warm-up.
+    let out = Command::new(PMLAB)
+        .args([
+            "run",
+            "--quiet",
+            "--no-inject",
+            "--device",
+            "optane-1dimm",
+            "--dram-latency",
+            "100ns",
+            "--json",
+        ])
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe)
+        .args(["-r", "65536", "-b", "64", "-n", "8192"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(v["stats"]["device"]["name"], "optane-1dimm");
+    let (rmw, ait, media) = (
+        field(&v, "rmw_hits"),
+        field(&v, "ait_hits"),
+        field(&v, "media_reads"),
+    );
+    // 9 passes of 1024 lines, each a miss after the flush.
+    let lines = 9.0 * 1024.0;
+    assert!(rmw + ait + media >= lines, "{rmw} {ait} {media}");
+    // A random order over 256 XPLines, 64 of them in the RMW buffer: about
+    // a quarter hit it; the rest hit the AIT buffer (the region was
+    // written, then read, so its entries are in).
+    let share = rmw / (rmw + ait + media);
+    assert!((0.15..0.4).contains(&share), "RMW share {share}");
+    assert!(ait > 2.0 * media, "{ait} AIT hits, {media} media reads");
+    // The chain was written: its lines are written back whole when flushed.
+    assert!(field(&v, "writebacks") >= 1024.0);
+    assert_eq!(field(&v, "write_amplification"), 1.0);
+    // The requested delay is each level's latency less the DRAM's.
+    let requested = v["stats"]["total"]["requested_delay_ns"].as_f64().unwrap();
+    let want = rmw * (field(&v, "rmw_ns") - 100.0)
+        + ait * (field(&v, "ait_ns") - 100.0)
+        + media * (field(&v, "media_ns") - 100.0);
+    assert!(
+        (requested - want).abs() <= 0.1 * want,
+        "requested {requested} ns, levels say {want} ns"
+    );
+}

@@ -1,0 +1,331 @@
+//! The device study (`pmlab validate --device PRESET|FILE`, issue 21): the
+//! LENS pointer-chase curve of a program emulated with `pmlab run
+//! --device` against the simulator's own curve (`pmlab probe ptrchase
+//! --target sim:PRESET`), and the overwrite probe's wear-leveling period.
+//!
+//! # The chase
+//!
+//! `workloads/lenschase.c` chases the lines of a region block by block in
+//! a random order, flushing the region before every pass so that each line
+//! misses the CPU caches (LENS's method). At each region and block size
+//! its plain build runs natively and its `pmlab cc` build under `pmlab run
+//! --device`. Both do the same work (the flushes, the misses on this
+//! machine's DRAM); the emulated run adds the delay the device model
+//! charges, less nothing else (the hooks' cost is absorbed by the delays,
+//! as in every emulated run). The emulated latency per line is taken as
+//!
+//! ```text
+//!   measured = DRAM + (ns_per_line(--device) - ns_per_line(native))
+//! ```
+//!
+//! with DRAM the latency given to the run (`--dram-latency`, measured just
+//! before): a program whose misses cost DRAM natively reads this on the
+//! device. (The flushes make a native line cost more than a DRAM miss, so
+//! the program's own ns/line is not the latency; the difference is.) It is compared with the simulator's ptrchase curve at the
+//! same region and block (the expectation), within 10% at every region.
+//!
+//! # The overwrite period
+//!
+//! `lenschase -o N` writes, flushes and fences one 256 B block N times and
+//! prints the median distance between its slow iterations (over 10x the
+//! median and 20 us). The simulator's overwrite probe on the same device
+//! gives the period of its long tails. Judged within 10%.
+
+use super::{push, s, simple_point, Ctx, Point};
+use crate::error::Result;
+use crate::{Error, ErrorKind};
+use pmlab_probe::probes::{self, Settings};
+use pmlab_probe::sim::Sim;
+use pmlab_probe::Op;
+use std::path::Path;
+
+/// Bound on the chase's and the period's |error|, percent (issue 21).
+pub const BOUND_PCT: f64 = 10.0;
+
+/// The sweep.
+struct Plan {
+    regions: Vec<u64>,
+    blocks: Vec<u64>,
+    min_lines: u64,
+    /// Regions from this size on are not flushed (they miss any cache).
+    no_flush_from: u64,
+    overwrite_iterations: u64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                regions: vec![8 << 10, 1 << 20, 64 << 20],
+                blocks: vec![64, 256],
+                min_lines: 20_000,
+                no_flush_from: 256 << 20,
+                overwrite_iterations: 45_000,
+            }
+        } else {
+            Plan {
+                regions: (12..=30).map(|k| 1u64 << k).collect(),
+                blocks: vec![64, 256],
+                min_lines: 1 << 17,
+                no_flush_from: 256 << 20,
+                overwrite_iterations: 60_000,
+            }
+        }
+    }
+}
+
+/// The simulator target of `device`: a file when one exists there, else a
+/// preset.
+fn target(device: &str) -> Result<Sim> {
+    let p = Path::new(device);
+    Ok(if p.is_file() {
+        Sim::from_file(p)?
+    } else {
+        Sim::preset(device)?
+    })
+}
+
+fn need(prog: &str, out: &str, key: &str) -> Result<f64> {
+    super::value_of(out, key).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Failed,
+            format!("{prog} printed no {key}= (output: {})", out.trim()),
+        )
+    })
+}
+
+/// Run the study on `device`, appending its points to `out`.
+pub(super) fn study(ctx: &Ctx, device: &str, out: &mut Vec<Point>) -> Result<()> {
+    let plan = Plan::new(ctx.quick);
+    let mut sim = target(device)?;
+    let settings = Settings {
+        min_lines: plan.min_lines,
+        ..Settings::default()
+    };
+    let flags = |extra: &[&str]| -> Vec<String> {
+        let mut v = vec![s("--device"), s(device)];
+        v.extend(extra.iter().map(|x| s(*x)));
+        v
+    };
+    for &block in &plan.blocks {
+        ctx.say(&format!(
+            "device: {device} pointer chase, {block} B blocks: the simulator's curve"
+        ));
+        let regions: Vec<u64> = plan
+            .regions
+            .iter()
+            .copied()
+            .filter(|&r| r >= block)
+            .collect();
+        let curve = probes::ptrchase_region(
+            &mut sim,
+            &settings,
+            Op::Load,
+            block,
+            &regions,
+            &mut |_, _, _| {},
+        )?;
+        for (&region, point) in regions.iter().zip(&curve.points) {
+            let expected = point.y;
+            let mut args = vec![
+                s("-r"),
+                s(region),
+                s("-b"),
+                s(block),
+                s("-n"),
+                s(plan.min_lines),
+            ];
+            if region >= plan.no_flush_from {
+                args.push(s("-F"));
+            }
+            let (mut runs, mut drams) = (Vec::new(), Vec::new());
+            for _ in 0..ctx.reps {
+                let dram = ctx.dram_now();
+                let native = need("lenschase", &ctx.native("lenschase", &args)?, "ns_per_line")?;
+                let on = ctx.device_run("lenschase", &args, dram, &flags(&[]))?;
+                let delay = need("lenschase", &on, "ns_per_line")? - native;
+                runs.push(dram + delay);
+                drams.push(dram);
+            }
+            let pt = simple_point(
+                "device",
+                format!("{device} block={block}B region={}", pmlab_model::Bytes(region)),
+                0.0,
+                "ns/line",
+                expected,
+                runs,
+                BOUND_PCT,
+                format!(
+                    "DRAM + ns/line(--device) - ns/line(native build), against pmlab probe ptrchase --target sim:{device} ({expected:.1} ns/line); {}",
+                    if region >= plan.no_flush_from { "not flushed" } else { "flushed before each pass" }
+                ),
+                drams,
+            );
+            push(ctx, out, pt);
+        }
+    }
+    // The wear-leveling period.
+    ctx.say(&format!("device: {device} overwrite of one 256 B block"));
+    let iters = plan.overwrite_iterations;
+    let times = probes::overwrite(&mut sim, &settings, 256, iters as u32)?;
+    let ys: Vec<f64> = times.points.iter().map(|p| p.y).collect();
+    let t = pmlab_model::tails::tails(&ys, 10.0);
+    let expected = pmlab_model::tails::tail_interval(&t).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Failed,
+            format!("the simulator's {device} shows fewer than two long tails in {iters} overwrites: its wear leveling is off, so there is no period to compare"),
+        )
+    })?;
+    let mut runs = Vec::new();
+    for _ in 0..ctx.reps {
+        let dram = ctx.dram_now();
+        let o = ctx.device_run("lenschase", &[s("-o"), s(iters)], dram, &flags(&[]))?;
+        runs.push(need("lenschase", &o, "tail_period")?);
+    }
+    let pt = simple_point(
+        "device",
+        format!("{device} overwrite period"),
+        0.0,
+        "iterations",
+        expected,
+        runs,
+        BOUND_PCT,
+        format!(
+            "median distance between slow iterations of lenschase -o {iters} under --device, against the simulator's overwrite probe ({} tails, median {:.0} ns, tails {:.0} ns)",
+            t.index.len(),
+            t.median,
+            t.tail_median
+        ),
+        Vec::new(),
+    );
+    push(ctx, out, pt);
+    Ok(())
+}
+
+/// The block size and region of a chase point's config.
+fn parse_config(config: &str) -> Option<(u64, u64)> {
+    let mut block = None;
+    let mut region = None;
+    for t in config.split_whitespace() {
+        if let Some(b) = t.strip_prefix("block=").and_then(|v| v.strip_suffix('B')) {
+            block = b.parse().ok();
+        }
+        if let Some(r) = t.strip_prefix("region=") {
+            region = pmlab_model::Bytes::parse(r).ok().map(|b| b.get());
+        }
+    }
+    Some((block?, region?))
+}
+
+/// One chart: the simulator's curve and the emulated one (median, min..max
+/// bars) per block size, latency per line against the region.
+pub(super) fn plot(dir: &Path, points: &[Point]) -> Result<()> {
+    use pmlab_plot::{Axis, Format, LineChart, Scale, Series};
+    let v: Vec<&Point> = points
+        .iter()
+        .filter(|p| p.study == "device" && parse_config(&p.config).is_some())
+        .collect();
+    if v.is_empty() {
+        return Ok(());
+    }
+    let device = v[0].config.split_whitespace().next().unwrap_or("device");
+    let mut blocks: Vec<u64> = v
+        .iter()
+        .filter_map(|p| parse_config(&p.config))
+        .map(|c| c.0)
+        .collect();
+    blocks.sort();
+    blocks.dedup();
+    let mut chart = LineChart::new(format!(
+        "pointer chase: pmlab run --device {device} against the simulator"
+    ))
+    .x_axis(Axis::new("region").scale(Scale::Log).format(Format::Bytes))
+    .y_axis(Axis::new("latency per line").format(Format::Nanos));
+    for b in blocks {
+        let mine: Vec<(&Point, u64)> = v
+            .iter()
+            .filter_map(|p| {
+                parse_config(&p.config)
+                    .filter(|c| c.0 == b)
+                    .map(|c| (*p, c.1))
+            })
+            .collect();
+        chart = chart
+            .series(
+                Series::new(
+                    format!("simulator, {b} B blocks"),
+                    mine.iter().map(|(p, r)| (*r as f64, p.expected)).collect(),
+                )
+                .dots(true),
+            )
+            .series(
+                Series::new(
+                    format!("emulated, {b} B blocks"),
+                    mine.iter()
+                        .map(|(p, r)| (*r as f64, p.measured.median))
+                        .collect(),
+                )
+                .spread(
+                    mine.iter()
+                        .map(|(p, _)| (p.measured.min, p.measured.max))
+                        .collect(),
+                )
+                .dots(true),
+            );
+    }
+    super::save_both(dir, &chart, "device-ptrchase")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::summarize;
+    use super::*;
+
+    #[test]
+    fn the_quick_plan_is_small_and_the_full_one_spans_lens_sweep() {
+        let q = Plan::new(true);
+        assert!(q.regions.len() * q.blocks.len() <= 6);
+        let f = Plan::new(false);
+        assert_eq!(f.regions.first(), Some(&4096));
+        assert_eq!(f.regions.last(), Some(&(1 << 30)));
+        assert_eq!(f.blocks, vec![64, 256]);
+    }
+
+    #[test]
+    fn chase_configs_are_read_back_and_charted() {
+        assert_eq!(
+            parse_config("optane-1dimm block=256B region=64MiB"),
+            Some((256, 64 << 20))
+        );
+        assert_eq!(parse_config("optane-1dimm overwrite period"), None);
+        let pt = |config: &str, expected: f64, median: f64| Point {
+            study: s("device"),
+            config: s(config),
+            expected,
+            measured: summarize(&[median * 0.98, median, median * 1.01]),
+            ..Default::default()
+        };
+        let points = vec![
+            pt("optane-1dimm block=64B region=4KiB", 178.0, 180.0),
+            pt("optane-1dimm block=64B region=1MiB", 310.0, 305.0),
+            pt("optane-1dimm block=256B region=1MiB", 210.0, 214.0),
+            pt("optane-1dimm overwrite period", 14000.0, 14100.0),
+        ];
+        let dir = std::env::temp_dir().join(format!("pmlab-device-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        plot(&dir, &points).unwrap();
+        let svg = std::fs::read_to_string(dir.join("device-ptrchase.svg")).unwrap();
+        assert!(svg.contains("simulator, 64 B blocks") && svg.contains("emulated, 256 B blocks"));
+        assert!(dir.join("device-ptrchase.png").is_file());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_bad_device_is_named() {
+        let e = target("no-such-device").err().unwrap().to_string();
+        assert!(
+            e.contains("no-such-device") && e.contains("optane-1dimm"),
+            "{e}"
+        );
+    }
+}

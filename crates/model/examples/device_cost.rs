@@ -1,0 +1,99 @@
+//! Cost of the functional device model (`pmlab run --device`) per modelled
+//! access, against the delay each access injects: random reads that each
+//! level serves, random and sequential write-backs, on one and six DIMMs;
+//! and the compact cache model with and without the slot names device mode
+//! keeps. Run by `bench/device-cost.sh`.
+
+use pmlab_model::cache::{CacheConfig, CompactCache};
+use pmlab_model::device::{DeviceModel, DeviceParams};
+use std::time::Instant;
+
+/// A DRAM latency typical of the machines pmlab runs on, ns (the delay a
+/// read injects is its level's latency less this).
+const DRAM_NS: f64 = 100.0;
+
+fn stream(n: usize, span: u64, seed: u64) -> Vec<u64> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % span) & !63
+        })
+        .collect()
+}
+
+fn main() {
+    let n = 2_000_000usize;
+    let one = DeviceParams::optane_like();
+    let six = DeviceParams {
+        channels: 6,
+        ..one.clone()
+    };
+    for (label, p) in [("1 DIMM", &one), ("6 DIMMs", &six)] {
+        for (what, span) in [
+            ("reads, 8 KiB (RMW buffer)", 8u64 << 10),
+            ("reads, 4 MiB (AIT buffer)", 4 << 20),
+            ("reads, 1 GiB (media)", 1 << 30),
+        ] {
+            let addrs = stream(n, span, span);
+            let mut d = DeviceModel::new(p);
+            let (mut ns, mut delay) = (0.0, 0.0);
+            // The second pass is timed: the first warms the buffers.
+            for _ in 0..2 {
+                let t = Instant::now();
+                delay = 0.0;
+                for &a in &addrs {
+                    delay += p.latency(d.read(a)) - DRAM_NS;
+                }
+                ns = t.elapsed().as_nanos() as f64 / n as f64;
+            }
+            let per = delay / n as f64;
+            println!(
+                "{label}, {what}: {ns:.1} ns per access, injects {per:.0} ns ({:.1}% of it)",
+                100.0 * ns / per
+            );
+        }
+        for (what, addrs) in [
+            ("write-backs, random over 1 GiB", stream(n, 1 << 30, 7)),
+            (
+                "write-backs, sequential",
+                (0..n as u64).map(|i| i * 64).collect::<Vec<_>>(),
+            ),
+        ] {
+            let mut d = DeviceModel::new(p);
+            let t = Instant::now();
+            for &a in &addrs {
+                d.write_back(a);
+            }
+            let ns = t.elapsed().as_nanos() as f64 / n as f64;
+            let c = d.counts();
+            println!(
+                "{label}, {what}: {ns:.1} ns per write-back, {:.0} ns of media time each (amplification {:.2})",
+                c.media_write_ns / n as f64,
+                c.write_amplification(p.xpline)
+            );
+        }
+    }
+    // The cache model's extra cost in device mode: slot names kept beside
+    // the tags.
+    let cfg = CacheConfig::new(32 << 20, 16);
+    let lines: Vec<u64> = stream(n, 1 << 36, 3).iter().map(|a| a >> 6).collect();
+    let mut plain = CompactCache::new(cfg).expect("geometry");
+    let mut tracked = CompactCache::new(cfg).expect("geometry");
+    let mut names = vec![0u64; CompactCache::table_len(cfg).expect("geometry")];
+    for _ in 0..2 {
+        let t = Instant::now();
+        for &l in &lines {
+            std::hint::black_box(plain.access(l, true, true));
+        }
+        let a = t.elapsed().as_nanos() as f64 / n as f64;
+        let t = Instant::now();
+        for &l in &lines {
+            std::hint::black_box(tracked.access_tracked(l, true, true, &mut names));
+        }
+        let b = t.elapsed().as_nanos() as f64 / n as f64;
+        println!("compact cache 32 MiB 16-way: {a:.1} ns per access, {b:.1} with slot names");
+    }
+}

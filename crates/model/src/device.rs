@@ -1,0 +1,1150 @@
+//! A functional model of a memory device's buffers, for the emulator
+//! (`pmlab run --device`): which level serves each read that misses the
+//! CPU caches, and what each write-back costs the media.
+//!
+//! It follows the simulator's NVRAM DIMM (`pmlab_sim::device::nvram`,
+//! after LENS/VANS) component by component, without its event queue: no
+//! time, only hits and misses.
+//!
+//! * **RMW buffer**: XPLine entries (256 B on Optane), exact LRU. A read
+//!   hit is served at [`DeviceParams::rmw_ns`]. With
+//!   [`DeviceParams::combine_in_buffer`] it is also the write-combining
+//!   buffer: a written 64 B line joins its XPLine's entry; the XPLine goes
+//!   to the media once all its lines are written, or, partial, when it is
+//!   evicted (then its old content is read first: a read-modify-write).
+//! * **AIT buffer**: entries of [`DeviceParams::ait_entry`] bytes (4 KiB),
+//!   exact LRU, a valid bit per XPLine; a read that misses the RMW buffer
+//!   and hits here is served at [`DeviceParams::ait_ns`]. Inclusive: an
+//!   evicted entry takes its XPLines out of the RMW buffer. With
+//!   [`DeviceParams::fill_entry`] a miss makes the whole entry valid (the
+//!   simulator streams it in during the media's idle time).
+//! * **media**: everything else, at [`DeviceParams::media_ns`]; each media
+//!   write occupies the media for [`DeviceParams::write_ns`], each
+//!   read-modify-write's read for [`DeviceParams::read_occ_ns`].
+//! * **wear leveling**: a write counter per XPLine, cleared every
+//!   [`DeviceParams::wear_window`] media writes; an XPLine reaching
+//!   [`DeviceParams::wear_threshold`] writes costs a migration stall of
+//!   [`DeviceParams::migration_ns`].
+//! * **prefetch**: after [`DeviceParams::prefetch_after`] moves to the next
+//!   XPLine, each move brings the next [`DeviceParams::prefetch`] XPLines
+//!   (inside the AIT entry with `fill_entry`).
+//! * **interleaving**: [`DeviceParams::channels`] DIMMs, each with its own
+//!   buffers, interleaved every [`DeviceParams::interleave`] bytes.
+//!
+//! A device without buffers (DDR4, CXL, slow DRAM) has `rmw_lines = 0`:
+//! every read is a media read at `media_ns`, writes cost nothing.
+//!
+//! The parameters come from the simulator's configuration, converted in
+//! one place (`pmlab_sim::functional`), and travel to the runtime as one
+//! environment string ([`DeviceParams::to_env`], [`DeviceParams::parse`]).
+//! Memory is allocated once, by [`DeviceModel::new`]; reads and writes
+//! allocate nothing, so the model may run in a signal handler.
+//!
+//! ```
+//! use pmlab_model::device::{DeviceModel, DeviceParams, Level};
+//!
+//! let p = DeviceParams::optane_like();
+//! let mut d = DeviceModel::new(&p);
+//! assert_eq!(d.read(0x1000), Level::Media);
+//! assert_eq!(d.read(0x1040), Level::Rmw); // same 256 B XPLine
+//! assert_eq!(p.latency(Level::Rmw), p.rmw_ns);
+//! ```
+
+use crate::{Error, ErrorKind};
+
+/// The level of the device that served a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// The RMW (XPLine) buffer.
+    Rmw,
+    /// The AIT buffer (on-DIMM DRAM).
+    Ait,
+    /// The media.
+    Media,
+}
+
+/// The parameters of the functional model. Latencies are a read's whole
+/// latency as a load sees it (core to device and back), in ns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceParams {
+    /// Where the parameters came from (a preset or file name).
+    pub name: String,
+    /// DIMMs interleaved.
+    pub channels: u32,
+    /// Interleaving granularity, bytes (a power of two).
+    pub interleave: u64,
+    /// XPLine (media access unit), bytes: a power of two from 64 to 2048.
+    pub xpline: u64,
+    /// RMW buffer entries (XPLines); 0: a device without buffers.
+    pub rmw_lines: u32,
+    /// AIT buffer entry, bytes (a power of two, 1 to 32 XPLines).
+    pub ait_entry: u64,
+    /// AIT buffer entries.
+    pub ait_entries: u32,
+    /// An AIT miss makes its whole entry valid.
+    pub fill_entry: bool,
+    /// Partial XPLines combine in the RMW buffer until complete or evicted
+    /// (else every write-back is a media write).
+    pub combine_in_buffer: bool,
+    /// XPLines the prefetcher brings ahead (0: off).
+    pub prefetch: u32,
+    /// Sequential moves that confirm a stream.
+    pub prefetch_after: u32,
+    /// Latency of a read served by the RMW buffer, ns.
+    pub rmw_ns: f64,
+    /// Latency of a read served by the AIT buffer, ns.
+    pub ait_ns: f64,
+    /// Latency of a read served by the media, ns.
+    pub media_ns: f64,
+    /// Media time of one XPLine write, ns.
+    pub write_ns: f64,
+    /// Media time of one XPLine read (the read of a read-modify-write), ns.
+    pub read_occ_ns: f64,
+    /// Writes to one XPLine within a window that trigger a migration.
+    pub wear_threshold: u32,
+    /// Media writes per wear-leveling window.
+    pub wear_window: u64,
+    /// The stall of one migration, ns.
+    pub migration_ns: f64,
+}
+
+/// Most DIMMs, and most entries of either buffer, the model accepts.
+const MAX_CHANNELS: u32 = 64;
+const MAX_ENTRIES: u32 = 1 << 22;
+/// Slots of each DIMM's wear table (direct-mapped by XPLine).
+const WEAR_SLOTS: usize = 4096;
+
+impl DeviceParams {
+    /// Round Optane-like parameters (one DIMM; LENS's sizes and latencies
+    /// rounded), for examples and tests. `pmlab run --device` takes its
+    /// parameters from the simulator's presets instead.
+    pub fn optane_like() -> DeviceParams {
+        DeviceParams {
+            name: "optane-like".into(),
+            channels: 1,
+            interleave: 4096,
+            xpline: 256,
+            rmw_lines: 64,
+            ait_entry: 4096,
+            ait_entries: 4096,
+            fill_entry: true,
+            combine_in_buffer: true,
+            prefetch: 2,
+            prefetch_after: 2,
+            rmw_ns: 170.0,
+            ait_ns: 310.0,
+            media_ns: 345.0,
+            write_ns: 111.0,
+            read_occ_ns: 39.0,
+            wear_threshold: 14_000,
+            wear_window: 2_500_000,
+            migration_ns: 50_000.0,
+        }
+    }
+
+    /// The latency of a read served by `level`, ns.
+    pub fn latency(&self, level: Level) -> f64 {
+        match level {
+            Level::Rmw => self.rmw_ns,
+            Level::Ait => self.ait_ns,
+            Level::Media => self.media_ns,
+        }
+    }
+
+    /// True when the device has buffers (an Optane-like DIMM).
+    pub fn has_buffers(&self) -> bool {
+        self.rmw_lines > 0
+    }
+
+    /// The slowest read level's latency (the reference the emulator's
+    /// delays are expressed in), ns.
+    pub fn slowest_ns(&self) -> f64 {
+        self.rmw_ns.max(self.ait_ns).max(self.media_ns)
+    }
+
+    /// The parameters as one `key=value,...` string that [`parse`](Self::parse)
+    /// reads back to the same value (the name's `,` and `=` become `_`).
+    pub fn to_env(&self) -> String {
+        let name: String = self
+            .name
+            .chars()
+            .map(|c| if c == ',' || c == '=' { '_' } else { c })
+            .collect();
+        format!(
+            "name={name},channels={},interleave={},xpline={},rmw_lines={},ait_entry={},ait_entries={},\
+fill_entry={},combine_in_buffer={},prefetch={},prefetch_after={},rmw_ns={},ait_ns={},media_ns={},\
+write_ns={},read_occ_ns={},wear_threshold={},wear_window={},migration_ns={}",
+            self.channels,
+            self.interleave,
+            self.xpline,
+            self.rmw_lines,
+            self.ait_entry,
+            self.ait_entries,
+            self.fill_entry as u8,
+            self.combine_in_buffer as u8,
+            self.prefetch,
+            self.prefetch_after,
+            self.rmw_ns,
+            self.ait_ns,
+            self.media_ns,
+            self.write_ns,
+            self.read_occ_ns,
+            self.wear_threshold,
+            self.wear_window,
+            self.migration_ns,
+        )
+    }
+
+    /// Read the string [`to_env`](Self::to_env) writes; every key is
+    /// required and checked. Errors name the key.
+    pub fn parse(s: &str) -> Result<DeviceParams, Error> {
+        let mut kv: Vec<(&str, &str)> = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item.split_once('=').ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Parse,
+                    format!("device parameters: '{item}' is not key=value"),
+                )
+            })?;
+            kv.push((k.trim(), v.trim()));
+        }
+        let get = |k: &str| -> Result<&str, Error> {
+            kv.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Parse,
+                        format!("device parameters: '{k}' is missing"),
+                    )
+                })
+        };
+        let bad = |k: &str, v: &str, what: &str| {
+            Error::new(
+                ErrorKind::OutOfRange,
+                format!("device parameter {k}: '{v}' is not {what}"),
+            )
+        };
+        let int = |k: &str, lo: u64, hi: u64| -> Result<u64, Error> {
+            let v = get(k)?;
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(|| bad(k, v, &format!("a whole number from {lo} to {hi}")))
+        };
+        let pow2 = |k: &str, lo: u64, hi: u64| -> Result<u64, Error> {
+            let n = int(k, lo, hi)?;
+            if n.is_power_of_two() {
+                Ok(n)
+            } else {
+                Err(bad(k, get(k)?, "a power of two"))
+            }
+        };
+        let ns = |k: &str| -> Result<f64, Error> {
+            let v = get(k)?;
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0 && *x <= 1e12)
+                .ok_or_else(|| bad(k, v, "a duration in ns from 0 to 1e12"))
+        };
+        let flag = |k: &str| -> Result<bool, Error> { Ok(int(k, 0, 1)? == 1) };
+        let xpline = pow2("xpline", 64, 2048)?;
+        let ait_entry = pow2("ait_entry", xpline, xpline * 32)?;
+        let p = DeviceParams {
+            name: get("name")?.to_string(),
+            channels: int("channels", 1, MAX_CHANNELS as u64)? as u32,
+            interleave: pow2("interleave", 64, 1 << 40)?,
+            xpline,
+            rmw_lines: int("rmw_lines", 0, MAX_ENTRIES as u64)? as u32,
+            ait_entry,
+            ait_entries: int("ait_entries", 0, MAX_ENTRIES as u64)? as u32,
+            fill_entry: flag("fill_entry")?,
+            combine_in_buffer: flag("combine_in_buffer")?,
+            prefetch: int("prefetch", 0, 64)? as u32,
+            prefetch_after: int("prefetch_after", 1, 64)? as u32,
+            rmw_ns: ns("rmw_ns")?,
+            ait_ns: ns("ait_ns")?,
+            media_ns: ns("media_ns")?,
+            write_ns: ns("write_ns")?,
+            read_occ_ns: ns("read_occ_ns")?,
+            wear_threshold: int("wear_threshold", 1, u32::MAX as u64)? as u32,
+            wear_window: int("wear_window", 1, u64::MAX)?,
+            migration_ns: ns("migration_ns")?,
+        };
+        if let Some((k, _)) = kv.iter().find(|(k, _)| !KEYS.contains(k)) {
+            return Err(Error::new(
+                ErrorKind::Parse,
+                format!(
+                    "device parameters: unknown key '{k}' (valid: {})",
+                    KEYS.join(", ")
+                ),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+const KEYS: &[&str] = &[
+    "name",
+    "channels",
+    "interleave",
+    "xpline",
+    "rmw_lines",
+    "ait_entry",
+    "ait_entries",
+    "fill_entry",
+    "combine_in_buffer",
+    "prefetch",
+    "prefetch_after",
+    "rmw_ns",
+    "ait_ns",
+    "media_ns",
+    "write_ns",
+    "read_occ_ns",
+    "wear_threshold",
+    "wear_window",
+    "migration_ns",
+];
+
+/// What the model has counted (cumulative).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeviceCounts {
+    /// Reads served by the RMW buffer.
+    pub rmw_hits: u64,
+    /// Reads served by the AIT buffer.
+    pub ait_hits: u64,
+    /// Reads served by the media.
+    pub media_reads: u64,
+    /// 64 B write-backs received.
+    pub writes: u64,
+    /// XPLine media writes.
+    pub media_writes: u64,
+    /// Reads of old content for partial XPLine writes.
+    pub modify_reads: u64,
+    /// XPLines the prefetcher brought in.
+    pub prefetches: u64,
+    /// Wear-leveling migrations.
+    pub migrations: u64,
+    /// Media time of the writes and their modify reads, ns.
+    pub media_write_ns: f64,
+    /// Migration stalls, ns.
+    pub stall_ns: f64,
+}
+
+impl DeviceCounts {
+    /// Media bytes written per byte written back (1 when every XPLine is
+    /// written whole; 0 before any write).
+    pub fn write_amplification(&self, xpline: u64) -> f64 {
+        if self.writes == 0 {
+            0.0
+        } else {
+            (self.media_writes * xpline) as f64 / (self.writes * 64) as f64
+        }
+    }
+}
+
+const NIL: u32 = u32::MAX;
+
+/// An exact LRU set of `u64` keys with a 32-bit mask and a flag each, of
+/// fixed capacity: arrays and an open-addressing index allocated once.
+#[derive(Debug, Clone)]
+struct Lru {
+    keys: Vec<u64>,
+    masks: Vec<u32>,
+    flags: Vec<bool>,
+    /// A second mask per entry (the AIT buffer's: which of its XPLines are
+    /// in the RMW buffer).
+    aux: Vec<u32>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    /// Slot of each key, by hash (linear probing); NIL when empty.
+    index: Vec<u32>,
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+impl Lru {
+    fn new(cap: u32) -> Lru {
+        let c = cap as usize;
+        let ix = (c * 2).next_power_of_two().max(2);
+        Lru {
+            keys: vec![0; c],
+            masks: vec![0; c],
+            flags: vec![false; c],
+            aux: vec![0; c],
+            prev: vec![NIL; c],
+            next: vec![NIL; c],
+            index: vec![NIL; ix],
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        }
+    }
+
+    fn cap(&self) -> u32 {
+        self.keys.len() as u32
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize & (self.index.len() - 1)
+    }
+
+    /// Position in `index` of `key`, or of the empty slot where it would go.
+    #[inline]
+    fn probe(&self, key: u64) -> (usize, Option<u32>) {
+        let m = self.index.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let s = self.index[i];
+            if s == NIL {
+                return (i, None);
+            }
+            if self.keys[s as usize] == key {
+                return (i, Some(s));
+            }
+            i = (i + 1) & m;
+        }
+    }
+
+    fn find(&self, key: u64) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
+        self.probe(key).1
+    }
+
+    fn unlink(&mut self, s: u32) {
+        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        } else {
+            self.head = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        } else {
+            self.tail = p;
+        }
+    }
+
+    fn push_front(&mut self, s: u32) {
+        self.prev[s as usize] = NIL;
+        self.next[s as usize] = self.head;
+        if self.head != NIL {
+            self.prev[self.head as usize] = s;
+        }
+        self.head = s;
+        if self.tail == NIL {
+            self.tail = s;
+        }
+    }
+
+    /// Make `s` the most recent.
+    fn touch(&mut self, s: u32) {
+        if self.head != s {
+            self.unlink(s);
+            self.push_front(s);
+        }
+    }
+
+    /// Remove `key`'s index entry (backward-shift deletion).
+    fn unindex(&mut self, key: u64) {
+        let m = self.index.len() - 1;
+        let (mut i, found) = self.probe(key);
+        if found.is_none() {
+            return;
+        }
+        let mut j = i;
+        loop {
+            j = (j + 1) & m;
+            let s = self.index[j];
+            if s == NIL {
+                break;
+            }
+            let h = self.home(self.keys[s as usize]);
+            // Move the entry at j back to i unless its home lies in (i, j].
+            let between = if i <= j {
+                i < h && h <= j
+            } else {
+                i < h || h <= j
+            };
+            if !between {
+                self.index[i] = s;
+                i = j;
+            }
+        }
+        self.index[i] = NIL;
+    }
+
+    /// Insert `key` (absent) as the most recent with `mask` and `flag` (and
+    /// no `aux` bits); returns the evicted (key, mask, flag, aux) when full.
+    fn insert(&mut self, key: u64, mask: u32, flag: bool) -> Option<(u64, u32, bool, u32)> {
+        if self.cap() == 0 {
+            return None;
+        }
+        let mut evicted = None;
+        let s = if self.len < self.cap() {
+            self.len += 1;
+            self.len - 1
+        } else {
+            let s = self.tail;
+            let old = self.keys[s as usize];
+            evicted = Some((
+                old,
+                self.masks[s as usize],
+                self.flags[s as usize],
+                self.aux[s as usize],
+            ));
+            self.unindex(old);
+            self.unlink(s);
+            s
+        };
+        self.keys[s as usize] = key;
+        self.masks[s as usize] = mask;
+        self.flags[s as usize] = flag;
+        self.aux[s as usize] = 0;
+        let (i, _) = self.probe(key);
+        self.index[i] = s;
+        self.push_front(s);
+        evicted
+    }
+
+    /// Remove `key`; returns its mask and flag.
+    fn remove(&mut self, key: u64) -> Option<(u32, bool)> {
+        let s = self.find(key)?;
+        let out = (self.masks[s as usize], self.flags[s as usize]);
+        self.unindex(key);
+        self.unlink(s);
+        // Keep the slots dense: move the last slot into the hole.
+        let last = self.len - 1;
+        if s != last {
+            let k = self.keys[last as usize];
+            let (i, _) = self.probe(k);
+            self.index[i] = s;
+            self.keys[s as usize] = k;
+            self.masks[s as usize] = self.masks[last as usize];
+            self.flags[s as usize] = self.flags[last as usize];
+            self.aux[s as usize] = self.aux[last as usize];
+            let (p, n) = (self.prev[last as usize], self.next[last as usize]);
+            self.prev[s as usize] = p;
+            self.next[s as usize] = n;
+            if p != NIL {
+                self.next[p as usize] = s;
+            } else {
+                self.head = s;
+            }
+            if n != NIL {
+                self.prev[n as usize] = s;
+            } else {
+                self.tail = s;
+            }
+        }
+        self.len -= 1;
+        Some(out)
+    }
+}
+
+/// One DIMM's state.
+#[derive(Debug, Clone)]
+struct Dimm {
+    /// XPLines: mask of written (dirty) 64 B lines; flag: old content not read.
+    rmw: Lru,
+    /// AIT entries: mask of valid XPLines.
+    ait: Lru,
+    last_blk: u64,
+    run: u32,
+    wear: Vec<(u64, u32)>,
+    wear_epoch: u64,
+    media_writes: u64,
+}
+
+/// The functional model: the buffers of one DIMM per channel.
+#[derive(Debug, Clone)]
+pub struct DeviceModel {
+    p: DeviceParams,
+    /// XPLines per AIT entry (a power of two), and its log2.
+    per: u64,
+    per_shift: u32,
+    /// log2 of the XPLine size.
+    xp_shift: u32,
+    full: u32,
+    dimms: Vec<Dimm>,
+    counts: DeviceCounts,
+}
+
+impl DeviceModel {
+    /// A cold model of `p` (allocates every buffer now).
+    pub fn new(p: &DeviceParams) -> DeviceModel {
+        let lines = (p.xpline / 64) as u32;
+        let per = (p.ait_entry / p.xpline).max(1);
+        let (rmw, ait) = if p.has_buffers() {
+            (p.rmw_lines, p.ait_entries)
+        } else {
+            (0, 0)
+        };
+        DeviceModel {
+            p: p.clone(),
+            per,
+            per_shift: per.trailing_zeros(),
+            xp_shift: p.xpline.trailing_zeros(),
+            full: if lines >= 32 {
+                u32::MAX
+            } else {
+                (1 << lines) - 1
+            },
+            dimms: (0..p.channels.max(1))
+                .map(|_| Dimm {
+                    rmw: Lru::new(rmw),
+                    ait: Lru::new(ait),
+                    last_blk: u64::MAX - 1,
+                    run: 0,
+                    wear: if p.has_buffers() {
+                        vec![(u64::MAX, 0); WEAR_SLOTS]
+                    } else {
+                        Vec::new()
+                    },
+                    wear_epoch: 0,
+                    media_writes: 0,
+                })
+                .collect(),
+            counts: DeviceCounts::default(),
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &DeviceParams {
+        &self.p
+    }
+
+    /// What has been counted so far.
+    pub fn counts(&self) -> DeviceCounts {
+        self.counts
+    }
+
+    /// The DIMM and device-local address of `addr` (the simulator's
+    /// controller routing: chunk `addr / interleave` goes to DIMM
+    /// `chunk % channels`).
+    #[inline]
+    fn route(&self, addr: u64) -> (usize, u64) {
+        let n = self.dimms.len() as u64;
+        if n == 1 {
+            return (0, addr);
+        }
+        let g = self.p.interleave;
+        let chunk = addr / g;
+        ((chunk % n) as usize, (chunk / n) * g + addr % g)
+    }
+
+    /// A 64 B read that missed the CPU caches: the level that served it.
+    pub fn read(&mut self, addr: u64) -> Level {
+        if !self.p.has_buffers() {
+            self.counts.media_reads += 1;
+            return Level::Media;
+        }
+        let (d, local) = self.route(addr);
+        let blk = local >> self.xp_shift;
+        let bit = 1u32 << ((local & (self.p.xpline - 1)) >> 6);
+        let dimm = &mut self.dimms[d];
+        let new_xpline = blk != dimm.last_blk;
+        if new_xpline {
+            dimm.run = if blk == dimm.last_blk.wrapping_add(1) {
+                dimm.run + 1
+            } else {
+                0
+            };
+            dimm.last_blk = blk;
+        }
+        let held = dimm.rmw.find(blk);
+        let level = match held {
+            // A partial line written without its old content serves only
+            // the lines written.
+            Some(s)
+                if dimm.rmw.masks[s as usize] & bit != 0
+                    || dimm.rmw.masks[s as usize] == 0
+                    || !dimm.rmw.flags[s as usize] =>
+            {
+                dimm.rmw.touch(s);
+                self.counts.rmw_hits += 1;
+                Level::Rmw
+            }
+            _ => {
+                let l = self.fetch(d, blk);
+                let dimm = &mut self.dimms[d];
+                if let Some(s) = dimm.rmw.find(blk) {
+                    dimm.rmw.flags[s as usize] = false;
+                }
+                match l {
+                    Level::Ait => self.counts.ait_hits += 1,
+                    _ => self.counts.media_reads += 1,
+                }
+                self.rmw_insert(d, blk, 0, false);
+                l
+            }
+        };
+        let dimm = &self.dimms[d];
+        if new_xpline && dimm.run >= self.p.prefetch_after {
+            for k in 1..=self.p.prefetch as u64 {
+                let b = blk + k;
+                if self.p.fill_entry && b >> self.per_shift != blk >> self.per_shift {
+                    break;
+                }
+                if self.dimms[d].rmw.find(b).is_none() {
+                    self.counts.prefetches += 1;
+                    self.fetch(d, b);
+                    self.rmw_insert(d, b, 0, false);
+                }
+            }
+        }
+        level
+    }
+
+    /// A dirty 64 B line written back to the device. Returns the wear-leveling
+    /// stall it caused, ns (0 almost always); the media time it took is
+    /// added to [`DeviceCounts::media_write_ns`].
+    pub fn write_back(&mut self, addr: u64) -> f64 {
+        self.counts.writes += 1;
+        if !self.p.has_buffers() {
+            return 0.0;
+        }
+        let stall0 = self.counts.stall_ns;
+        let (d, local) = self.route(addr);
+        let blk = local >> self.xp_shift;
+        let bit = 1u32 << ((local & (self.p.xpline - 1)) >> 6);
+        let held = self.dimms[d].rmw.find(blk);
+        if let Some(s) = held {
+            self.dimms[d].rmw.touch(s);
+        }
+        let old = held.map_or(0, |s| self.dimms[d].rmw.masks[s as usize]);
+        let dirty = old | bit;
+        if self.p.combine_in_buffer && dirty != self.full {
+            // Partial: it waits in the buffer for the rest of its XPLine.
+            match held {
+                Some(s) => self.dimms[d].rmw.masks[s as usize] = dirty,
+                None => self.rmw_insert(d, blk, bit, true),
+            }
+            return self.counts.stall_ns - stall0;
+        }
+        if bit != self.full && held.is_none() {
+            self.counts.modify_reads += 1;
+            self.counts.media_write_ns += self.p.read_occ_ns;
+            self.fetch(d, blk);
+        }
+        self.media_write(d, blk);
+        self.ait_fill(d, blk);
+        match self.dimms[d].rmw.find(blk) {
+            Some(s) => {
+                self.dimms[d].rmw.masks[s as usize] = 0;
+                self.dimms[d].rmw.flags[s as usize] = false;
+            }
+            None => self.rmw_insert(d, blk, 0, false),
+        }
+        self.counts.stall_ns - stall0
+    }
+
+    /// Bring XPLine `blk` of DIMM `d` to its RMW buffer's door: an AIT
+    /// hit, or a media read (which fills the AIT buffer).
+    fn fetch(&mut self, d: usize, blk: u64) -> Level {
+        let page = blk >> self.per_shift;
+        let bit = 1u32 << (blk & (self.per - 1));
+        let ait = &mut self.dimms[d].ait;
+        if let Some(s) = ait.find(page) {
+            ait.touch(s);
+            if ait.masks[s as usize] & bit != 0 {
+                return Level::Ait;
+            }
+        }
+        self.ait_fill(d, blk);
+        Level::Media
+    }
+
+    /// Make XPLine `blk` valid in the AIT buffer (the whole entry when it
+    /// was absent and `fill_entry`), keeping the RMW buffer inclusive.
+    fn ait_fill(&mut self, d: usize, blk: u64) {
+        let page = blk >> self.per_shift;
+        let bit = 1u32 << (blk & (self.per - 1));
+        let in_rmw = if self.dimms[d].rmw.find(blk).is_some() {
+            bit
+        } else {
+            0
+        };
+        let ait = &mut self.dimms[d].ait;
+        if let Some(s) = ait.find(page) {
+            ait.masks[s as usize] |= bit;
+            ait.aux[s as usize] |= in_rmw;
+            ait.touch(s);
+            return;
+        }
+        let all = if self.per >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.per) - 1
+        };
+        let mask = if self.p.fill_entry { all } else { bit };
+        let evicted = ait.insert(page, mask, false);
+        if let Some(s) = ait.find(page) {
+            ait.aux[s as usize] = in_rmw;
+        }
+        if let Some((victim, valid, _, in_rmw)) = evicted {
+            // Only the entry's valid XPLines that are in the RMW buffer
+            // leave it.
+            let mut m = valid & in_rmw;
+            while m != 0 {
+                let b = (victim << self.per_shift) + m.trailing_zeros() as u64;
+                m &= m - 1;
+                if let Some((dirty, unread)) = self.dimms[d].rmw.remove(b) {
+                    if dirty != 0 {
+                        self.evict_dirty(d, b, unread);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Insert XPLine `blk` into DIMM `d`'s RMW buffer (OR-ing `dirty`
+    /// into a present entry); a dirty victim goes to the media.
+    fn rmw_insert(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
+        let rmw = &mut self.dimms[d].rmw;
+        if let Some(s) = rmw.find(blk) {
+            rmw.masks[s as usize] |= dirty;
+            rmw.touch(s);
+            return;
+        }
+        let evicted = rmw.insert(blk, dirty, unread);
+        self.mark_in_rmw(d, blk, true);
+        if let Some((victim, mask, unread, _)) = evicted {
+            self.mark_in_rmw(d, victim, false);
+            if mask != 0 {
+                self.evict_dirty(d, victim, unread);
+            }
+        }
+    }
+
+    /// Note in XPLine `blk`'s AIT entry, if present, whether it is in the
+    /// RMW buffer (so that evicting the entry visits only those XPLines).
+    #[inline]
+    fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool) {
+        let ait = &mut self.dimms[d].ait;
+        if let Some(s) = ait.find(blk >> self.per_shift) {
+            let bit = 1u32 << (blk & (self.per - 1));
+            if on {
+                ait.aux[s as usize] |= bit;
+            } else {
+                ait.aux[s as usize] &= !bit;
+            }
+        }
+    }
+
+    /// A partial XPLine leaves the RMW buffer: read its old content if it
+    /// was never read, then write it.
+    fn evict_dirty(&mut self, d: usize, blk: u64, unread: bool) {
+        if unread {
+            self.counts.modify_reads += 1;
+            self.counts.media_write_ns += self.p.read_occ_ns;
+        }
+        self.media_write(d, blk);
+    }
+
+    /// One XPLine media write and its wear count.
+    fn media_write(&mut self, d: usize, blk: u64) {
+        self.counts.media_writes += 1;
+        self.counts.media_write_ns += self.p.write_ns;
+        let dimm = &mut self.dimms[d];
+        let epoch = dimm.media_writes / self.p.wear_window;
+        dimm.media_writes += 1;
+        if epoch != dimm.wear_epoch {
+            dimm.wear.fill((u64::MAX, 0));
+            dimm.wear_epoch = epoch;
+        }
+        let slot = &mut dimm.wear[(blk as usize) % WEAR_SLOTS];
+        if slot.0 != blk {
+            *slot = (blk, 0);
+        }
+        slot.1 += 1;
+        if slot.1 >= self.p.wear_threshold {
+            slot.1 = 0;
+            self.counts.migrations += 1;
+            self.counts.stall_ns += self.p.migration_ns;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> DeviceParams {
+        DeviceParams {
+            rmw_lines: 4,
+            ait_entries: 2,
+            prefetch: 0,
+            ..DeviceParams::optane_like()
+        }
+    }
+
+    #[test]
+    fn the_parameters_round_trip_through_the_environment() {
+        let mut p = DeviceParams::optane_like();
+        p.name = "my,odd=name".into();
+        p.media_ns = 344.25;
+        let back = DeviceParams::parse(&p.to_env()).unwrap();
+        assert_eq!(back.name, "my_odd_name");
+        p.name = back.name.clone();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn bad_parameters_name_the_key() {
+        let p = DeviceParams::optane_like().to_env();
+        let e = DeviceParams::parse(&p.replace("xpline=256", "xpline=300")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device parameter xpline: '300' is not a power of two"
+        );
+        let e = DeviceParams::parse(&p.replace("rmw_ns=170", "rmw_ns=-1")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("device parameter rmw_ns: '-1'"),
+            "{e}"
+        );
+        let e = DeviceParams::parse("name=x").unwrap_err();
+        assert_eq!(e.to_string(), "device parameters: 'xpline' is missing");
+        let e = DeviceParams::parse(&format!("{p},color=red")).unwrap_err();
+        assert!(e.to_string().contains("unknown key 'color'"), "{e}");
+        let e = DeviceParams::parse("oops").unwrap_err();
+        assert!(e.to_string().contains("not key=value"), "{e}");
+    }
+
+    #[test]
+    fn the_lru_is_exact_and_survives_removal() {
+        let mut l = Lru::new(3);
+        for k in [10, 20, 30] {
+            assert_eq!(l.insert(k, k as u32, false), None);
+        }
+        l.touch(l.find(10).unwrap());
+        // 20 is the least recent.
+        assert_eq!(l.insert(40, 0, true), Some((20, 20, false, 0)));
+        assert_eq!(l.remove(30), Some((30, false)));
+        assert!(l.find(30).is_none());
+        assert_eq!(l.insert(50, 5, false), None);
+        // Order now (most recent first): 50, 40, 10.
+        assert_eq!(l.insert(60, 0, false), Some((10, 10, false, 0)));
+        assert_eq!(l.insert(70, 0, false), Some((40, 0, true, 0)));
+        assert!(l.find(50).is_some() && l.find(60).is_some() && l.find(70).is_some());
+        // Many keys colliding in a small index stay findable.
+        let mut big = Lru::new(64);
+        for k in 0..1000u64 {
+            big.insert(k * 4096, 0, false);
+            if k % 3 == 0 {
+                big.remove(k * 4096);
+            }
+        }
+        let live = (936..1000u64)
+            .filter(|k| big.find(k * 4096).is_some())
+            .count();
+        assert!(live >= 40, "{live}");
+        assert!(big.len <= 64);
+    }
+
+    #[test]
+    fn a_read_is_served_by_the_rmw_buffer_the_ait_buffer_or_the_media() {
+        let p = small();
+        let mut d = DeviceModel::new(&p);
+        assert_eq!(d.read(0), Level::Media);
+        assert_eq!(d.read(64), Level::Rmw, "same XPLine");
+        // The rest of the 4 KiB entry was filled: an AIT hit.
+        assert_eq!(d.read(256), Level::Ait);
+        // Four more XPLines evict XPLine 0 from the 4-entry RMW buffer.
+        for k in 2..6 {
+            d.read(k * 256);
+        }
+        assert_eq!(d.read(0), Level::Ait);
+        // Two more AIT entries evict entry 0.
+        d.read(4096);
+        d.read(8192);
+        assert_eq!(d.read(512), Level::Media);
+        let c = d.counts();
+        assert_eq!((c.rmw_hits, c.media_reads), (1, 4));
+    }
+
+    #[test]
+    fn an_evicted_ait_entry_takes_its_xplines_out_of_the_rmw_buffer() {
+        let p = DeviceParams {
+            ait_entries: 1,
+            ..small()
+        };
+        let mut d = DeviceModel::new(&p);
+        d.read(0);
+        d.read(4096);
+        assert_eq!(d.read(0), Level::Media);
+    }
+
+    #[test]
+    fn writes_combine_while_the_region_fits_the_buffer() {
+        // Halves of each XPLine of a region, first halves then second halves
+        // (Yang et al.'s XPBuffer experiment): one media write per XPLine
+        // while the region fits the 4-XPLine buffer, two beyond.
+        for (xplines, per_xpline) in [(4u64, 1.0), (64, 2.0)] {
+            let mut d = DeviceModel::new(&small());
+            for round in 0..2 {
+                let before = d.counts().media_writes;
+                for half in 0..2 {
+                    for x in 0..xplines {
+                        for k in 0..2 {
+                            d.write_back(x * 256 + half * 128 + k * 64);
+                        }
+                    }
+                }
+                if round == 1 {
+                    let n = d.counts().media_writes - before;
+                    assert_eq!(n as f64, per_xpline * xplines as f64, "{xplines}");
+                }
+            }
+        }
+        // Whole XPLines written in order: amplification 1.
+        let mut d = DeviceModel::new(&small());
+        for l in 0..1024u64 {
+            d.write_back(l * 64);
+        }
+        let c = d.counts();
+        assert_eq!(c.write_amplification(256), 1.0);
+        assert_eq!(c.modify_reads, 0);
+        // Scattered 64 B writes: each a partial XPLine, read then written.
+        let mut d = DeviceModel::new(&small());
+        for k in 0..100u64 {
+            d.write_back(k * 4096);
+        }
+        let c = d.counts();
+        assert_eq!(c.media_writes, 96, "4 still in the buffer");
+        assert_eq!(c.write_amplification(256), 96.0 * 4.0 / 100.0);
+        assert_eq!(c.modify_reads, 96);
+    }
+
+    #[test]
+    fn a_hot_xpline_migrates_every_threshold_writes_within_a_window() {
+        let p = DeviceParams {
+            wear_threshold: 10,
+            wear_window: 1000,
+            migration_ns: 5000.0,
+            ..small()
+        };
+        let mut d = DeviceModel::new(&p);
+        let mut stalls = Vec::new();
+        for i in 0..100u64 {
+            // A whole XPLine each time: one media write.
+            let mut s = 0.0;
+            for k in 0..4 {
+                s += d.write_back(k * 64);
+            }
+            if s > 0.0 {
+                stalls.push(i);
+            }
+        }
+        assert_eq!(stalls, vec![9, 19, 29, 39, 49, 59, 69, 79, 89, 99]);
+        assert_eq!(d.counts().stall_ns, 10.0 * 5000.0);
+        // Writes spread so that no XPLine reaches the threshold in a window.
+        let p = DeviceParams {
+            wear_threshold: 6,
+            wear_window: 20,
+            ..small()
+        };
+        let mut d = DeviceModel::new(&p);
+        for i in 0..800u64 {
+            d.write_back((i % 16) * 64);
+        }
+        assert_eq!(d.counts().migrations, 0);
+    }
+
+    #[test]
+    fn interleaved_dimms_keep_their_own_buffers() {
+        let p = DeviceParams {
+            channels: 2,
+            ..small()
+        };
+        let mut d = DeviceModel::new(&p);
+        // 4 KiB chunks alternate between the DIMMs: chunks 0 and 1 land at
+        // local address 0 of DIMMs 0 and 1, each a media read.
+        assert_eq!(d.route(4096), (1, 0));
+        assert_eq!(d.route(8192 + 64), (0, 4096 + 64));
+        assert_eq!(d.read(0), Level::Media);
+        assert_eq!(d.read(4096), Level::Media);
+        assert_eq!(d.read(64), Level::Rmw);
+        assert_eq!(d.read(4096 + 64), Level::Rmw);
+        // Five XPLines on DIMM 0 evict its first; DIMM 1's stays.
+        for k in 1..5 {
+            d.read(k * 256);
+        }
+        assert_eq!(d.read(4096 + 128), Level::Rmw);
+        assert_eq!(d.read(0), Level::Ait);
+    }
+
+    #[test]
+    fn a_device_without_buffers_serves_every_read_from_the_media() {
+        let p = DeviceParams {
+            rmw_lines: 0,
+            ..DeviceParams::optane_like()
+        };
+        let mut d = DeviceModel::new(&p);
+        assert_eq!(d.read(0), Level::Media);
+        assert_eq!(d.read(0), Level::Media);
+        assert_eq!(d.write_back(0), 0.0);
+        assert_eq!(d.counts().media_writes, 0);
+    }
+
+    /// The micro benchmark behind `bench/device-cost.sh`, as a test: the
+    /// model's cost per read stays well below (a fifth of) the delay a
+    /// read injects. Timing: run it alone on a quiet machine
+    /// (`cargo test --release -p pmlab-model -- --ignored device`).
+    #[test]
+    #[ignore]
+    fn the_model_costs_a_fraction_of_the_delay_it_injects() {
+        let p = DeviceParams::optane_like();
+        let mut d = DeviceModel::new(&p);
+        let mut s = 0x9E37_79B9u64;
+        let addrs: Vec<u64> = (0..1_000_000)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % (4 << 20)) & !63
+            })
+            .collect();
+        let mut delay = 0.0;
+        let t = std::time::Instant::now();
+        for &a in &addrs {
+            delay += p.latency(d.read(a)) - 100.0;
+        }
+        let ns = t.elapsed().as_nanos() as f64 / addrs.len() as f64;
+        let per = delay / addrs.len() as f64;
+        assert!(
+            ns < per / 5.0,
+            "{ns:.1} ns per access against {per:.0} ns injected"
+        );
+    }
+
+    #[test]
+    fn a_sequential_stream_is_prefetched() {
+        let p = DeviceParams {
+            prefetch: 2,
+            prefetch_after: 2,
+            ..DeviceParams::optane_like()
+        };
+        let mut d = DeviceModel::new(&p);
+        // A new AIT entry per XPLine would hide the prefetch: use sector
+        // fills.
+        let mut d2 = DeviceModel::new(&DeviceParams {
+            fill_entry: false,
+            ..p.clone()
+        });
+        let mut media = 0;
+        for x in 0..16u64 {
+            d.read(x * 256);
+            if d2.read(x * 256) == Level::Media {
+                media += 1;
+            }
+        }
+        assert!(d2.counts().prefetches > 0);
+        assert!(media < 16, "{media}");
+        assert_eq!(d.counts().media_reads, 1);
+    }
+}

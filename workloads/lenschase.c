@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * lenschase.c -- LENS's pointer-chasing and overwrite probes as a program
+ * (pmlab workload; `pmlab validate --device`, docs/validation.md)
+ *
+ * Chase mode (default): the region is cut into blocks of -b bytes, visited
+ * in a random order (seeded); inside a block every 64 B line is visited in
+ * address order. Each line holds the address of the next line to visit, so
+ * every load depends on the one before, as in LENS's pointer chasing and
+ * in `pmlab probe ptrchase` (whose simulator target reads a block's lines
+ * one after the other, in order). Before every pass the whole region is
+ * flushed with pflush() (pmlab.h), so that every line of the pass misses
+ * the CPU caches, as LENS's probes ensure; the runtime sees the flushes.
+ * One untimed pass, then passes until at least -n lines were visited.
+ * Prints one line:
+ *
+ *   lenschase: mode=chase region=... block=... lines=... passes=...
+ *              elapsed_ns=... ns_per_line=...
+ *
+ * elapsed_ns covers the timed passes with their flushes: the flushes cost
+ * the same with and without emulation, so the difference between an
+ * emulated run and a --no-inject run is the delay injected per line.
+ *
+ * Overwrite mode (-o ITERATIONS): one 256 B block is written (4 lines),
+ * flushed and fenced ITERATIONS times, each iteration timed on its own
+ * (LENS's overwrite probe). Prints the iterations slower than 10x the
+ * median and than 20 us (a wear-leveling stall is ~50 us; the floor keeps
+ * a busy machine's shorter hiccups out), and the median distance between
+ * them:
+ *
+ *   lenschase: mode=overwrite iterations=... median_ns=... tails=...
+ *              tail_period=... tail_ns=...
+ *
+ * -F skips the flushes (regions far larger than the last-level cache miss
+ * it anyway; flushing them costs more than the chase).
+ *
+ * Usage: lenschase [-r REGION_BYTES] [-b BLOCK_BYTES] [-n MIN_LINES]
+ *                  [-s SEED] [-F] [-o ITERATIONS]
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pmlab.h"
+
+#define LINE 64
+
+/* Weak references: libpmlab's under pmlab run (and with -lpmlab), else
+ * the fallbacks below, so that the program builds and runs anywhere. */
+#pragma weak pflush
+#pragma weak pm_drain
+
+static void flush_lines(const void *p, size_t len)
+{
+	if (pflush) {
+		pflush(p, len);
+		return;
+	}
+	for (size_t o = 0; o < len; o += LINE)
+		__builtin_ia32_clflush((const char *)p + o);
+}
+
+static void drain(void)
+{
+	if (pm_drain)
+		pm_drain();
+	else
+		__builtin_ia32_sfence();
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*s = x;
+	return x;
+}
+
+static void usage(const char *why)
+{
+	fprintf(stderr, "lenschase: error: %s\nusage: lenschase [-r REGION_BYTES] "
+			"[-b BLOCK_BYTES (64..REGION, a multiple of 64)] [-n MIN_LINES] "
+			"[-s SEED] [-F] [-o ITERATIONS]\n", why);
+	exit(2);
+}
+
+static long long arg_ll(const char *s, long long lo, long long hi, const char *what)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+		usage(what);
+	return v;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int no_flush;
+
+static void flush_region(char *base, size_t region)
+{
+	if (no_flush)
+		return;
+	flush_lines(base, region);
+	drain();
+}
+
+static int overwrite(long long iterations)
+{
+	char *block = aligned_alloc(4096, 4096);
+	uint64_t *t = malloc((size_t)iterations * sizeof *t);
+	uint64_t *sorted = malloc((size_t)iterations * sizeof *sorted);
+	if (!block || !t || !sorted) {
+		fprintf(stderr, "lenschase: out of memory\n");
+		return 1;
+	}
+	memset(block, 0, 4096);
+	for (long long i = 0; i < iterations; i++) {
+		uint64_t t0 = now_ns();
+		for (int l = 0; l < 256 / LINE; l++)
+			*(volatile uint64_t *)(block + l * LINE) = (uint64_t)i;
+		flush_lines(block, 256);
+		drain();
+		t[i] = now_ns() - t0;
+	}
+	memcpy(sorted, t, (size_t)iterations * sizeof *t);
+	qsort(sorted, (size_t)iterations, sizeof *sorted, cmp_u64);
+	uint64_t median = sorted[iterations / 2];
+	long long tails = 0, last = -1;
+	uint64_t tail_sum = 0;
+	uint64_t *gaps = sorted; /* reused */
+	long long ngaps = 0;
+	for (long long i = 0; i < iterations; i++) {
+		if (t[i] > 10 * median && t[i] > 20000) {
+			tails++;
+			tail_sum += t[i];
+			if (last >= 0)
+				gaps[ngaps++] = (uint64_t)(i - last);
+			last = i;
+		}
+	}
+	uint64_t period = 0;
+	if (ngaps > 0) {
+		qsort(gaps, (size_t)ngaps, sizeof *gaps, cmp_u64);
+		period = gaps[ngaps / 2];
+	}
+	printf("lenschase: mode=overwrite iterations=%lld median_ns=%llu tails=%lld "
+			"tail_period=%llu tail_ns=%llu\n", iterations,
+			(unsigned long long)median, tails, (unsigned long long)period,
+			(unsigned long long)(tails ? tail_sum / (uint64_t)tails : 0));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	long long region = 1 << 20, block = 64, min_lines = 1 << 16, seed = 0x1E45;
+	long long iterations = 0;
+	int opt;
+	while ((opt = getopt(argc, argv, "r:b:n:s:o:F")) != -1) {
+		switch (opt) {
+		case 'r': region = arg_ll(optarg, LINE, 1LL << 40, "bad -r"); break;
+		case 'b': block = arg_ll(optarg, LINE, 1 << 20, "bad -b"); break;
+		case 'n': min_lines = arg_ll(optarg, 1, 1LL << 40, "bad -n"); break;
+		case 's': seed = arg_ll(optarg, 1, 1LL << 62, "bad -s"); break;
+		case 'o': iterations = arg_ll(optarg, 2, 1LL << 32, "bad -o"); break;
+		case 'F': no_flush = 1; break;
+		default: usage("unknown option");
+		}
+	}
+	if (iterations > 0)
+		return overwrite(iterations);
+	if (block % LINE || region % block)
+		usage("the block must be a multiple of 64 and divide the region");
+	char *base = mmap(NULL, (size_t)region, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED) {
+		fprintf(stderr, "lenschase: cannot map %lld bytes: try a smaller -r\n",
+				region);
+		return 1;
+	}
+	madvise(base, (size_t)region, MADV_HUGEPAGE);
+	size_t blocks = (size_t)(region / block);
+	size_t per = (size_t)(block / LINE);
+	uint32_t *order = malloc(blocks * sizeof *order);
+	if (!order) {
+		fprintf(stderr, "lenschase: out of memory\n");
+		return 1;
+	}
+	for (size_t i = 0; i < blocks; i++)
+		order[i] = (uint32_t)i;
+	uint64_t s = (uint64_t)seed * 2654435761u + 1;
+	for (size_t i = blocks - 1; i > 0; i--) {
+		size_t j = xorshift(&s) % (i + 1);
+		uint32_t t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	/* Line k of block order[i] points at line k+1, the last line at the
+	 * first line of block order[i+1] (cyclic). */
+	for (size_t i = 0; i < blocks; i++) {
+		char *b = base + (size_t)order[i] * (size_t)block;
+		char *next = base + (size_t)order[(i + 1) % blocks] * (size_t)block;
+		for (size_t k = 0; k + 1 < per; k++)
+			*(void **)(b + k * LINE) = b + (k + 1) * LINE;
+		*(void **)(b + (per - 1) * LINE) = next;
+	}
+	void **head = (void **)(base + (size_t)order[0] * (size_t)block);
+	free(order);
+	size_t lines = blocks * per;
+	long long passes = (min_lines + (long long)lines - 1) / (long long)lines;
+	if (passes < 1)
+		passes = 1;
+	if (passes > 1 << 20)
+		passes = 1 << 20;
+
+	void **p = head;
+	flush_region(base, (size_t)region);
+	for (size_t k = 0; k < lines; k++)
+		p = (void **)*p;
+	uint64_t t0 = now_ns();
+	for (long long r = 0; r < passes; r++) {
+		flush_region(base, (size_t)region);
+		for (size_t k = 0; k < lines; k++)
+			p = (void **)*p;
+	}
+	uint64_t elapsed = now_ns() - t0;
+	if (p == NULL)
+		puts("unreachable");
+	double total = (double)lines * (double)passes;
+	printf("lenschase: mode=chase region=%lld block=%lld lines=%zu passes=%lld "
+			"elapsed_ns=%llu ns_per_line=%.2f\n", region, block, lines, passes,
+			(unsigned long long)elapsed, (double)elapsed / total);
+	return 0;
+}
