@@ -433,7 +433,7 @@ impl ThreadCounters for InstrumentedCounters {
         // every check.
         let f = super::sample::thread_factor();
         let raw = reading_between(&self.last, &now);
-        let r = scaled(raw, f);
+        let mut r = scaled(raw, f);
         let device = settings::device_on()
             .then(|| {
                 self.lat
