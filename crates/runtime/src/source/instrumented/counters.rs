@@ -459,9 +459,8 @@ impl ThreadCounters for InstrumentedCounters {
                     dram_serial,
                 },
             ) => {
-                let delay = device.unwrap_or_else(|| {
-                    quartz::delay_from_serial_accesses(pm_serial * f, dram, pm)
-                });
+                let delay = device
+                    .unwrap_or_else(|| quartz::delay_from_serial_accesses(pm_serial * f, dram, pm));
                 let serial = pm_serial + dram_serial;
                 let misses = (now.serial.pm_misses + now.serial.dram_misses)
                     .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
