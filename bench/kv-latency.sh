@@ -1,59 +1,55 @@
 #!/bin/sh
-# Latency and throughput of the Raft key-value service (issue 20): a local
-# cluster of three nodes on loopback, SET latency p50/p90/p99 from one client
-# and p50/p90 plus throughput from 20 client threads (pmkv-server bench, a
-# closed loop against the leader), redis-benchmark's figures beside them,
-# and a latency-distribution plot.
+# Write latency and throughput of the Raft key-value service (issue 20),
+# one table row per engine and mode: three nodes on loopback
+# (`pmkv-server cluster`), SET latency p50/p90/p99 from one client, p50/p90
+# and throughput from 20 client threads (`pmkv-server bench`, closed loops
+# against the leader), and redis-benchmark's requests per second with 1 and
+# 20 clients beside them (OPS and 5 x OPS requests). A latency-distribution
+# plot per run.
 #
-#   bench/kv-latency.sh [OPS_PER_CLIENT] [VALUE_BYTES]
+#   bench/kv-latency.sh [OPS_PER_CLIENT] [VALUE_BYTES]   (default 2000 100)
 #
-# Env: PMKV_ENGINE (default list), PMKV_BASE_PORT (default 7600), OUT (plot
-# directory, default results/kv-latency). Nothing is recorded by this
-# script: copy its output into docs/benchmarks.md by hand, with the machine.
+# Env: ENGINES (default "mem list btree wal anchor"), MODES (default
+# "native pm": pm runs every node under `pmlab run --source instrumented
+# --pm-latency $PM_LATENCY`, default 305 ns, with the `pmlab cargo` build of
+# the server and only the pools PM), PMKV_BASE_PORT (7600), KV_DIR (the
+# nodes' data, default on /dev/shm: see bench/kv-common.sh), OUT (plots,
+# default results/kv-latency). Nothing is recorded: copy the rows into
+# docs/benchmarks.md with the machine line. A few minutes for the defaults.
 set -eu
 . "$(dirname "$0")/common.sh"
 OPS=${1:-2000}
 VALUE=${2:-100}
 whole_number OPS "$OPS"
 whole_number VALUE_BYTES "$VALUE"
-ENGINE=${PMKV_ENGINE:-list}
+ENGINES=${ENGINES:-mem list btree wal anchor}
+MODES=${MODES:-native pm}
+PM_LATENCY=${PM_LATENCY:-305}
 BASE=${PMKV_BASE_PORT:-7600}
+whole_number PMKV_BASE_PORT "$BASE"
 OUT=${OUT:-$ROOT/results/kv-latency}
 mkdir -p "$OUT"
 cd "$ROOT"
-cargo build --release -q -p pmlab-kv-server
-SERVER=$ROOT/target/release/pmkv-server
-
-"$SERVER" cluster --nodes 3 --dir "$TMP/cluster" --base-port "$BASE" --engine "$ENGINE" >"$TMP/cluster.out" 2>&1 &
-CLUSTER=$!
-# TERM, not KILL: the launcher stops its node processes on TERM.
-stop_cluster() { kill -TERM "$CLUSTER" 2>/dev/null && wait "$CLUSTER" 2>/dev/null || true; }
-trap 'stop_cluster; bench_cleanup' EXIT
-i=0
-until grep -q '^leader:' "$TMP/cluster.out" 2>/dev/null; do
-	i=$((i + 1))
-	if [ "$i" -gt 300 ] || ! kill -0 "$CLUSTER" 2>/dev/null; then
-		echo "$BENCH: error: the cluster did not elect a leader; its output:" >&2
-		cat "$TMP/cluster.out" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
-cat "$TMP/cluster.out"
-ADDRS="127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))"
-LEADER_PORT=$(sed -n 's/^leader: node [0-9]* at 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/cluster.out")
-
-echo "== pmkv-server bench: SET of $VALUE B, $OPS operations per client, engine $ENGINE =="
-"$SERVER" bench --addrs "$ADDRS" --clients 1,20 --ops "$OPS" --value-size "$VALUE" --plot "$OUT/latency.svg"
-
-if command -v redis-benchmark >/dev/null 2>&1; then
-	for c in 1 20; do
-		echo "== redis-benchmark SET, $c client(s), leader port $LEADER_PORT =="
-		redis-benchmark -p "$LEADER_PORT" -t set -n $((OPS * c)) -c "$c" -d "$VALUE" -r 10000 --precision 3 -q 2>&1 \
-			| tr '\r' '\n' | grep -v 'rps=' | sed '/^[[:space:]]*$/d'
+. "$ROOT/bench/kv-common.sh"
+kv_build "$MODES"
+machine_line "SET of $VALUE B, $OPS operations per client thread"
+echo "| engine | mode | 1 client p50 / p90 / p99 (us) | 20 clients p50 / p90 (us) | 20 clients ops/s | redis-benchmark 1 / 20 clients (ops/s) |"
+echo "|---|---|---|---|---|---|"
+for mode in $MODES; do
+	for e in $ENGINES; do
+		kv_engine_ok "$e" || continue
+		kv_cluster_start "$mode" "$e" "$BASE" || { echo "| $e | $mode | cluster failed (see above) | | | |"; continue; }
+		ADDRS="127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))"
+		"$SERVER" bench --addrs "$ADDRS" --clients 1,20 --ops "$OPS" --value-size "$VALUE" \
+			--json --plot "$OUT/latency-$e-$mode.svg" >"$TMP/bench.json" ||
+			{ kv_cluster_stop; echo "| $e | $mode | bench failed (see above) | | | |"; continue; }
+		one=$(sed -n '1p' "$TMP/bench.json")
+		many=$(sed -n '2p' "$TMP/bench.json")
+		rb1=$(kv_redis_benchmark "$KV_LEADER_PORT" 1 $((OPS)) "$VALUE")
+		rb20=$(kv_redis_benchmark "$KV_LEADER_PORT" 20 $((OPS * 5)) "$VALUE")
+		kv_cluster_stop
+		echo "| $e | $mode | $(json_us "$one" p50_us) / $(json_us "$one" p90_us) / $(json_us "$one" p99_us) | $(json_us "$many" p50_us) / $(json_us "$many" p90_us) | $(json_us "$many" throughput_ops) | $rb1 / $rb20 |"
+		BASE=$((BASE + 3))
 	done
-else
-	echo "$BENCH: redis-benchmark not found (apt-get install redis-tools): its figures are skipped"
-fi
-stop_cluster
-echo "$BENCH: plot in $OUT/latency.svg"
+done
+echo "$BENCH: plots in $OUT"

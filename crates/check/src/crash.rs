@@ -53,19 +53,25 @@ pub enum Points {
     Fences,
     /// Before this many fences drawn from the seed, and at the end.
     Sample(u64),
+    /// At the end only (the images of a process stopped at that moment,
+    /// consistent with any files it wrote outside the pool).
+    End,
 }
 
 impl Points {
-    /// Parse `fences` or a count.
+    /// Parse `fences`, `end` or a count.
     pub fn parse(s: &str) -> Result<Points, Error> {
         if s == "fences" {
             return Ok(Points::Fences);
+        }
+        if s == "end" {
+            return Ok(Points::End);
         }
         match s.parse::<u64>() {
             Ok(n) if n > 0 => Ok(Points::Sample(n)),
             _ => Err(Error::new(
                 ErrorKind::Usage,
-                format!("--points '{s}' is neither 'fences' nor a positive count"),
+                format!("--points '{s}' is neither 'fences', 'end' nor a positive count"),
             )),
         }
     }
@@ -450,6 +456,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
     // Which fences are crash points.
     let chosen: Option<std::collections::HashSet<u64>> = match opts.points {
         Points::Fences => None,
+        Points::End => Some(std::collections::HashSet::new()),
         Points::Sample(n) if n >= fences => None,
         Points::Sample(n) => {
             let mut rng = Rng(opts.seed ^ 0x5eed);
@@ -672,4 +679,20 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
     }
     std::fs::remove_file(&image_path).ok();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_parse_fences_end_and_counts() {
+        assert_eq!(Points::parse("fences").unwrap(), Points::Fences);
+        assert_eq!(Points::parse("end").unwrap(), Points::End);
+        assert_eq!(Points::parse("7").unwrap(), Points::Sample(7));
+        for bad in ["0", "ends", "-1", ""] {
+            let e = Points::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("--points"), "{bad}: {e}");
+        }
+    }
 }

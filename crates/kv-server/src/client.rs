@@ -177,3 +177,50 @@ pub fn leader_of(addr: &str, timeout: Duration) -> Option<String> {
         _ => None,
     }
 }
+
+/// What a node reports about itself (`RAFTINFO`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftInfo {
+    /// The node's id.
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub state: String,
+    /// The leader's client address as the node knows it (empty: none).
+    pub leader: String,
+    /// The current term.
+    pub term: u64,
+    /// The last applied log index (`None`: nothing applied yet).
+    pub applied: Option<u64>,
+}
+
+impl RaftInfo {
+    /// Parse a `RAFTINFO` reply.
+    pub fn from_value(v: &Value) -> Option<RaftInfo> {
+        let Value::Array(v) = v else { return None };
+        if v.len() < 6 {
+            return None;
+        }
+        let int = |x: &Value| match x {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        };
+        let text = |x: &Value| match x {
+            Value::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::Simple(s) => Some(s.clone()),
+            _ => None,
+        };
+        Some(RaftInfo {
+            id: int(&v[0])?.max(0) as u64,
+            state: text(&v[1])?,
+            leader: text(&v[3])?,
+            term: int(&v[4])?.max(0) as u64,
+            applied: int(&v[5]).filter(|a| *a >= 0).map(|a| a as u64),
+        })
+    }
+}
+
+/// Ask the node at `addr` for its [`RaftInfo`] (`None`: not answering).
+pub fn raft_info(addr: &str, timeout: Duration) -> Option<RaftInfo> {
+    let mut c = Conn::connect(addr, timeout).ok()?;
+    RaftInfo::from_value(&c.call(&[b"RAFTINFO"]).ok()?)
+}

@@ -126,6 +126,14 @@ pub fn loopback_members(nodes: u64, base: u16) -> Result<BTreeMap<NodeId, NodeAd
         .collect())
 }
 
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> Result<u16, Error> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error(format!("find a free loopback port: {e}")))
+}
+
 /// How to start one node process.
 #[derive(Debug, Clone)]
 pub struct Spawn {
@@ -146,6 +154,9 @@ pub struct Spawn {
     pub extra: Vec<String>,
     /// Where the node's stderr goes (`None`: inherited).
     pub log: Option<PathBuf>,
+    /// Environment variables set for the process (and its wrapper), e.g.
+    /// `PMLAB_INSTR_PM=pool`.
+    pub env: Vec<(String, String)>,
 }
 
 impl Spawn {
@@ -170,7 +181,12 @@ impl Spawn {
         for (id, a) in &self.routes {
             c.arg("--route").arg(format!("{id}={a}"));
         }
+        // Its own process group, so that `kill_group` reaches the node
+        // behind a wrapper (`pmlab run`, `pmlab trace`) too.
+        use std::os::unix::process::CommandExt;
+        c.process_group(0);
         c.args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         if let Some(log) = &self.log {
@@ -186,7 +202,7 @@ impl Spawn {
     }
 }
 
-/// Send SIGTERM, wait up to `grace`, then SIGKILL.
+/// Send SIGTERM, wait up to `grace`, then SIGKILL (the whole process group).
 pub fn stop(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
@@ -201,6 +217,16 @@ pub fn stop(child: &mut Child, grace: Duration) {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_group(child);
+}
+
+/// SIGKILL the process group of `child` (a node started by
+/// [`Spawn::start`], and a wrapper's node with it) and reap the child.
+pub fn kill_group(child: &mut Child) {
+    // SAFETY: killpg(2) on the group our own child leads.
+    unsafe {
+        libc::killpg(child.id() as libc::pid_t, libc::SIGKILL);
     }
     let _ = child.kill();
     let _ = child.wait();

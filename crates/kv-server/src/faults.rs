@@ -5,7 +5,7 @@
 //! after healing requires progress, and [`lincheck`] judges the history.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,6 +71,46 @@ pub struct FaultConfig {
     pub verbose: bool,
     /// The nodes' storage engine (`mem`, `list`, `btree`, `wal`, `anchor`).
     pub engine: String,
+    /// After the safety phase, restore a node's pool from `pmlab crash`
+    /// images (a PM engine only).
+    pub crash_image: Option<CrashImageConfig>,
+}
+
+/// The crash-image fault, in `images` rounds on one node drawn from the
+/// seed: the node is restarted under `pmlab trace --data` (the `pmlab
+/// cargo` build of the server, only its pool PM), runs with the clients
+/// for `traced`, and is stopped with SIGTERM, so the trace ends where the
+/// process did and its files are as it left them; `pmlab crash --points
+/// end` writes images of its pool at that moment, where every line not yet
+/// flushed and fenced may or may not have reached PM; the node is started
+/// again on one of them (round 0: the image that loses every such line;
+/// round 1: the next; later rounds: a random subset) and the cluster runs
+/// for `settle`. At the end the node must have caught up with the leader
+/// and hold what the final reads saw.
+#[derive(Debug, Clone)]
+pub struct CrashImageConfig {
+    /// The `pmlab` binary.
+    pub pmlab: PathBuf,
+    /// The `pmlab cargo` build of `pmkv-server`.
+    pub traced_bin: PathBuf,
+    /// How long the traced node runs with the clients.
+    pub traced: Duration,
+    /// Rounds, each restoring one image.
+    pub images: usize,
+    /// How long the cluster runs after each restore.
+    pub settle: Duration,
+}
+
+/// The `pmlab cargo` build of `pmkv-server` that belongs to the plain one
+/// in `release` (`target/release`): `target/pmlab/<triple>/release/pmkv-server`
+/// for the one host triple found there, if built.
+pub fn default_traced_bin(release: &Path) -> Option<PathBuf> {
+    let pmlab_dir = release.parent()?.join("pmlab");
+    std::fs::read_dir(&pmlab_dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("release").join("pmkv-server"))
+        .find(|p| p.is_file())
 }
 
 /// What a run saw.
@@ -90,18 +130,26 @@ pub struct FaultReport {
     pub liveness_writes: usize,
     /// The checker's verdict on the whole history.
     pub verdict: Verdict,
+    /// Crash images restored into the node of the crash-image fault.
+    pub images_restored: usize,
+    /// Keys where that node, caught up, differs from the final reads
+    /// (`key: node's value / final read`); empty when it matches.
+    pub image_node_diffs: Vec<String>,
 }
 
 impl FaultReport {
-    /// Whether the run passed: linearizable and progress after healing.
+    /// Whether the run passed: linearizable, progress after healing, and
+    /// a node restored from crash images that matches the others.
     pub fn passed(&self) -> bool {
-        self.verdict == Verdict::Linearizable && self.liveness_writes > 0
+        self.verdict == Verdict::Linearizable
+            && self.liveness_writes > 0
+            && self.image_node_diffs.is_empty()
     }
 }
 
 /// The line that replays a run.
 pub fn reproduce_line(cfg: &FaultConfig) -> String {
-    format!(
+    let mut line = format!(
         "pmkv-server faults --seed {} --engine {} --nodes {} --safety-secs {} --liveness-secs {} --clients {} --keys {} --dir {}",
         cfg.seed,
         cfg.engine,
@@ -111,14 +159,17 @@ pub fn reproduce_line(cfg: &FaultConfig) -> String {
         cfg.clients,
         cfg.keys,
         cfg.dir.display()
-    )
-}
-
-fn free_port() -> Result<u16, Error> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Error(format!("find a free loopback port: {e}")))
+    );
+    if let Some(c) = &cfg.crash_image {
+        line.push_str(&format!(
+            " --crash-images {} --traced-secs {} --pmlab {} --traced-bin {}",
+            c.images,
+            c.traced.as_secs(),
+            c.pmlab.display(),
+            c.traced_bin.display()
+        ));
+    }
+    line
 }
 
 struct Cluster {
@@ -132,8 +183,7 @@ struct Cluster {
 impl Cluster {
     fn kill(&mut self, id: NodeId) {
         if let Some(Some(mut c)) = self.children.insert(id, None) {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
+            cluster::kill_group(&mut c); // SIGKILL
         }
     }
 
@@ -312,8 +362,8 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
         members.insert(
             id,
             NodeAddr {
-                raft: format!("127.0.0.1:{}", free_port()?),
-                client: format!("127.0.0.1:{}", free_port()?),
+                raft: format!("127.0.0.1:{}", cluster::free_port()?),
+                client: format!("127.0.0.1:{}", cluster::free_port()?),
             },
         );
     }
@@ -357,6 +407,7 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
                 wrap: Vec::new(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 log: Some(cfg.dir.join(format!("node-{id}.log"))),
+                env: Vec::new(),
             },
         );
     }
@@ -450,6 +501,14 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
         }
     }
 
+    // Crash images: one node's pool restored from `pmlab crash` images.
+    let image_node = match &cfg.crash_image {
+        Some(ci) => Some(crash_image_phase(&mut cl, cfg, ci, &mut rng, &mut |w| {
+            log(&sh, w)
+        })?),
+        None => None,
+    };
+
     // Liveness phase: everything healed and running; progress required.
     cl.heal();
     for id in 1..=cfg.nodes {
@@ -470,13 +529,20 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
     let keys: Vec<Vec<u8>> = (0..=generation(&sh))
         .flat_map(|g| (0..cfg.keys).map(move |k| key_name(g, k)))
         .collect();
+    let mut finals: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
     for key in keys {
         let call = now(&sh);
         let got = c.call(&[b"GET", &key], 100);
         let ret = now(&sh);
         let outcome = match got {
-            Ok(Value::Bulk(v)) => Outcome::Value(Some(v)),
-            Ok(Value::Nil) => Outcome::Value(None),
+            Ok(Value::Bulk(v)) => {
+                finals.push((key.clone(), Some(v.clone())));
+                Outcome::Value(Some(v))
+            }
+            Ok(Value::Nil) => {
+                finals.push((key.clone(), None));
+                Outcome::Value(None)
+            }
             other => {
                 let k = String::from_utf8_lossy(&key).into_owned();
                 return Err(Error(format!(
@@ -497,6 +563,10 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
                 ret,
             });
     }
+    let (images_restored, image_node_diffs) = match image_node {
+        Some((v, n)) => (n, compare_node(&cl, v, &finals)),
+        None => (0, Vec::new()),
+    };
     drop(cl);
     let history = std::mem::take(&mut *sh.history.lock().unwrap_or_else(|p| p.into_inner()));
     let verdict = lincheck::check(&history);
@@ -514,5 +584,224 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
             .count(),
         liveness_writes: sh.live_writes.load(Ordering::Relaxed) as usize,
         verdict,
+        images_restored,
+        image_node_diffs,
     })
+}
+
+/// SIGTERM `child`, wait up to `grace` (then SIGKILL); whether it exited
+/// with status 0.
+fn stop_clean(child: &mut Child, grace: Duration) -> bool {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        if let Ok(Some(st)) = child.try_wait() {
+            return st.success();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster::kill_group(child);
+    false
+}
+
+/// The crash-image fault (see [`CrashImageConfig`]); returns the node and
+/// the number of images restored into it.
+fn crash_image_phase(
+    cl: &mut Cluster,
+    cfg: &FaultConfig,
+    ci: &CrashImageConfig,
+    rng: &mut Rng,
+    log: &mut dyn FnMut(String),
+) -> Result<(NodeId, usize), Error> {
+    if cfg.engine == "mem" {
+        return Err(Error(
+            "the crash-image fault needs a PM engine (list, btree, wal or anchor), not mem".into(),
+        ));
+    }
+    cl.heal();
+    for id in 1..=cfg.nodes {
+        cl.restart(id)?;
+    }
+    let v = 1 + rng.below(cfg.nodes);
+    let work = cfg.dir.join("crash-image");
+    let _ = std::fs::remove_dir_all(&work);
+    let rounds = ci.images.max(1);
+    for round in 0..rounds {
+        let seed = rng.next_u64() % 1_000_000;
+        let (img, which) =
+            crash_image(cl, v, ci, &work.join(format!("round-{round}")), round, seed)?;
+        log(format!(
+            "node {v} ran traced and stopped (SIGTERM); restart it with crash image {which} of its pool ({})",
+            if which == 0 {
+                "every line not flushed and fenced lost"
+            } else {
+                "some or all of those lines kept"
+            }
+        ));
+        let pool = cl.spawns[&v].dir.join(crate::engine::POOL_FILE);
+        std::fs::copy(&img, &pool)
+            .map_err(|e| Error(format!("copy {} to {}: {e}", img.display(), pool.display())))?;
+        cl.restart(v)?;
+        std::thread::sleep(ci.settle);
+    }
+    Ok((v, rounds))
+}
+
+/// One round of the crash-image fault: restart node `v` under `pmlab trace
+/// --data`, let it run, stop it with SIGTERM (the trace ends where the
+/// process did; its data directory stays as it left it), and have `pmlab
+/// crash --points end` write images of its pool. Returns the image to
+/// restore and its number: round 0 takes image 0 (every pending line
+/// lost), round 1 image 1 (all kept), later rounds image 2 (a random subset
+/// drawn from `seed`). A restored image is never older than what the node
+/// acknowledged: that would rewind its Raft log, which Raft does not
+/// survive and a crash cannot do.
+fn crash_image(
+    cl: &mut Cluster,
+    v: NodeId,
+    ci: &CrashImageConfig,
+    work: &Path,
+    round: usize,
+    seed: u64,
+) -> Result<(PathBuf, usize), Error> {
+    let io =
+        |what: &str, p: &Path, e: std::io::Error| Error(format!("{what} {}: {e}", p.display()));
+    let images = work.join("images");
+    std::fs::create_dir_all(&images).map_err(|e| io("create", &images, e))?;
+    let trace = work.join(format!("node-{v}.pmt"));
+    let node_log = cl.spawns[&v].log.clone().unwrap_or_default();
+    cl.kill(v);
+    let mut traced = cl.spawns[&v].clone();
+    traced.bin = ci.traced_bin.clone();
+    traced.wrap = vec![
+        ci.pmlab.display().to_string(),
+        "trace".into(),
+        "--data".into(),
+        "-o".into(),
+        trace.display().to_string(),
+        "--".into(),
+    ];
+    traced.env = vec![("PMLAB_INSTR_PM".into(), "pool".into())];
+    // One worker thread: the trace orders records exactly only within a
+    // thread, and an engine write flushed by another thread could be
+    // misordered (a false torn image).
+    traced
+        .extra
+        .extend(["--worker-threads".to_string(), "1".to_string()]);
+    let mut child = traced.start()?;
+    std::thread::sleep(ci.traced);
+    if !stop_clean(&mut child, Duration::from_secs(60)) {
+        return Err(Error(format!(
+            "node {v} under pmlab trace did not stop cleanly on SIGTERM (its log: {})",
+            node_log.display()
+        )));
+    }
+    let check = format!(
+        "n=$(ls {d} | wc -l); cp {{}} {d}/image-$n.pool",
+        d = images.display()
+    );
+    let want = round.min(2);
+    let out = std::process::Command::new(&ci.pmlab)
+        .arg("crash")
+        .arg("--trace")
+        .arg(&trace)
+        .args(["--points", "end", "--budget"])
+        .arg((want + 1).max(3).to_string())
+        .arg("--seed")
+        .arg(seed.to_string())
+        .arg("--dir")
+        .arg(work.join("crash"))
+        .arg("--check")
+        .arg(&check)
+        .output()
+        .map_err(|e| Error(format!("run {}: {e}", ci.pmlab.display())))?;
+    if !out.status.success() {
+        return Err(Error(format!(
+            "pmlab crash on {} failed ({}): {}",
+            trace.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&images)
+        .map_err(|e| io("read", &images, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n = name
+                .strip_prefix("image-")?
+                .strip_suffix(".pool")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    files.sort();
+    // Fewer images than asked: the pending lines were few enough to
+    // enumerate (or none), and the last one stands for the rest.
+    let which = want.min(files.len().saturating_sub(1));
+    match files.get(which) {
+        Some((_, p)) => Ok((p.clone(), which)),
+        None => Err(Error(format!(
+            "pmlab crash wrote no image of node {v}'s pool ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+    }
+}
+
+/// Wait until node `v` has applied as far as the others, then compare its
+/// state machine (`LOCALGET`) with the final reads; the differences found.
+fn compare_node(cl: &Cluster, v: NodeId, finals: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<String> {
+    use crate::client::{raft_info, Conn};
+    let addr = &cl.members[&v].client;
+    let end = Instant::now() + Duration::from_secs(30);
+    let target = cl
+        .members
+        .iter()
+        .filter(|(id, _)| **id != v)
+        .filter_map(|(_, m)| raft_info(&m.client, Duration::from_secs(2))?.applied)
+        .max()
+        .unwrap_or(0);
+    loop {
+        match raft_info(addr, Duration::from_secs(2)) {
+            Some(i) if i.applied.unwrap_or(0) >= target => break,
+            last if Instant::now() > end => {
+                return vec![format!(
+                    "node {v} (restored from a crash image) did not reach applied index {target} within 30 s (it reports {last:?})"
+                )]
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let mut c = match Conn::connect(addr, Duration::from_secs(5)) {
+        Ok(c) => c,
+        Err(e) => return vec![format!("connect to node {v}: {e}")],
+    };
+    let show = |v: &Option<Vec<u8>>| match v {
+        Some(b) => String::from_utf8_lossy(b).into_owned(),
+        None => "nil".into(),
+    };
+    let mut diffs = Vec::new();
+    for (key, want) in finals {
+        let got = match c.call(&[b"LOCALGET", key]) {
+            Ok(Value::Bulk(b)) => Some(b),
+            Ok(Value::Nil) => None,
+            other => {
+                diffs.push(format!("LOCALGET on node {v}: {other:?}"));
+                break;
+            }
+        };
+        if &got != want {
+            diffs.push(format!(
+                "{}: node {v} holds {} / final read {}",
+                String::from_utf8_lossy(key),
+                show(&got),
+                show(want)
+            ));
+        }
+    }
+    diffs
 }

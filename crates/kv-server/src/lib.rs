@@ -11,6 +11,7 @@
 //! [`lincheck::check`]. The crate depends on no other pmlab crate except
 //! `pmlab-plot` (for the latency plot of the benchmark client).
 
+pub mod catchup;
 pub mod client;
 pub mod cluster;
 pub mod engine;

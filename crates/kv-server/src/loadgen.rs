@@ -39,6 +39,29 @@ impl LoadResult {
     pub fn throughput(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    /// The run as one JSON object (`bench --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "clients": self.clients, "ops": self.latencies.len(), "errors": self.errors,
+            "p50_us": self.quantile_us(0.5), "p90_us": self.quantile_us(0.9),
+            "p99_us": self.quantile_us(0.99), "throughput_ops": self.throughput(),
+        })
+    }
+
+    /// The run as one table row (`bench` without `--json`).
+    pub fn row(&self) -> String {
+        format!(
+            "clients {:3}: p50 {:8.1} us  p90 {:8.1} us  p99 {:8.1} us  {:9.0} ops/s  ({} ops, {} errors)",
+            self.clients,
+            self.quantile_us(0.5),
+            self.quantile_us(0.9),
+            self.quantile_us(0.99),
+            self.throughput(),
+            self.latencies.len(),
+            self.errors
+        )
+    }
 }
 
 /// Find the leader among `addrs` (client addresses), waiting up to `timeout`.

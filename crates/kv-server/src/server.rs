@@ -463,6 +463,18 @@ async fn exec(shared: &Shared, args: &[Vec<u8>]) -> Value {
             Value::Bulk(text.into_bytes())
         }
         "RAFTINFO" => shared.raft_info(),
+        // This node's own state machine, no read index: for tests that
+        // compare a replica with the leader, never for clients.
+        "LOCALGET" => {
+            if n != 2 {
+                return wrong_args("localget");
+            }
+            match shared.sm.get(&args[1]) {
+                Ok(Some(v)) => Value::Bulk(v),
+                Ok(None) => Value::Nil,
+                Err(e) => err(format!("ERR engine: {e}")),
+            }
+        }
         _ => {
             let shown: String = String::from_utf8_lossy(&args[0]).chars().take(64).collect();
             err(format!(
@@ -485,6 +497,6 @@ fn reserved_key(name: &str, args: &[Vec<u8>]) -> bool {
 
 /// The commands the server answers.
 pub const COMMANDS: &[&str] = &[
-    "GET", "SET", "DEL", "CAS", "PING", "ECHO", "CONFIG", "COMMAND", "INFO", "RAFTINFO", "SELECT",
-    "CLIENT", "QUIT",
+    "GET", "SET", "DEL", "CAS", "PING", "ECHO", "CONFIG", "COMMAND", "INFO", "RAFTINFO",
+    "LOCALGET", "SELECT", "CLIENT", "QUIT",
 ];

@@ -236,3 +236,115 @@ fn a_directory_of_the_other_log_placement_is_refused() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `bench --mode recovery` at a small size: a follower misses 200 writes,
+/// catches up, and is restarted once; the JSON names every figure (no
+/// timing is asserted).
+#[test]
+fn bench_recovery_mode_reports_catch_up_and_start_up() {
+    let dir = std::env::temp_dir().join(format!("pmkv-bench-rec-{}", std::process::id()));
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--mode",
+            "recovery",
+            "--engine",
+            "list",
+            "--pool-mb",
+            "16",
+            "--writes",
+            "200",
+            "--value-size",
+            "512",
+            "--clients",
+            "4",
+            "--restarts",
+            "1",
+            "--json",
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench --mode recovery failed: {stderr}"
+    );
+    assert!(
+        stderr.contains("200/200 writes"),
+        "no progress shown: {stderr}"
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert!(v["leader_applied"].as_u64().unwrap() >= 200, "{v}");
+    assert!(v["applied_at_kill"].as_u64().unwrap() < v["leader_applied"].as_u64().unwrap());
+    for k in [
+        "recovery_ms",
+        "recovery_serving_ms",
+        "startup_serving_ms",
+        "startup_caught_up_ms",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} missing: {v}");
+    }
+    assert!(
+        v["recovery_serving_ms"].as_f64() <= v["recovery_ms"].as_f64(),
+        "{v}"
+    );
+    assert_eq!(v["startups"].as_array().unwrap().len(), 1);
+    assert_eq!(v["engine"], "list");
+    assert!(!dir.exists(), "the work directory was left behind");
+}
+
+/// `bench`'s bad flags: one line naming the flag, exit 2.
+#[test]
+fn bench_bad_modes_and_flags_get_one_line() {
+    for (args, want) in [
+        (&["bench", "--mode", "fast"][..], "--mode"),
+        (&["bench", "--mode", "recovery"][..], "--dir"),
+        (
+            &[
+                "bench", "--mode", "recovery", "--dir", "/tmp/x", "--addrs", "a:1",
+            ][..],
+            "--addrs",
+        ),
+        (
+            &[
+                "bench", "--mode", "recovery", "--dir", "/tmp/x", "--engine", "nope",
+            ][..],
+            "--engine",
+        ),
+        (
+            &[
+                "bench",
+                "--mode",
+                "recovery",
+                "--dir",
+                "/tmp/x",
+                "--node-bin",
+                "/nonexistent",
+            ][..],
+            "--node-bin",
+        ),
+        (
+            &[
+                "faults",
+                "--dir",
+                "/tmp/x",
+                "--engine",
+                "mem",
+                "--crash-images",
+                "1",
+                "--traced-bin",
+                "/bin/sh",
+            ][..],
+            "mem",
+        ),
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

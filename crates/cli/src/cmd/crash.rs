@@ -25,9 +25,10 @@ pub struct Args {
     /// failure to reproduce it.
     #[arg(long, default_value_t = 1, value_name = "S")]
     pub seed: u64,
-    /// Crash points: `fences` (before every fence) or a count of fences
-    /// drawn from the seed; the end of the program is always one.
-    #[arg(long, default_value = "fences", value_name = "fences|N")]
+    /// Crash points: `fences` (before every fence), a count of fences
+    /// drawn from the seed, or `end` (the end only); the end of the program
+    /// is always one.
+    #[arg(long, default_value = "fences", value_name = "fences|end|N")]
     pub points: String,
     /// Seconds one check may take.
     #[arg(long, default_value_t = 60)]

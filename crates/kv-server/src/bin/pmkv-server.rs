@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
+use pmlab_kv_server::catchup;
 use pmlab_kv_server::cluster::{self, Spawn};
 use pmlab_kv_server::engine::{self as kvengine, KvEngine};
 use pmlab_kv_server::faults::{self, FaultConfig};
@@ -76,6 +77,10 @@ enum Cmd {
         /// Dial ID's Raft port at HOST:PORT instead (for proxies): ID=HOST:PORT.
         #[arg(long = "route", hide = true)]
         routes: Vec<String>,
+        /// Tokio worker threads (1: every engine write on one thread, as
+        /// `pmlab trace` orders records exactly only within a thread).
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
         #[command(flatten)]
         tuning: Tuning,
     },
@@ -99,13 +104,19 @@ enum Cmd {
         #[command(flatten)]
         tuning: Tuning,
     },
-    /// Measure latency and throughput against a running cluster.
+    /// Measure the service: `--mode latency` (default) against a running
+    /// cluster; `--mode recovery` starts its own cluster and times a
+    /// lagging follower's catch-up and a node's start-up with the data.
     Bench {
+        /// latency (SET/GET latency and throughput of --addrs) or recovery.
+        #[arg(long, default_value = "latency")]
+        mode: String,
         /// Client addresses of the nodes, comma-separated (the leader is found).
         #[arg(long, value_delimiter = ',')]
         addrs: Vec<String>,
-        /// Client threads per run, comma-separated (e.g. 1,20).
-        #[arg(long, value_delimiter = ',', default_value = "1,20")]
+        /// Client threads per run, comma-separated (e.g. 1,20); recovery: the
+        /// first is the number of threads loading the writes (default there 20).
+        #[arg(long, value_delimiter = ',')]
         clients: Vec<usize>,
         /// Timed operations per client thread.
         #[arg(long, default_value_t = 2000)]
@@ -113,9 +124,9 @@ enum Cmd {
         /// Untimed operations per thread first.
         #[arg(long, default_value_t = 200)]
         warmup: usize,
-        /// Value size in bytes.
-        #[arg(long, default_value_t = 100)]
-        value_size: usize,
+        /// Value size in bytes (default 100; recovery 4096).
+        #[arg(long)]
+        value_size: Option<usize>,
         /// Time GETs instead of SETs.
         #[arg(long)]
         reads: bool,
@@ -125,6 +136,24 @@ enum Cmd {
         /// Print one JSON object per run.
         #[arg(long)]
         json: bool,
+        /// Recovery: writes the stopped follower misses.
+        #[arg(long, default_value_t = 15_000)]
+        writes: usize,
+        /// Recovery: timed restarts of the caught-up follower (start-up).
+        #[arg(long, default_value_t = 3)]
+        restarts: usize,
+        /// Recovery: work directory for the nodes (emptied first).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Recovery: run each node under this command, e.g. "pmlab run --source instrumented --pm-latency 305 --".
+        #[arg(long)]
+        wrap: Option<String>,
+        /// Recovery: the `pmkv-server` binary the nodes run (default: this one;
+        /// give the `pmlab cargo` build for --wrap "pmlab run --source instrumented ...").
+        #[arg(long)]
+        node_bin: Option<PathBuf>,
+        #[command(flatten)]
+        tuning: Tuning,
     },
     /// Run a fault schedule against a local cluster and check the history.
     Faults {
@@ -155,6 +184,20 @@ enum Cmd {
         /// The nodes' storage engine: mem, list, btree, wal or anchor.
         #[arg(long, default_value = "list")]
         engine: String,
+        /// After the faults, restore one node's pool from this many
+        /// `pmlab crash` images of a traced run, one after another (0: none).
+        #[arg(long, default_value_t = 0)]
+        crash_images: usize,
+        /// Seconds the node runs under `pmlab trace` before its images are made.
+        #[arg(long, default_value_t = 5)]
+        traced_secs: u64,
+        /// The pmlab binary (for --crash-images; default: pmlab next to this binary, else on PATH).
+        #[arg(long)]
+        pmlab: Option<PathBuf>,
+        /// The `pmlab cargo` build of pmkv-server that runs traced (default:
+        /// target/pmlab/HOST/release/pmkv-server beside this binary's target/release).
+        #[arg(long)]
+        traced_bin: Option<PathBuf>,
     },
 }
 
@@ -235,8 +278,12 @@ fn serve(
     peers: Vec<String>,
     config: Option<PathBuf>,
     routes: Vec<String>,
+    worker_threads: usize,
     t: Tuning,
 ) -> Result<()> {
+    if !(1..=64).contains(&worker_threads) {
+        bail!("--worker-threads {worker_threads}: give 1 to 64");
+    }
     let members: BTreeMap<NodeId, NodeAddr> = match (config, peers.is_empty()) {
         (Some(_), false) => bail!("give either --config or --peer, not both"),
         (Some(p), true) => cluster::load_members(&p)?,
@@ -273,7 +320,7 @@ fn serve(
     cfg.routes = route_map;
     cfg.raft_log = placement(&t)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(worker_threads)
         .enable_all()
         .build()?;
     rt.block_on(async move {
@@ -285,6 +332,22 @@ fn serve(
                 me.client, me.raft
             );
         }
+        // openraft stops on a fatal (storage) error without a word: say it.
+        let mut metrics = node.raft().metrics();
+        tokio::spawn(async move {
+            while metrics.changed().await.is_ok() {
+                let m = metrics.borrow().clone();
+                match &m.running_state {
+                    Ok(()) => {}
+                    // A shutdown asked for (SIGTERM, Ctrl-C).
+                    Err(openraft::error::Fatal::Stopped) => break,
+                    Err(e) => {
+                        eprintln!("pmkv-server: node {id}: raft stopped: {e}");
+                        break;
+                    }
+                }
+            }
+        });
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
@@ -335,6 +398,7 @@ fn run_cluster(
             wrap: wrap.clone(),
             extra: tuning_args(&t),
             log: Some(dir.join(format!("node-{id}.log"))),
+            env: Vec::new(),
         };
         children.push(spawn.start()?);
         println!(
@@ -389,6 +453,7 @@ fn faults(
     dir: PathBuf,
     runs: u64,
     engine: String,
+    crash_image: Option<faults::CrashImageConfig>,
 ) -> Result<()> {
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -405,6 +470,11 @@ fn faults(
         election_ms: String::new(),
         max_clients: 1,
     })?;
+    if crash_image.is_some() && engine == "mem" {
+        bail!(
+            "--crash-images: the mem engine has no pool to image: pick list, btree, wal or anchor"
+        );
+    }
     if runs == 0 || safety == 0 || liveness == 0 {
         bail!("--runs, --safety-secs and --liveness-secs must be at least 1");
     }
@@ -421,6 +491,7 @@ fn faults(
             keys,
             verbose: true,
             engine: engine.clone(),
+            crash_image: crash_image.clone(),
         };
         eprintln!(
             "faults: run {}/{runs}, seed {}; reproduce: {}",
@@ -430,9 +501,10 @@ fn faults(
         );
         let rep = faults::run(&cfg)?;
         println!(
-            "seed {}: {} faults, {} ops, {} acknowledged writes, {} unknown, {} writes after healing: {}",
+            "seed {}: {} faults, {} crash images restored, {} ops, {} acknowledged writes, {} unknown, {} writes after healing: {}",
             rep.seed,
             rep.faults.len(),
+            rep.images_restored,
             rep.ops,
             rep.acked_writes,
             rep.unknown,
@@ -441,9 +513,17 @@ fn faults(
         );
         if !rep.passed() {
             bail!(
-                "seed {}: {:?}; reproduce: {}",
+                "seed {}: {:?}{}; reproduce: {}",
                 rep.seed,
                 rep.verdict,
+                if rep.image_node_diffs.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; the node restored from crash images differs: {}",
+                        rep.image_node_diffs.join("; ")
+                    )
+                },
                 faults::reproduce_line(&cfg)
             );
         }
@@ -451,63 +531,188 @@ fn faults(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn bench(
+/// The crash-image fault's settings from `faults`' flags (`None` for 0 images).
+fn crash_image_config(
+    images: usize,
+    traced_secs: u64,
+    pmlab: Option<PathBuf>,
+    traced_bin: Option<PathBuf>,
+) -> Result<Option<faults::CrashImageConfig>> {
+    if images == 0 {
+        return Ok(None);
+    }
+    if traced_secs == 0 {
+        bail!("--traced-secs must be at least 1");
+    }
+    let me = std::env::current_exe().context("locate the pmkv-server binary")?;
+    let release = me.parent().map(PathBuf::from).unwrap_or_default();
+    let pmlab = match pmlab {
+        Some(p) => p,
+        None if release.join("pmlab").is_file() => release.join("pmlab"),
+        None => PathBuf::from("pmlab"),
+    };
+    let traced_bin = match traced_bin {
+        Some(b) => b,
+        None => faults::default_traced_bin(&release).ok_or_else(|| {
+            anyhow!("--crash-images: no pmlab cargo build of pmkv-server found: run pmlab cargo build --release -p pmlab-kv-server, or give --traced-bin")
+        })?,
+    };
+    if !traced_bin.is_file() {
+        bail!(
+            "--traced-bin {}: no such file (build it with pmlab cargo build --release -p pmlab-kv-server)",
+            traced_bin.display()
+        );
+    }
+    Ok(Some(faults::CrashImageConfig {
+        pmlab,
+        traced_bin,
+        traced: Duration::from_secs(traced_secs),
+        images,
+        settle: Duration::from_secs(3),
+    }))
+}
+
+/// `bench`'s flags.
+struct BenchArgs {
+    mode: String,
     addrs: Vec<String>,
     clients: Vec<usize>,
     ops: usize,
     warmup: usize,
-    value_size: usize,
+    value_size: Option<usize>,
     reads: bool,
     plot: Option<PathBuf>,
     json: bool,
-) -> Result<()> {
-    if addrs.is_empty() {
+    writes: usize,
+    restarts: usize,
+    dir: Option<PathBuf>,
+    wrap: Option<String>,
+    node_bin: Option<PathBuf>,
+    tuning: Tuning,
+}
+
+fn bench(a: BenchArgs) -> Result<()> {
+    let max_value = pmlab_kv_server::resp::MAX_BULK - 1024;
+    match a.mode.as_str() {
+        "latency" => {}
+        "recovery" => return bench_recovery(a),
+        other => bail!("--mode {other:?}: pick latency or recovery"),
+    }
+    let value_size = a.value_size.unwrap_or(100);
+    if a.addrs.is_empty() {
         bail!("--addrs: give the nodes' client addresses, e.g. 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002");
     }
-    if value_size > pmlab_kv_server::resp::MAX_BULK - 1024 {
-        bail!(
-            "--value-size {value_size}: at most {} bytes",
-            pmlab_kv_server::resp::MAX_BULK - 1024
-        );
+    if value_size > max_value {
+        bail!("--value-size {value_size}: at most {max_value} bytes");
     }
-    let leader = loadgen::find_leader(&addrs, Duration::from_secs(20))?;
+    let clients = if a.clients.is_empty() {
+        vec![1, 20]
+    } else {
+        a.clients.clone()
+    };
+    let leader = loadgen::find_leader(&a.addrs, Duration::from_secs(20))?;
     eprintln!(
         "bench: leader {leader}, {} of {value_size} B",
-        if reads { "GET" } else { "SET" }
+        if a.reads { "GET" } else { "SET" }
     );
     let mut results = Vec::new();
     for &c in &clients {
-        eprintln!("bench: {c} client(s), {ops} operations each");
-        let r = loadgen::run(&leader, c, ops, warmup, value_size, !reads)?;
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "clients": c, "ops": r.latencies.len(), "errors": r.errors,
-                    "p50_us": r.quantile_us(0.5), "p90_us": r.quantile_us(0.9), "p99_us": r.quantile_us(0.99),
-                    "throughput_ops": r.throughput(),
-                })
-            );
+        eprintln!("bench: {c} client(s), {} operations each", a.ops);
+        let r = loadgen::run(&leader, c, a.ops, a.warmup, value_size, !a.reads)?;
+        if a.json {
+            println!("{}", r.to_json());
         } else {
-            println!(
-                "clients {c:3}: p50 {:8.1} us  p90 {:8.1} us  p99 {:8.1} us  {:9.0} ops/s  ({} ops, {} errors)",
-                r.quantile_us(0.5),
-                r.quantile_us(0.9),
-                r.quantile_us(0.99),
-                r.throughput(),
-                r.latencies.len(),
-                r.errors
-            );
+            println!("{}", r.row());
         }
         results.push((format!("{c} client(s)"), r));
     }
-    if let Some(p) = plot {
+    if let Some(p) = &a.plot {
         let refs: Vec<(String, &loadgen::LoadResult)> =
             results.iter().map(|(n, r)| (n.clone(), r)).collect();
-        loadgen::plot(&refs, &p)?;
+        loadgen::plot(&refs, p)?;
         eprintln!("bench: latency distribution written to {}", p.display());
     }
+    Ok(())
+}
+
+fn bench_recovery(a: BenchArgs) -> Result<()> {
+    let value_size = a.value_size.unwrap_or(4096);
+    if value_size == 0 || value_size > pmlab_kv_server::resp::MAX_BULK - 1024 {
+        bail!(
+            "--value-size {value_size}: give 1 to {} bytes",
+            pmlab_kv_server::resp::MAX_BULK - 1024
+        );
+    }
+    if !a.addrs.is_empty() {
+        bail!("--addrs: --mode recovery starts its own cluster (give --dir instead)");
+    }
+    let Some(dir) = a.dir.clone() else {
+        bail!("--dir: --mode recovery needs a work directory for its nodes, e.g. --dir /tmp/pmkv-recovery");
+    };
+    election(&a.tuning.election_ms)?;
+    check_engine(&a.tuning)?;
+    let clients = a.clients.first().copied().unwrap_or(20);
+    if clients == 0 || a.writes == 0 {
+        bail!("--clients and --writes must be at least 1");
+    }
+    let bin = match &a.node_bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe().context("locate the pmkv-server binary")?,
+    };
+    if !bin.is_file() {
+        bail!(
+            "--node-bin {}: no such file (build it with pmlab cargo build --release -p pmlab-kv-server)",
+            bin.display()
+        );
+    }
+    let wrap: Vec<String> = a
+        .wrap
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let cfg = catchup::CatchupConfig {
+        bin,
+        dir: dir.clone(),
+        nodes: 3,
+        writes: a.writes,
+        value_size,
+        clients,
+        restarts: a.restarts,
+        wrap,
+        env: Vec::new(),
+        extra: tuning_args(&a.tuning),
+        timeout: Duration::from_secs(300),
+        progress: true,
+    };
+    eprintln!(
+        "bench: recovery of a follower that missed {} writes of {value_size} B, engine {}",
+        a.writes, a.tuning.engine
+    );
+    let r = catchup::run(&cfg)?;
+    if a.json {
+        let mut v = r.to_json();
+        v["engine"] = a.tuning.engine.clone().into();
+        v["writes"] = a.writes.into();
+        v["value_size"] = value_size.into();
+        println!("{v}");
+    } else {
+        let m = r.startup_median();
+        println!(
+            "engine {}: recovery {:.1} ms (answering after {:.1} ms) for {} writes of {value_size} B; start-up {} ({} restarts)",
+            a.tuning.engine,
+            r.recovery.caught_up_ms,
+            r.recovery.serving_ms,
+            a.writes,
+            m.map_or("-".to_string(), |t| format!(
+                "{:.1} ms to answer, {:.1} ms to re-apply",
+                t.serving_ms, t.caught_up_ms
+            )),
+            r.startups.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -520,8 +725,9 @@ fn main() -> ExitCode {
             peers,
             config,
             routes,
+            worker_threads,
             tuning,
-        } => serve(id, dir, peers, config, routes, tuning),
+        } => serve(id, dir, peers, config, routes, worker_threads, tuning),
         Cmd::Cluster {
             nodes,
             dir,
@@ -531,6 +737,7 @@ fn main() -> ExitCode {
             tuning,
         } => run_cluster(nodes, dir, base_port, config, wrap, tuning),
         Cmd::Bench {
+            mode,
             addrs,
             clients,
             ops,
@@ -539,7 +746,29 @@ fn main() -> ExitCode {
             reads,
             plot,
             json,
-        } => bench(addrs, clients, ops, warmup, value_size, reads, plot, json),
+            writes,
+            restarts,
+            dir,
+            wrap,
+            node_bin,
+            tuning,
+        } => bench(BenchArgs {
+            mode,
+            addrs,
+            clients,
+            ops,
+            warmup,
+            value_size,
+            reads,
+            plot,
+            json,
+            writes,
+            restarts,
+            dir,
+            wrap,
+            node_bin,
+            tuning,
+        }),
         Cmd::Faults {
             seed,
             nodes,
@@ -550,17 +779,24 @@ fn main() -> ExitCode {
             dir,
             runs,
             engine,
-        } => faults(
-            seed,
-            nodes,
-            safety_secs,
-            liveness_secs,
-            clients,
-            keys,
-            dir,
-            runs,
-            engine,
-        ),
+            crash_images,
+            traced_secs,
+            pmlab,
+            traced_bin,
+        } => crash_image_config(crash_images, traced_secs, pmlab, traced_bin).and_then(|ci| {
+            faults(
+                seed,
+                nodes,
+                safety_secs,
+                liveness_secs,
+                clients,
+                keys,
+                dir,
+                runs,
+                engine,
+                ci,
+            )
+        }),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
