@@ -25,7 +25,13 @@
 //!
 //! Records are replayed in file order; the tracer interleaves threads by
 //! drain batch, so for several threads the order between threads is
-//! approximate (each thread's own order is exact).
+//! approximate (each thread's own order is exact). A program whose PM
+//! stores and the flush and fence that persist them run on different
+//! threads (a task moved between an async runtime's workers) can then get
+//! a store replayed after the other thread's flush and fence that really
+//! came later: an image no crash leaves. Such stores (a store in the file
+//! after another thread's flush of its line, with an earlier timestamp)
+//! are counted in [`Outcome::misordered`].
 //!
 //! Intermediate versions of a line (an older store's contents reaching PM
 //! before a newer store) are not generated; a store between a line's flush
@@ -130,6 +136,10 @@ pub struct Outcome {
     pub budget_exhausted: bool,
     /// The first failure, if any.
     pub failure: Option<Failure>,
+    /// Pool stores found after another thread's flush of their line with
+    /// an earlier timestamp than that flush (cross-thread misordering in
+    /// the trace file; images past them may be ones no crash leaves).
+    pub misordered: u64,
 }
 
 impl Outcome {
@@ -147,6 +157,7 @@ impl Outcome {
             "sampled_points": self.sampled_points,
             "budget_exhausted": self.budget_exhausted,
             "failed": self.failure.is_some(),
+            "misordered": self.misordered,
             "failure": self.failure.as_ref().map(|f| json!({
                 "point": f.point,
                 "record": f.record,
@@ -481,6 +492,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
         sampled_points: 0,
         budget_exhausted: false,
         failure: None,
+        misordered: 0,
     };
     std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io(opts.dir.display(), e))?;
     let image_path = opts.dir.join("crash.img");
@@ -491,6 +503,8 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
     let mut point_no = 0u64;
     // The lines a thread's last store or flush touched, for its data note.
     let mut last_op: HashMap<u32, Op> = HashMap::new();
+    // Each pool line's last flush: (thread, time), to spot misordering.
+    let mut last_flush: HashMap<u64, (u32, u64)> = HashMap::new();
     loop {
         let ev = r.next_event()?;
         let at_end = ev.is_none();
@@ -617,6 +631,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                         let p = pending.entry(o).or_insert_with(|| Pending::new(cur));
                         p.flushed = p.latest;
                         p.flushed_by = Some(t);
+                        last_flush.insert(o, (t, rec.time_ns));
                         if rec.op == Op::Clflush {
                             let l = p.latest;
                             pending.remove(&o);
@@ -630,6 +645,11 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                         let o = line - pool.base;
                         let cur = durable.line(o);
                         pending.entry(o).or_insert_with(|| Pending::new(cur));
+                        if let Some(&(ft, fns)) = last_flush.get(&o) {
+                            if ft != t && rec.time_ns < fns {
+                                out.misordered += 1;
+                            }
+                        }
                         line += LINE;
                     }
                 }
