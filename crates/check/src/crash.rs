@@ -705,6 +705,66 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
 mod tests {
     use super::*;
 
+    /// A trace where thread 0 stores a line at `store_ns` and thread 1
+    /// flushes and fences it at times 20 and 21 (the store written after
+    /// them in the file, as a drain batch can order them).
+    fn two_thread_trace(dir: &Path, store_ns: u64) -> PathBuf {
+        use pmlab_trace::binary::Writer;
+        use pmlab_trace::Record;
+        let base = 0x7f00_0000_0000u64;
+        let trace = dir.join(format!("t{store_ns}.pmt"));
+        let mut w = Writer::new(File::create(&trace).unwrap()).unwrap();
+        let range = Note::PmRange {
+            base,
+            len: PAGE,
+            file_offset: 0,
+            path: dir.join("pool").display().to_string(),
+            init: false,
+        };
+        w.write_note(1, 1, &range).unwrap();
+        let rec = |time_ns, thread, op| Record {
+            time_ns,
+            thread,
+            op,
+            space: Space::Pm,
+            addr: base,
+            size: 8,
+        };
+        w.write(&rec(20, 1, Op::Clwb)).unwrap();
+        w.write(&rec(21, 1, Op::SFence)).unwrap();
+        w.write(&rec(store_ns, 0, Op::Write)).unwrap();
+        let data = Note::Data {
+            addr: base,
+            bytes: vec![7; 8],
+        };
+        w.write_note(store_ns, 0, &data).unwrap();
+        w.finish().unwrap();
+        trace
+    }
+
+    #[test]
+    fn a_store_filed_after_a_later_flush_of_another_thread_is_counted() {
+        let dir = std::env::temp_dir().join(format!("pmlab-crash-mis-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = |sub: &str| Options {
+            budget: 4,
+            seed: 1,
+            points: Points::End,
+            check: "true".into(),
+            timeout: Duration::from_secs(10),
+            dir: dir.join(sub),
+        };
+        let early = run(&two_thread_trace(&dir, 10), &opts("a")).unwrap();
+        assert_eq!(
+            early.misordered, 1,
+            "store at 10 ns filed after a flush at 20 ns"
+        );
+        assert!(early.failure.is_none());
+        let late = run(&two_thread_trace(&dir, 30), &opts("b")).unwrap();
+        assert_eq!(late.misordered, 0, "a store after the flush is in order");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn points_parse_fences_end_and_counts() {
         assert_eq!(Points::parse("fences").unwrap(), Points::Fences);
