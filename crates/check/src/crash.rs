@@ -25,7 +25,13 @@
 //!
 //! Records are replayed in file order; the tracer interleaves threads by
 //! drain batch, so for several threads the order between threads is
-//! approximate (each thread's own order is exact).
+//! approximate (each thread's own order is exact). A program whose PM
+//! stores and the flush and fence that persist them run on different
+//! threads (a task moved between an async runtime's workers) can then get
+//! a store replayed after the other thread's flush and fence that really
+//! came later: an image no crash leaves. Such stores (a store in the file
+//! after another thread's flush of its line, with an earlier timestamp)
+//! are counted in [`Outcome::misordered`].
 //!
 //! Intermediate versions of a line (an older store's contents reaching PM
 //! before a newer store) are not generated; a store between a line's flush
@@ -130,6 +136,10 @@ pub struct Outcome {
     pub budget_exhausted: bool,
     /// The first failure, if any.
     pub failure: Option<Failure>,
+    /// Pool stores found after another thread's flush of their line with
+    /// an earlier timestamp than that flush (cross-thread misordering in
+    /// the trace file; images past them may be ones no crash leaves).
+    pub misordered: u64,
 }
 
 impl Outcome {
@@ -147,6 +157,7 @@ impl Outcome {
             "sampled_points": self.sampled_points,
             "budget_exhausted": self.budget_exhausted,
             "failed": self.failure.is_some(),
+            "misordered": self.misordered,
             "failure": self.failure.as_ref().map(|f| json!({
                 "point": f.point,
                 "record": f.record,
@@ -481,6 +492,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
         sampled_points: 0,
         budget_exhausted: false,
         failure: None,
+        misordered: 0,
     };
     std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io(opts.dir.display(), e))?;
     let image_path = opts.dir.join("crash.img");
@@ -491,6 +503,8 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
     let mut point_no = 0u64;
     // The lines a thread's last store or flush touched, for its data note.
     let mut last_op: HashMap<u32, Op> = HashMap::new();
+    // Each pool line's last flush: (thread, time), to spot misordering.
+    let mut last_flush: HashMap<u64, (u32, u64)> = HashMap::new();
     loop {
         let ev = r.next_event()?;
         let at_end = ev.is_none();
@@ -617,6 +631,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                         let p = pending.entry(o).or_insert_with(|| Pending::new(cur));
                         p.flushed = p.latest;
                         p.flushed_by = Some(t);
+                        last_flush.insert(o, (t, rec.time_ns));
                         if rec.op == Op::Clflush {
                             let l = p.latest;
                             pending.remove(&o);
@@ -630,6 +645,11 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                         let o = line - pool.base;
                         let cur = durable.line(o);
                         pending.entry(o).or_insert_with(|| Pending::new(cur));
+                        if let Some(&(ft, fns)) = last_flush.get(&o) {
+                            if ft != t && rec.time_ns < fns {
+                                out.misordered += 1;
+                            }
+                        }
                         line += LINE;
                     }
                 }
@@ -684,6 +704,66 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace where thread 0 stores a line at `store_ns` and thread 1
+    /// flushes and fences it at times 20 and 21 (the store written after
+    /// them in the file, as a drain batch can order them).
+    fn two_thread_trace(dir: &Path, store_ns: u64) -> PathBuf {
+        use pmlab_trace::binary::Writer;
+        use pmlab_trace::Record;
+        let base = 0x7f00_0000_0000u64;
+        let trace = dir.join(format!("t{store_ns}.pmt"));
+        let mut w = Writer::new(File::create(&trace).unwrap()).unwrap();
+        let range = Note::PmRange {
+            base,
+            len: PAGE,
+            file_offset: 0,
+            path: dir.join("pool").display().to_string(),
+            init: false,
+        };
+        w.write_note(1, 1, &range).unwrap();
+        let rec = |time_ns, thread, op| Record {
+            time_ns,
+            thread,
+            op,
+            space: Space::Pm,
+            addr: base,
+            size: 8,
+        };
+        w.write(&rec(20, 1, Op::Clwb)).unwrap();
+        w.write(&rec(21, 1, Op::SFence)).unwrap();
+        w.write(&rec(store_ns, 0, Op::Write)).unwrap();
+        let data = Note::Data {
+            addr: base,
+            bytes: vec![7; 8],
+        };
+        w.write_note(store_ns, 0, &data).unwrap();
+        w.finish().unwrap();
+        trace
+    }
+
+    #[test]
+    fn a_store_filed_after_a_later_flush_of_another_thread_is_counted() {
+        let dir = std::env::temp_dir().join(format!("pmlab-crash-mis-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = |sub: &str| Options {
+            budget: 4,
+            seed: 1,
+            points: Points::End,
+            check: "true".into(),
+            timeout: Duration::from_secs(10),
+            dir: dir.join(sub),
+        };
+        let early = run(&two_thread_trace(&dir, 10), &opts("a")).unwrap();
+        assert_eq!(
+            early.misordered, 1,
+            "store at 10 ns filed after a flush at 20 ns"
+        );
+        assert!(early.failure.is_none());
+        let late = run(&two_thread_trace(&dir, 30), &opts("b")).unwrap();
+        assert_eq!(late.misordered, 0, "a store after the flush is in order");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn points_parse_fences_end_and_counts() {

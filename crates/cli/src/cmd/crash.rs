@@ -159,6 +159,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             }
         }
     }
+    if out.misordered > 0 && !args.json {
+        eprintln!(
+            "pmlab: crash: note: {} pool stores appear in the trace after another thread's flush of their line but were made before it: the trace orders threads only approximately, so images from there on may be ones no crash leaves (keep the PM writes and the flush and fence that persist them on one thread, e.g. one async worker)",
+            out.misordered
+        );
+    }
     if out.failure.is_none() && temp {
         std::fs::remove_dir_all(&dir).ok();
     }
