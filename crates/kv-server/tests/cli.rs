@@ -10,13 +10,19 @@ const BIN: &str = env!("CARGO_BIN_EXE_pmkv-server");
 
 fn free_base() -> u16 {
     // Three client ports and the Raft ports 100 above them, all free now.
-    for _ in 0..50 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        drop(l);
-        if !(1024..=60000).contains(&p) {
-            continue;
-        }
+    // Drawn below the kernel's ephemeral range (32768 up), where the
+    // connections of tests running beside this one leave TIME_WAIT
+    // sockets that make a bind fail.
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        ^ (u64::from(std::process::id()) << 20);
+    for _ in 0..2000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = 10_000 + (x % 22_000) as u16;
         let free = (0..3).all(|i| {
             std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok()
                 && std::net::TcpListener::bind(("127.0.0.1", p + 100 + i)).is_ok()
