@@ -68,9 +68,11 @@ out:
 }
 "#;
 
-/// Counts the hooks and answers the switch: `STUB_POLICY` = `clean`
-/// (never a window), `full` (one endless window) or `alt` (windows of 50
-/// checks, gaps of 200). At exit, writes the counts to stderr.
+/// Counts the hooks and answers the switch (`__pmlab_sample_switch3`, the
+/// triple of clean countdown, window countdown and window flag):
+/// `STUB_POLICY` = `clean` (never a window), `full` (one endless window)
+/// or `alt` (windows of 50 checks, gaps of 200). At exit, writes the
+/// counts to stderr.
 const STUB: &str = r#"
 #include <stdint.h>
 #include <stdio.h>
@@ -84,19 +86,19 @@ H(1) H(2) H(4) H(8) H(16)
 void __sanitizer_cov_8bit_counters_init(char *a, char *b) { (void)a; (void)b; }
 void __sanitizer_cov_pcs_init(const uintptr_t *a, const uintptr_t *b) { (void)a; (void)b; }
 static int in_window;
-int __pmlab_sample_switch(int64_t *s) {
+int __pmlab_sample_switch3(int64_t *s) {
 	if (policy < 0) {
 		const char *p = getenv("STUB_POLICY");
 		policy = !p || !strcmp(p, "clean") ? 0 : !strcmp(p, "full") ? 1 : 2;
 	}
 	asks++;
 	int r;
-	if (policy == 0) { s[0] = 1 << 30; s[1] = 1; r = 0; }
-	else if (policy == 1) { s[0] = 1; s[1] = 1L << 40; r = 1; }
-	else if (in_window && s[1] > 0) { s[1]--; if (s[1] > 0) { s[0] = 1; r = 1; } else { in_window = 0; s[0] = 200; s[1] = 1; r = 0; } }
-	else if (in_window) { in_window = 0; s[0] = 200; s[1] = 1; r = 0; }
-	else if (s[0] > 0) { s[1] = 1; r = 0; }
-	else { in_window = 1; s[0] = 1; s[1] = 50; r = 1; }
+	if (policy == 0) { s[0] = 1 << 30; s[1] = 1; s[2] = 0; r = 0; }
+	else if (policy == 1) { s[0] = 1; s[1] = 1L << 40; s[2] = 1; r = 1; }
+	else if (in_window && s[1] > 0) { s[1]--; if (s[1] > 0) { s[0] = 1; s[2] = 1; r = 1; } else { in_window = 0; s[0] = 200; s[1] = 1; s[2] = 0; r = 0; } }
+	else if (in_window) { in_window = 0; s[0] = 200; s[1] = 1; s[2] = 0; r = 0; }
+	else if (s[0] > 0) { s[1] = 1; s[2] = 0; r = 0; }
+	else { in_window = 1; s[0] = 1; s[1] = 50; s[2] = 1; r = 1; }
 	if (r) to_instr++; else to_clean++;
 	return r;
 }
@@ -224,6 +226,113 @@ fn sampled_builds_run_both_copies_and_match_native_output() {
             }
         }
     }
+}
+
+/// The body of `name` in the assembly `asm` (from its label to the next
+/// `.cfi_endproc`).
+fn asm_body<'a>(asm: &'a str, name: &str) -> &'a str {
+    let start = asm
+        .find(&format!("\n{name}:"))
+        .unwrap_or_else(|| panic!("no {name} in the assembly"));
+    let rest = &asm[start..];
+    &rest[..rest.find(".cfi_endproc").unwrap_or(rest.len())]
+}
+
+#[test]
+fn leaves_without_loops_only_test_the_window_flag() {
+    runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample-leaf");
+    t.write(
+        "leaf.c",
+        r#"
+#include <stdlib.h>
+__attribute__((noinline)) int cmp(const void *a, const void *b) {
+	long x = *(const long *)a, y = *(const long *)b;
+	return (x > y) - (x < y);
+}
+__attribute__((noinline)) long total(const long *v, int n) {
+	long s = 0;
+	for (int i = 0; i < n; i++) s += v[i];
+	return s;
+}
+__attribute__((noinline)) long twice(const long *v, int n) { return 2 * total(v, n) + v[0]; }
+int main(void) {
+	long v[64];
+	for (int i = 0; i < 64; i++) v[i] = (i * 37) % 64;
+	qsort(v, 64, sizeof *v, cmp);
+	return (int)(twice(v, 64) & 1);
+}
+"#,
+    );
+    t.write("stub.c", STUB);
+    if !have_plugin(&t.0) {
+        common::skip("pmlab built without LLVM 14 (apt-get install llvm-14-dev)");
+        return;
+    }
+    let out = run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-S", "-o", "leaf.s", "leaf.c"])
+        .env("PMLAB_CC_MODE", "sample")
+        .env("PMLAB_SAMPLE_PASS_DEBUG", "1")
+        .current_dir(&t.0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cmp: two copies, leaf: window flag at entry, 0 back-edge(s)"),
+        "{err}"
+    );
+    // (the loop may be vectorized: a main loop and a remainder)
+    assert!(err.contains("total: two copies, entry check, "), "{err}");
+    assert!(
+        !err.contains("total: two copies, entry check, 0 back"),
+        "{err}"
+    );
+    // A function without loops that calls another counts at entry too.
+    assert!(
+        err.contains("twice: two copies, entry check, 0 back-edge(s)"),
+        "{err}"
+    );
+    let asm = std::fs::read_to_string(t.0.join("leaf.s")).unwrap();
+    // The comparison function: one load of the flag, no countdown, no
+    // switch; both copies (one with hooks).
+    let cmp = asm_body(&asm, "cmp");
+    assert!(cmp.contains("__pmlab_sample_state3@TPOFF+16"), "{cmp}");
+    assert!(!cmp.contains("__pmlab_sample_switch3"), "{cmp}");
+    assert!(!cmp.contains("__pmlab_sample_state3@TPOFF,"), "{cmp}");
+    assert!(cmp.contains("__sanitizer_cov_load8"), "{cmp}");
+    // The loop: countdowns and the switch.
+    let total = asm_body(&asm, "total");
+    assert!(total.contains("__pmlab_sample_switch3"), "{total}");
+    assert!(total.contains("__pmlab_sample_state3@TPOFF,"), "{total}");
+    // Built and run with the stub: the leaf runs instrumented in a window
+    // (as many hooks as a full build) and clean outside.
+    run(Command::new("clang-14")
+        .args(["-O2", "-c", "-o", "stub.o", "stub.c"])
+        .current_dir(&t.0));
+    let mut hooks = Vec::new();
+    for mode in ["full", "sample"] {
+        let exe = format!("leaf-{mode}");
+        run(Command::new(PMLAB)
+            .args(["cc", "-O2", "-c", "-o", "leaf.o", "leaf.c"])
+            .env("PMLAB_CC_MODE", mode)
+            .current_dir(&t.0));
+        run(Command::new("clang-14")
+            .args(["-O2", "-o", &exe, "leaf.o", "stub.o"])
+            .current_dir(&t.0));
+        for policy in ["full", "clean"] {
+            let o = Command::new(t.0.join(&exe))
+                .env("STUB_POLICY", policy)
+                .output()
+                .unwrap();
+            hooks.push(counts(&o).0);
+        }
+    }
+    // full build (either policy), sampled build in one window, clean.
+    assert!(hooks[0] > 64 * 6, "{hooks:?}");
+    assert_eq!(hooks[0], hooks[1], "{hooks:?}");
+    assert_eq!(hooks[2], hooks[0], "{hooks:?}");
+    assert_eq!(hooks[3], 0, "{hooks:?}");
 }
 
 #[test]

@@ -8,7 +8,7 @@
 // __sanitizer_cov_{load,store}{1,2,4,8,16} before each load and store of
 // those sizes, the ABI of clang's -fsanitize-coverage=trace-loads,
 // trace-stores). The checks decrement a per-thread countdown; when it runs
-// out, __pmlab_sample_switch (libpmlab) says which copy runs next and sets
+// out, __pmlab_sample_switch3 (libpmlab) says which copy runs next and sets
 // the next countdown. This is the framework of Arnold and Ryder (PLDI 2001)
 // for reducing the cost of instrumented code.
 //
@@ -19,17 +19,23 @@
 // that live across blocks are first demoted to stack slots; after cloning
 // and wiring, those slots are promoted back to registers (mem2reg).
 //
-// The per-thread state is a hidden, linkonce_odr thread-local pair of i64
-// (one per executable or shared object):
-//   state[0]: countdown of the clean copy's checks;
-//   state[1]: countdown of the instrumented copy's checks (the window).
-// A check in the clean copy is `if (--state[0] <= 0) switch`; at entry a
-// non-zero answer runs the instrumented copy, on a back-edge it jumps to
-// the instrumented copy of the loop's header. A check in the instrumented
-// copy is `if (--state[1] <= 0) switch`; a zero answer jumps back to the
-// clean copy. The runtime keeps state[0] at 1 while a window is open, so
-// that functions entered during a window (callees) ask and run
-// instrumented too.
+// The per-thread state is a hidden, linkonce_odr thread-local triple of
+// i64 (one per executable or shared object):
+//   state[0]: countdown of the clean copy's checks (the gap);
+//   state[1]: countdown of the instrumented copy's checks (the window);
+//   state[2]: non-zero while a window is open.
+// A check in the clean copy is `if (--state[0] <= 0) switch`: on a
+// back-edge a non-zero answer jumps to the instrumented copy of the loop's
+// header. A check in the instrumented copy is `if (--state[1] <= 0)
+// switch`; a zero answer jumps back to the clean copy.
+//
+// At entry, a function first tests state[2]: in a window it runs its
+// instrumented copy without asking (a callee of code in a window is in the
+// window too). Only functions with loops or calls count checks at entry
+// (the clean countdown in a gap, the window's in a window); a *leaf*
+// without loops (no calls but to intrinsics), such as a sort's comparison
+// function, only tests the flag: its accesses are covered by the windows
+// of its callers, and it costs one thread-local load per call.
 //
 // Functions that cannot be cloned safely (Windows funclet exception pads,
 // callbr, indirectbr, musttail calls, returns_twice calls such as
@@ -68,8 +74,10 @@ namespace {
 // Functions larger than this stay fully instrumented (cloning doubles them).
 constexpr unsigned kMaxInstructions = 20000;
 
-const char *const kStateName = "__pmlab_sample_state";
-const char *const kSwitchName = "__pmlab_sample_switch";
+// Versioned names: a program built with an older plugin (a pair of
+// countdowns, no flag) never meets this runtime's switch.
+const char *const kStateName = "__pmlab_sample_state3";
+const char *const kSwitchName = "__pmlab_sample_switch3";
 
 bool debugOn() {
   const char *v = std::getenv("PMLAB_SAMPLE_PASS_DEBUG");
@@ -214,6 +222,22 @@ bool skipEntirely(Function &F) {
   return false;
 }
 
+// A leaf: no calls but to intrinsics (inline assembly included), hence
+// with no callee that could run a loop of its own.
+bool isLeaf(Function &F) {
+  for (BasicBlock &BB : F)
+    for (Instruction &I : BB)
+      if (auto *CB = dyn_cast<CallBase>(&I)) {
+        if (CB->isInlineAsm())
+          continue;
+        if (Function *callee = CB->getCalledFunction())
+          if (callee->isIntrinsic())
+            continue;
+        return false;
+      }
+  return true;
+}
+
 bool hasAccesses(Function &F) {
   for (BasicBlock &BB : F)
     for (Instruction &I : BB)
@@ -235,18 +259,20 @@ struct Sampler {
         state(nullptr), debug(debugOn()) {
     LLVMContext &C = M.getContext();
     Type *i64 = Type::getInt64Ty(C);
-    ArrayType *ty = ArrayType::get(i64, 2);
+    ArrayType *ty = ArrayType::get(i64, 3);
     state = M.getGlobalVariable(kStateName, true);
     if (!state) {
       Constant *one = ConstantInt::get(i64, 1);
+      Constant *zero = ConstantInt::get(i64, 0);
       state = new GlobalVariable(M, ty, false,
                                  GlobalValue::LinkOnceODRLinkage,
-                                 ConstantArray::get(ty, {one, one}), kStateName,
+                                 ConstantArray::get(ty, {one, one, zero}),
+                                 kStateName,
                                  nullptr, GlobalValue::InitialExecTLSModel);
       state->setVisibility(GlobalValue::HiddenVisibility);
-      state->setAlignment(Align(16));
+      state->setAlignment(Align(32));
       // An executable (no PIC, or PIE) may use the cheapest model; a
-      // shared object initial-exec (glibc's surplus static TLS holds 16
+      // shared object initial-exec (glibc's surplus static TLS holds 24
       // bytes even for a dlopen'ed library).
       if (M.getPICLevel() == PICLevel::NotPIC ||
           M.getPIELevel() != PIELevel::Default)
@@ -299,6 +325,8 @@ struct Sampler {
 
   void sample(Function &F) {
     LLVMContext &C = F.getContext();
+    // Before the hooks are added (they are calls).
+    bool leaf = isLeaf(F);
     // 1. A prologue holding the entry block's static allocas (never
     //    cloned: both copies use the same slots).
     BasicBlock *oldEntry = &F.getEntryBlock();
@@ -407,11 +435,25 @@ struct Sampler {
       }
     insertHooks(hooks, DL, accesses);
 
-    // 6. Entry: prologue -> dispatch -> clean or instrumented body.
+    // 6. Entry: prologue -> dispatch on the window flag -> clean or
+    //    instrumented body; functions with loops or calls also count a
+    //    check (in the window's countdown or the gap's).
     BasicBlock *cleanEntry = oldEntry, *instrEntry = clone(oldEntry);
-    BasicBlock *ask = asker(F, "pmlab.entry.ask", instrEntry, cleanEntry);
     toBody->eraseFromParent();
-    countdown(prologue, 0, ask, cleanEntry);
+    bool counts = !backEdges.empty() || !leaf;
+    BasicBlock *inWindow = instrEntry, *inGap = cleanEntry;
+    if (counts) {
+      inWindow = BasicBlock::Create(C, "pmlab.entry.window", &F);
+      inGap = BasicBlock::Create(C, "pmlab.entry.gap", &F);
+      BasicBlock *ask = asker(F, "pmlab.entry.ask", instrEntry, cleanEntry);
+      countdown(inWindow, 1, ask, instrEntry);
+      countdown(inGap, 0, ask, cleanEntry);
+    }
+    {
+      IRBuilder<> B(prologue);
+      LoadInst *flag = B.CreateLoad(B.getInt64Ty(), slot(B, 2));
+      B.CreateCondBr(B.CreateICmpNE(flag, B.getInt64(0)), inWindow, inGap);
+    }
 
     // 7. Back-edges of both copies.
     unsigned n = 0;
@@ -443,6 +485,7 @@ struct Sampler {
       PromoteMemToReg(promote, DT2);
     if (debug)
       errs() << "pmlab sample: " << F.getName() << ": two copies, "
+             << (counts ? "entry check, " : "leaf: window flag at entry, ")
              << n << " back-edge(s), " << accesses.size()
              << " access(es) in the instrumented copy\n";
   }

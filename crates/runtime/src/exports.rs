@@ -422,17 +422,29 @@ pub extern "C" fn __sanitizer_cov_load8(addr: *const u64) {
 }
 
 /// Called by programs built with `pmlab cc`'s sampling plugin when a
-/// countdown of `state` (two `int64_t`: the clean copy's, the
-/// instrumented copy's) runs out: returns 1 when the instrumented copy is
-/// to run next, 0 for the clean one, and writes the next countdowns
+/// countdown of `state` (three `int64_t`: the clean copy's, the
+/// instrumented copy's, the window flag) runs out: returns 1 when the
+/// instrumented copy is to run next, 0 for the clean one, and writes the
+/// next countdowns
 /// ([`sample::switch`](crate::source::instrumented::sample::switch)).
+///
+/// # Safety
+///
+/// `state` points at the calling thread's triple.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __pmlab_sample_switch3(state: *mut i64) -> c_int {
+    crate::source::instrumented::sample::switch(state)
+}
+
+/// The switch of programs built by an older `pmlab cc` (two countdowns):
+/// they run clean ([`sample::legacy_switch`](crate::source::instrumented::sample::legacy_switch)).
 ///
 /// # Safety
 ///
 /// `state` points at the calling thread's two countdowns.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn __pmlab_sample_switch(state: *mut i64) -> c_int {
-    crate::source::instrumented::sample::switch(state)
+    crate::source::instrumented::sample::legacy_switch(state)
 }
 
 /// Called once per instrumented module with its inline 8-bit counters

@@ -431,7 +431,7 @@ impl ThreadCounters for InstrumentedCounters {
         // Sampled programs: the windows' counts stand for every check.
         // The hooks' costs are those of the windows, the delay that of
         // every check.
-        let f = super::sample::thread_factor();
+        let f = super::sample::thread_epoch_factor();
         let raw = reading_between(&self.last, &now);
         let mut r = scaled(raw, f);
         let device = settings::device_on()

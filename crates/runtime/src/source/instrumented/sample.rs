@@ -1,12 +1,15 @@
 //! The sampling switch of programs built with `pmlab cc`'s sampling
 //! plugin (`crates/emu/plugin/sample.cpp`): each function has a clean copy
 //! and an instrumented copy (hooks on every load and store), and checks at
-//! function entries and loop back-edges (*check events*) count down a
-//! per-thread pair held by the program, `state[0]` for the clean copy and
-//! `state[1]` for the instrumented one. When a countdown runs out the
-//! program calls [`__pmlab_sample_switch`](crate::exports), whose body is
+//! loop back-edges and at the entries of functions with loops or calls
+//! (*check events*) count down a per-thread triple held by the program:
+//! `state[0]` for the clean copy (the gap), `state[1]` for the
+//! instrumented one (the window), and `state[2]`, non-zero while a window
+//! is open, which every function tests at entry (in a window it runs
+//! instrumented without asking). When a countdown runs out the program
+//! calls [`__pmlab_sample_switch3`](crate::exports), whose body is
 //! [`switch`]: it says which copy runs next (1: instrumented) and writes the
-//! next countdowns.
+//! next countdowns and the flag.
 //!
 //! * Hooks off (outside `pmlab run`, or another counter source): clean,
 //!   and the next question [`INACTIVE_GAP`] checks later (a call per 16 M
@@ -17,22 +20,23 @@
 //!   that RATIO of the checks fall in windows.
 //! * `--sample auto`: see [`Policy::Auto`].
 //!
-//! The default is `--sample off`: `auto` loses accuracy on short phases
-//! (see docs/emulator.md) until it is measured on a quiet machine.
-//!
-//! While a window is open `state[0]` is kept at 1, so that every function
-//! entered in the window (a callee) asks, and runs instrumented; such a
-//! question counts as one check of the window. After a window, `state[1]`
-//! is 1, so that a caller still in its instrumented copy asks at its next
-//! check and goes back to the clean copy.
+//! While a window is open `state[0]` is kept at 1, so that a caller's
+//! clean loop, back from the callee that opened the window, asks at its
+//! next check and goes instrumented too; such a question counts as one
+//! check of the window. After a window, `state[1]` is 1, so that a caller
+//! still in its instrumented copy asks at its next check and goes back to
+//! the clean copy.
 //!
 //! Each thread counts the checks of its windows and of its gaps
 //! ([`Switch::window_events`], [`Switch::gap_events`]): their ratio is the
-//! factor by which the counts of the windows are extrapolated.
+//! factor by which the counts of the windows are extrapolated. Both copies
+//! are the same optimized code (the instrumented one is a clone of the
+//! vectorized, unrolled clean one, plus hooks), so a check stands for the
+//! same work in both.
 
 use pmlab_model::options::Sample;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 /// Checks between two questions while the hooks are off.
 pub const INACTIVE_GAP: i64 = 1 << 24;
@@ -44,31 +48,54 @@ pub const ENDLESS: i64 = 1 << 40;
 /// Checks of one window under a fixed ratio.
 pub const WINDOW: i64 = 2_000;
 
-/// The hooks' share of the clean code's time that [`Policy::Auto`] aims
-/// at.
-pub const AUTO_BUDGET: f64 = 0.1;
+/// The time the hooks may add to the clean code's under
+/// [`Policy::Auto`], as a share of it.
+pub const AUTO_BUDGET: f64 = 0.05;
 /// The least share of checks in windows under [`Policy::Auto`].
-pub const AUTO_MIN_SHARE: f64 = 0.005;
-/// Under [`Policy::Auto`], a slowdown `o` below this runs nearly every
-/// check instrumented ([`AUTO_MAX_SHARE`]): the hooks cost less than the
-/// code itself, which is then latency-bound (a chase waits on each miss).
-pub const AUTO_FULL_BELOW: f64 = 1.0;
+pub const AUTO_MIN_SHARE: f64 = 0.001;
 /// The largest share of checks in windows under [`Policy::Auto`] (a gap
 /// of 1/50 of a window remains, to time the clean code).
 pub const AUTO_MAX_SHARE: f64 = 0.98;
-/// The share of the first windows under [`Policy::Auto`], before both a
-/// window and a gap were timed.
-pub const AUTO_FIRST_SHARE: f64 = 0.5;
+/// Under [`Policy::Auto`], the longest gap, in nanoseconds of the clean
+/// code: a phase change is seen within about this long.
+pub const AUTO_PERIOD_NS: f64 = 1e6;
+/// The fewest checks of a window under [`Policy::Auto`].
+pub const AUTO_MIN_WINDOW: i64 = 8;
+/// The most checks of a window under [`Policy::Auto`].
+pub const AUTO_MAX_WINDOW: i64 = 4_096;
+/// Window and gap, in checks, under [`Policy::Auto`] until both a window
+/// and a gap were timed.
+pub const AUTO_FIRST: i64 = 64;
 
 /// The share of checks to run in windows for `o`, the instrumented copy's
-/// slowdown per check over the clean copy's, less 1: [`AUTO_BUDGET`] / `o`,
-/// within [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]], and the most below
-/// [`AUTO_FULL_BELOW`].
+/// slowdown per check over the clean copy's, less 1: [`AUTO_BUDGET`] / `o`
+/// within [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]] (the most when `o` is
+/// not positive).
 pub fn auto_share(o: f64) -> f64 {
-    if !o.is_finite() || o < AUTO_FULL_BELOW {
+    if !o.is_finite() || o <= 0.0 {
         return AUTO_MAX_SHARE;
     }
     (AUTO_BUDGET / o).clamp(AUTO_MIN_SHARE, AUTO_MAX_SHARE)
+}
+
+/// (window, gap) in checks under [`Policy::Auto`] for a `share` of the
+/// checks in windows, when a clean check takes `gap_cycles` and the
+/// longest gap is `period` cycles: the longest window (up to
+/// [`AUTO_MAX_WINDOW`], at least [`AUTO_MIN_WINDOW`]) whose gap fits in
+/// `period`. Before the clean code was timed (`gap_cycles` 0): windows and
+/// gaps of [`AUTO_FIRST`].
+pub fn auto_lengths(share: f64, gap_cycles: f64, period: f64) -> (i64, i64) {
+    if gap_cycles <= 0.0 || period <= 0.0 {
+        return (AUTO_FIRST, AUTO_FIRST);
+    }
+    let share = share.clamp(AUTO_MIN_SHARE, AUTO_MAX_SHARE);
+    let w = period * share / ((1.0 - share) * gap_cycles);
+    let w = if w.is_finite() {
+        (w as i64).clamp(AUTO_MIN_WINDOW, AUTO_MAX_WINDOW)
+    } else {
+        AUTO_MAX_WINDOW
+    };
+    (w, gap_for(w, share).max(1))
 }
 
 /// The gap, in checks, that puts `share` of the checks in windows of
@@ -92,16 +119,17 @@ pub enum Policy {
         /// Checks per gap.
         gap: i64,
     },
-    /// Adaptive, per thread: windows of [`WINDOW`] checks; each window
-    /// and each gap is timed (TSC), and the share of checks in windows is
-    /// set so that the hooks cost about [`AUTO_BUDGET`] of the time the
-    /// clean code would take: `share = AUTO_BUDGET / o`, where `o` is the
+    /// Adaptive, per thread. Each window and each gap is timed (TSC, less
+    /// the runtime's own time), and the share of checks in windows is set
+    /// so that the hooks add about [`AUTO_BUDGET`] to the time the clean
+    /// code would take: `share = AUTO_BUDGET / o`, where `o` is the
     /// measured slowdown of the instrumented copy over the clean one per
-    /// check, less 1 (see [`auto_share`]). Latency-bound code, where the
-    /// hooks hide behind the misses (`o` small), runs instrumented nearly
-    /// all the time; streaming and compute code (`o` of 5-20) a few
-    /// percent. The share stays in [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]],
-    /// so that some gaps remain to time the clean code.
+    /// check, less 1 (see [`auto_share`]): streaming and compute code (`o`
+    /// of 10-40) runs a share of a thousandth, a chase whose misses
+    /// dwarf the hooks (`o` well below 1) nearly everything. The windows
+    /// are as long as the gaps allow within [`AUTO_PERIOD_NS`] of clean
+    /// code (see [`auto_lengths`]): a phase lasting longer than that is
+    /// seen.
     Auto,
 }
 
@@ -128,16 +156,6 @@ impl Policy {
             gap: gap.min(ENDLESS as f64) as i64,
         }
     }
-
-    /// (window, gap) in checks for a thread whose measured share (under
-    /// [`Policy::Auto`]) is `share`; a gap of 0 means endless windows.
-    fn lengths(self, share: f64) -> (i64, i64) {
-        match self {
-            Policy::Full => (ENDLESS, 0),
-            Policy::Fixed { window, gap } => (window, gap),
-            Policy::Auto => (WINDOW, gap_for(WINDOW, share).max(1)),
-        }
-    }
 }
 
 /// One thread's switch state.
@@ -152,6 +170,10 @@ pub struct Switch {
     pub window_events: u64,
     /// Checks run in gaps so far.
     pub gap_events: u64,
+    /// Windows opened so far.
+    pub windows: u64,
+    /// Questions answered so far.
+    pub calls: u64,
     /// TSC when the current window or gap began.
     pub since: u64,
     /// TSC cycles per check of the windows and of the gaps, a moving
@@ -159,49 +181,51 @@ pub struct Switch {
     pub window_cycles: f64,
     /// See `window_cycles`.
     pub gap_cycles: f64,
-    /// The program's countdown pair, as last seen (to count the checks of
-    /// the current window or gap).
+    /// [`AUTO_PERIOD_NS`] in TSC cycles (0: not known yet; set by
+    /// [`switch`]).
+    pub period: f64,
+    /// The program's countdown triple, as last seen (to count the checks
+    /// of the current window or gap).
     pub state: usize,
 }
 
 impl Switch {
-    /// Answer one question: `state` is the program's pair (`state[0]` the
-    /// clean countdown, `state[1]` the window's), `active` whether the
-    /// hooks count, `full` whether every access must be seen (tracing).
-    /// Returns 1 when the instrumented copy is to run, else 0, and leaves
-    /// the next countdowns in `state`.
+    /// Answer one question: `state` is the program's triple (`state[0]`
+    /// the clean countdown, `state[1]` the window's, `state[2]` the window
+    /// flag), `active` whether the hooks count, `full` whether every
+    /// access must be seen (tracing). Returns 1 when the instrumented copy
+    /// is to run, else 0, and leaves the next countdowns in `state`.
     /// `now` is the TSC (for [`Policy::Auto`]).
     pub fn ask(
         &mut self,
         policy: Policy,
         active: bool,
         full: bool,
-        state: &mut [i64; 2],
+        state: &mut [i64; 3],
         now: u64,
     ) -> i32 {
         self.state = state.as_ptr() as usize;
+        self.calls += 1;
         if !active {
             self.in_window = false;
             self.set = 0;
-            *state = [INACTIVE_GAP, 1];
+            *state = [INACTIVE_GAP, 1, 0];
             return 0;
         }
-        let (window, gap) = if full {
-            (ENDLESS, 0)
-        } else {
-            policy.lengths(self.share())
-        };
+        let policy = if full { Policy::Full } else { policy };
         if self.set == 0 {
             self.since = now;
+            let (window, _) = self.lengths(policy);
             return self.open(window, state);
         }
         if self.in_window {
             if state[1] > 0 {
-                // A clean-copy check during the window: a function
-                // entered in it, or a caller's loop.
+                // A clean-copy check during the window: a caller's loop
+                // back from the callee that opened it.
                 state[1] -= 1;
                 if state[1] > 0 {
                     state[0] = 1;
+                    state[2] = 1;
                     return 1;
                 }
             }
@@ -212,39 +236,74 @@ impl Switch {
                 per_check(now.wrapping_sub(self.since), n),
             );
             self.since = now;
+            // The gap, from the share as timed now.
+            let (window, gap) = self.lengths(policy);
             if gap == 0 {
                 return self.open(window, state);
             }
-            // The gap, from the share as timed now.
-            let (_, gap) = if full {
-                (window, gap)
-            } else {
-                policy.lengths(self.share())
-            };
             self.in_window = false;
             self.set = gap;
-            *state = [gap, 1];
+            *state = [gap, 1, 0];
             0
         } else {
             if state[0] > 0 {
-                // The instrumented copy of a caller asks after its
-                // callee closed the window: back to the clean copy.
+                // The instrumented copy of a caller asks after its callee
+                // closed the window: back to the clean copy.
                 state[1] = 1;
+                state[2] = 0;
                 return 0;
             }
             let n = (self.set - state[0]).max(0) as u64;
             self.gap_events += n;
             self.gap_cycles = smooth(self.gap_cycles, per_check(now.wrapping_sub(self.since), n));
             self.since = now;
+            let (window, _) = self.lengths(policy);
             self.open(window, state)
         }
     }
 
-    fn open(&mut self, window: i64, state: &mut [i64; 2]) -> i32 {
+    /// (window, gap) in checks now; a gap of 0 means endless windows.
+    fn lengths(&self, policy: Policy) -> (i64, i64) {
+        match policy {
+            Policy::Full => (ENDLESS, 0),
+            Policy::Fixed { window, gap } => (window, gap),
+            Policy::Auto => {
+                let timed = self.window_cycles > 0.0 && self.gap_cycles > 0.0;
+                let gap_cycles = if timed { self.gap_cycles } else { 0.0 };
+                auto_lengths(self.share(), gap_cycles, self.period)
+            }
+        }
+    }
+
+    fn open(&mut self, window: i64, state: &mut [i64; 3]) -> i32 {
         self.in_window = true;
         self.set = window;
-        *state = [1, window];
+        self.windows += 1;
+        *state = [1, window, 1];
         1
+    }
+
+    /// End the current gap at the program's next check if it has run
+    /// longer than the period (`now` is the TSC): a gap's length in
+    /// checks comes from the clean code's speed before it, and a phase of
+    /// slower checks (a chase after a streaming loop) would otherwise
+    /// stretch it. Called at epoch ends ([`at_epoch_end`]). True when the
+    /// countdown was cut.
+    ///
+    /// The program's check is a plain load, decrement and store: should
+    /// the cut land between its load and its store, the program's store
+    /// undoes the cut and the gap runs its course, counted one cut short
+    /// (an error of at most that gap's checks, in the extrapolation).
+    pub fn cut_gap(&mut self, state: &mut [i64; 3], now: u64) -> bool {
+        if self.in_window || self.set == 0 || self.period <= 0.0 || state[0] <= 1 {
+            return false;
+        }
+        if (now.wrapping_sub(self.since) as f64) < self.period {
+            return false;
+        }
+        self.set -= state[0] - 1;
+        state[0] = 1;
+        true
     }
 
     /// The factor that extrapolates the counts of the windows to every
@@ -255,18 +314,18 @@ impl Switch {
     }
 
     /// The share of checks [`Policy::Auto`] puts in windows now:
-    /// [`auto_share`] of the timed slowdown, [`AUTO_FIRST_SHARE`] until a
-    /// window and a gap were timed.
+    /// [`auto_share`] of the timed slowdown, 1/2 until a window and a gap
+    /// were timed.
     pub fn share(&self) -> f64 {
         if self.window_cycles <= 0.0 || self.gap_cycles <= 0.0 {
-            return AUTO_FIRST_SHARE;
+            return 0.5;
         }
         auto_share(self.window_cycles / self.gap_cycles - 1.0)
     }
 
     /// The checks of the windows and gaps so far, with those of the
     /// current one, given the program's countdowns `state`.
-    pub fn events_with(&self, state: [i64; 2]) -> (u64, u64) {
+    pub fn events_with(&self, state: [i64; 3]) -> (u64, u64) {
         let (mut w, mut g) = (self.window_events, self.gap_events);
         if self.set > 0 {
             if self.in_window {
@@ -341,9 +400,12 @@ thread_local! {
             set: 0,
             window_events: 0,
             gap_events: 0,
+            windows: 0,
+            calls: 0,
             since: 0,
             window_cycles: 0.0,
             gap_cycles: 0.0,
+            period: 0.0,
             state: 0,
         })
     };
@@ -363,26 +425,117 @@ pub fn exclude(ticks: u64) {
     EXCLUDED.with(|c| c.set(c.get().wrapping_add(ticks)));
 }
 
-/// The body of `__pmlab_sample_switch`: `state` is the calling program's
-/// pair (see the module's documentation).
+thread_local! {
+    /// True while the calling thread is in [`switch`] (an epoch end that
+    /// interrupts it leaves the switch alone).
+    static IN_SWITCH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// At an epoch end of the calling thread (the epoch signal's handler, or
+/// a synchronisation point), under [`Policy::Auto`]: a gap that has run
+/// longer than [`AUTO_PERIOD_NS`] ends at the program's next check (see
+/// [`Switch::cut_gap`]), so that a phase change is seen within about an
+/// epoch. Async-signal-safe.
+pub fn at_epoch_end() {
+    if policy() != Policy::Auto || IN_SWITCH.with(Cell::get) {
+        return;
+    }
+    SWITCH.with(|c| {
+        let mut s = c.get();
+        if s.state == 0 {
+            return;
+        }
+        let now = pmlab_clock::rdtsc().wrapping_sub(EXCLUDED.with(Cell::get));
+        // SAFETY: the triple the program passed at its last question: its
+        // own thread-local variable, alive while the thread runs (the
+        // program is interrupted on this thread, see `Switch::cut_gap`).
+        let st = unsafe { &mut *(s.state as *mut [i64; 3]) };
+        if s.cut_gap(st, now) {
+            c.set(s);
+        }
+    })
+}
+
+/// The process's sampling so far, summed over its threads: checks in
+/// windows and in gaps, windows opened, questions answered (the calls of
+/// `__pmlab_sample_switch3`). Each thread adds its part at each question.
+static TOTALS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// The process's sampling as a JSON member (`"sample":{...},`), or
+/// nothing when no program code asked the switch: the policy, checks in
+/// windows and in gaps, their share, windows, questions.
+pub fn json() -> String {
+    let [w, g, n, calls] = TOTALS.each_ref().map(|c| c.load(Ordering::Relaxed));
+    if calls == 0 {
+        return String::new();
+    }
+    let policy = match policy() {
+        Policy::Full => "off".to_string(),
+        Policy::Auto => "auto".to_string(),
+        Policy::Fixed { window, gap } => format!("{:.6}", window as f64 / (window + gap) as f64),
+    };
+    let share = if w + g > 0 {
+        w as f64 / (w + g) as f64
+    } else {
+        0.0
+    };
+    format!(
+        "\"sample\":{{\"policy\":\"{policy}\",\"window_checks\":{w},\"gap_checks\":{g},\
+         \"share\":{share:.6},\"windows\":{n},\"switch_calls\":{calls}}},"
+    )
+}
+
+/// The body of `__pmlab_sample_switch3`: `state` is the calling program's
+/// triple (see the module's documentation).
 ///
 /// # Safety
 ///
-/// `state` points at two writable `i64`s of the calling thread.
+/// `state` points at three writable `i64`s of the calling thread.
 pub unsafe fn switch(state: *mut i64) -> i32 {
     if state.is_null() {
         return 0;
     }
-    let st = &mut *(state as *mut [i64; 2]);
+    let st = &mut *(state as *mut [i64; 3]);
     let active = super::hooks::active();
     let full = super::hooks::tracing();
-    SWITCH.with(|c| {
+    IN_SWITCH.with(|b| b.set(true));
+    compiler_fence(Ordering::SeqCst);
+    let r = SWITCH.with(|c| {
         let mut s = c.get();
+        if s.period <= 0.0 {
+            s.period = crate::clock::ns_to_ticks(AUTO_PERIOD_NS) as f64;
+        }
+        let before = [s.window_events, s.gap_events, s.windows];
         let now = pmlab_clock::rdtsc().wrapping_sub(EXCLUDED.with(Cell::get));
         let r = s.ask(policy(), active, full, st, now);
+        let after = [s.window_events, s.gap_events, s.windows];
+        for i in 0..3 {
+            if after[i] != before[i] {
+                TOTALS[i].fetch_add(after[i].wrapping_sub(before[i]), Ordering::Relaxed);
+            }
+        }
+        TOTALS[3].fetch_add(1, Ordering::Relaxed);
         c.set(s);
         r
-    })
+    });
+    compiler_fence(Ordering::SeqCst);
+    IN_SWITCH.with(|b| b.set(false));
+    r
+}
+
+/// The body of `__pmlab_sample_switch`, the switch of programs built by
+/// an older `pmlab cc` (a pair of countdowns, no window flag): their
+/// clean copy runs, asking again after [`INACTIVE_GAP`] checks (rebuild
+/// them to sample).
+///
+/// # Safety
+///
+/// `state` points at two writable `i64`s of the calling thread.
+pub unsafe fn legacy_switch(state: *mut i64) -> i32 {
+    if !state.is_null() {
+        *(state as *mut [i64; 2]) = [INACTIVE_GAP, 1];
+    }
+    0
 }
 
 /// The calling thread's window and gap checks so far (the current window
@@ -394,9 +547,9 @@ pub fn thread_events() -> (u64, u64) {
         if s.state == 0 {
             return (s.window_events, s.gap_events);
         }
-        // SAFETY: the pair the program passed at its last question: its
+        // SAFETY: the triple the program passed at its last question: its
         // own thread-local variable, alive while the thread runs.
-        let st = unsafe { std::ptr::read_volatile(s.state as *const [i64; 2]) };
+        let st = unsafe { std::ptr::read_volatile(s.state as *const [i64; 3]) };
         s.events_with(st)
     })
 }
@@ -413,13 +566,55 @@ pub fn thread_factor() -> f64 {
     extrapolation_factor(w, g)
 }
 
+/// The extrapolation of one epoch: given the window and gap checks at the
+/// last epoch end that had window checks (`last`), and those now
+/// (`now`), the factor for this epoch's counts, (window + gap checks) /
+/// window checks since `last`, and the new `last`. An epoch without
+/// window checks keeps `last`: its gap checks count with the next
+/// epoch's windows, and its counts (left over from an earlier window, if
+/// any) take `previous`, the last factor given.
+pub fn epoch_factor(last: (u64, u64), now: (u64, u64), previous: f64) -> (f64, (u64, u64)) {
+    let dw = now.0.saturating_sub(last.0);
+    let dg = now.1.saturating_sub(last.1);
+    if dw == 0 {
+        return (previous, last);
+    }
+    (extrapolation_factor(dw, dg), now)
+}
+
+thread_local! {
+    /// The calling thread's checks at its last epoch end with window
+    /// checks, and the factor it gave (see [`epoch_factor`]).
+    static LAST_EPOCH: Cell<((u64, u64), f64)> = const { Cell::new(((0, 0), 1.0)) };
+}
+
+/// The factor that extrapolates the calling thread's counts of the epoch
+/// that ends now (call once per epoch end, from the thread itself; ends a
+/// gap that has run past the period first, see [`at_epoch_end`]): the
+/// epoch's checks over its window checks ([`epoch_factor`]), so that a
+/// phase sampled at a share of 0.1% (a triad) is not extrapolated by the
+/// ratio of an earlier phase sampled at 50% (its page-faulting
+/// initialisation). The model's counts are brought up to date at each
+/// epoch end (the thread runs what is left of its log), so the epoch's
+/// counts are those of its windows. Async-signal-safe.
+pub fn thread_epoch_factor() -> f64 {
+    at_epoch_end();
+    let now = thread_events();
+    LAST_EPOCH.with(|c| {
+        let (last, previous) = c.get();
+        let (f, last) = epoch_factor(last, now, previous);
+        c.set((last, f));
+        f
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Run `n` checks of the copy `copy` (0 clean, 1 instrumented) as the
-    /// plugin's code does; returns the copy running after them.
-    fn run(sw: &mut Switch, p: Policy, st: &mut [i64; 2], mut copy: i32, n: u64) -> i32 {
+    /// plugin's loops do; returns the copy running after them.
+    fn run(sw: &mut Switch, p: Policy, st: &mut [i64; 3], mut copy: i32, n: u64) -> i32 {
         for _ in 0..n {
             let i = copy as usize;
             st[i] -= 1;
@@ -430,12 +625,27 @@ mod tests {
         copy
     }
 
+    /// A function entry as the plugin's prologue makes it: the window
+    /// flag picks the copy; `counts` (functions with loops or calls) also
+    /// counts down. Returns the copy the function runs.
+    fn enter(sw: &mut Switch, p: Policy, st: &mut [i64; 3], counts: bool) -> i32 {
+        let copy = (st[2] != 0) as usize;
+        if !counts {
+            return copy as i32;
+        }
+        st[copy] -= 1;
+        if st[copy] <= 0 {
+            return sw.ask(p, true, false, st, 0);
+        }
+        copy as i32
+    }
+
     #[test]
     fn inactive_hooks_run_clean_and_ask_rarely() {
         let mut sw = Switch::default();
-        let mut st = [1, 1];
+        let mut st = [1, 1, 0];
         assert_eq!(sw.ask(Policy::Full, false, false, &mut st, 0), 0);
-        assert_eq!(st, [INACTIVE_GAP, 1]);
+        assert_eq!(st, [INACTIVE_GAP, 1, 0]);
         assert_eq!(sw.window_events + sw.gap_events, 0);
     }
 
@@ -443,17 +653,18 @@ mod tests {
     fn full_and_tracing_keep_one_endless_window() {
         for (p, full) in [(Policy::Full, false), (Policy::fixed(0.01), true)] {
             let mut sw = Switch::default();
-            let mut st = [1, 1];
+            let mut st = [1, 1, 0];
             st[0] -= 1;
             assert_eq!(sw.ask(p, true, full, &mut st, 0), 1);
-            assert_eq!(st, [1, ENDLESS]);
-            // Function entries in the window ask and stay instrumented.
+            assert_eq!(st, [1, ENDLESS, 1]);
+            // Functions entered in the window run instrumented without
+            // asking: leaves test the flag, the others count a check.
             for _ in 0..1000 {
-                st[0] -= 1;
-                assert_eq!(sw.ask(p, true, full, &mut st, 0), 1);
-                assert_eq!(st[0], 1);
+                assert_eq!(enter(&mut sw, p, &mut st, false), 1);
+                assert_eq!(enter(&mut sw, p, &mut st, true), 1);
             }
-            assert_eq!(st[1], ENDLESS - 1000);
+            assert_eq!(sw.calls, 1);
+            assert_eq!(st, [1, ENDLESS - 1000, 1]);
         }
     }
 
@@ -468,7 +679,7 @@ mod tests {
             }
         );
         let mut sw = Switch::default();
-        let mut st = [1, 1];
+        let mut st = [1, 1, 0];
         let mut copy = 0;
         let (mut inside, total) = (0u64, 2_000_000u64);
         for _ in 0..total {
@@ -476,6 +687,7 @@ mod tests {
                 inside += 1;
             }
             copy = run(&mut sw, p, &mut st, copy, 1);
+            assert_eq!(st[2], copy as i64, "the flag says which copy runs");
         }
         let share = inside as f64 / total as f64;
         assert!((share - 0.1).abs() < 0.01, "share {share}");
@@ -492,10 +704,11 @@ mod tests {
             sw.window_events + sw.gap_events + st_pending(&sw, &st) + 1,
             total
         );
+        assert_eq!(sw.windows, periods as u64);
     }
 
     /// Checks of the current phase not yet counted.
-    fn st_pending(sw: &Switch, st: &[i64; 2]) -> u64 {
+    fn st_pending(sw: &Switch, st: &[i64; 3]) -> u64 {
         let left = if sw.in_window { st[1] } else { st[0] };
         (sw.set - left) as u64
     }
@@ -504,61 +717,159 @@ mod tests {
     fn callers_leave_the_window_when_a_callee_closes_it() {
         let p = Policy::Fixed { window: 3, gap: 5 };
         let mut sw = Switch::default();
-        let mut st = [1, 1];
+        let mut st = [1, 1, 0];
         st[0] -= 1;
         assert_eq!(sw.ask(p, true, false, &mut st, 0), 1);
         // The callee's instrumented loop runs out the window.
         assert_eq!(run(&mut sw, p, &mut st, 1, 3), 0);
-        assert_eq!(st, [5, 1]);
+        assert_eq!(st, [5, 1, 0]);
         // The caller, still instrumented, asks at its next check and goes
         // clean; the gap's countdown is untouched.
         st[1] -= 1;
         assert_eq!(sw.ask(p, true, false, &mut st, 0), 0);
-        assert_eq!(st, [5, 1]);
+        assert_eq!(st, [5, 1, 0]);
         assert_eq!(sw.window_events, 3);
+    }
+
+    #[test]
+    fn callers_join_the_window_a_callee_opened() {
+        let p = Policy::Fixed { window: 4, gap: 2 };
+        let mut sw = Switch::default();
+        let mut st = [1, 1, 0];
+        st[0] -= 1;
+        assert_eq!(sw.ask(p, true, false, &mut st, 0), 1);
+        // Back in the caller's clean loop: its next check asks and goes
+        // instrumented, as one check of the window.
+        assert_eq!(run(&mut sw, p, &mut st, 0, 1), 1);
+        assert_eq!(st, [1, 3, 1]);
+        // A leaf entered then runs instrumented, and counts nothing.
+        assert_eq!(enter(&mut sw, p, &mut st, false), 1);
+        assert_eq!(st, [1, 3, 1]);
+        // A function with loops entered in the window counts one.
+        assert_eq!(enter(&mut sw, p, &mut st, true), 1);
+        assert_eq!(st, [1, 2, 1]);
     }
 
     #[test]
     fn auto_share_follows_the_timed_slowdown() {
         // Hooks hidden by misses: nearly always instrumented.
-        assert_eq!(auto_share(0.05), AUTO_MAX_SHARE);
-        assert_eq!(auto_share(0.9), AUTO_MAX_SHARE);
         assert_eq!(auto_share(0.0), AUTO_MAX_SHARE);
-        // A triad 17x slower instrumented: 10% / 16.
-        assert!((auto_share(16.0) - AUTO_BUDGET / 16.0).abs() < 1e-12);
+        assert_eq!(auto_share(0.01), AUTO_MAX_SHARE);
+        assert!((auto_share(0.2) - AUTO_BUDGET / 0.2).abs() < 1e-12);
+        // A triad 37x slower instrumented.
+        assert_eq!(auto_share(36.0), AUTO_BUDGET / 36.0);
         assert_eq!(auto_share(1e6), AUTO_MIN_SHARE);
         assert_eq!(gap_for(100, 0.25), 300);
         assert_eq!(gap_for(100, 1.0), 0);
     }
 
     #[test]
+    fn auto_windows_keep_gaps_within_the_period() {
+        // Untimed: short windows and gaps.
+        assert_eq!(auto_lengths(0.5, 0.0, 1e6), (AUTO_FIRST, AUTO_FIRST));
+        // Clean checks of 100 cycles, share 0.01, period 1e6 cycles: a
+        // gap of 9 900 checks (990 000 cycles) after 100.
+        assert_eq!(auto_lengths(0.01, 100.0, 1e6), (101, 9999));
+        // A long period: the window is capped, the gap follows the share.
+        let (w, g) = auto_lengths(0.5, 1.0, 1e9);
+        assert_eq!((w, g), (AUTO_MAX_WINDOW, AUTO_MAX_WINDOW));
+        // Slow clean checks: the window keeps its least length and the
+        // share holds.
+        let (w, g) = auto_lengths(0.001, 1e6, 1e6);
+        assert_eq!(w, AUTO_MIN_WINDOW);
+        assert_eq!(g, gap_for(AUTO_MIN_WINDOW, 0.001));
+    }
+
+    #[test]
     fn auto_times_windows_and_gaps_and_sets_the_share() {
-        // Each check costs 10 cycles in a window, 1 in a gap: o = 9.
-        let mut sw = Switch::default();
-        let mut st = [1, 1];
+        // Each check costs 21 cycles in a window, 1 in a gap: o = 20.
+        let mut sw = Switch {
+            period: 1e6,
+            ..Switch::default()
+        };
+        let mut st = [1, 1, 0];
         let mut now = 0u64;
         st[0] -= 1;
         let mut copy = sw.ask(Policy::Auto, true, false, &mut st, now);
         assert_eq!(copy, 1);
-        for _ in 0..3_000_000u64 {
-            now += if copy == 1 { 10 } else { 1 };
+        let (mut inside, total) = (0u64, 20_000_000u64);
+        let mut longest_gap = 0u64;
+        for _ in 0..total {
+            if copy == 1 {
+                inside += 1;
+            }
+            now += if copy == 1 { 21 } else { 1 };
             let i = copy as usize;
             st[i] -= 1;
             if st[i] <= 0 {
+                let was = copy;
                 copy = sw.ask(Policy::Auto, true, false, &mut st, now);
+                if was == 1 && copy == 0 {
+                    longest_gap = longest_gap.max(st[0] as u64);
+                }
             }
         }
-        assert_eq!(sw.window_cycles, 10.0);
+        assert_eq!(sw.window_cycles, 21.0);
         assert_eq!(sw.gap_cycles, 1.0);
-        let want = auto_share(9.0);
+        let want = auto_share(20.0);
         assert!((sw.share() - want).abs() < 1e-12);
-        assert!(!sw.in_window || sw.set == WINDOW);
-        // The gaps after the first follow the share.
-        if !sw.in_window {
-            assert_eq!(sw.set, gap_for(WINDOW, want));
-        }
+        let share = inside as f64 / total as f64;
+        assert!(
+            (share - want).abs() < 0.1 * want,
+            "share {share}, want {want}"
+        );
+        // The hooks cost about the budget of the clean code's time.
+        let cost = share * 20.0;
+        assert!((cost - AUTO_BUDGET).abs() < 0.01, "cost {cost}");
+        // No gap is longer than the period (1e6 one-cycle checks).
+        assert!(longest_gap <= 1_000_000, "gap {longest_gap}");
         let (w, g) = sw.events_with(st);
-        assert_eq!(w + g + 1, 3_000_001);
+        assert_eq!(w + g + 1, total + 1);
+    }
+
+    #[test]
+    fn auto_follows_a_phase_change_within_the_period() {
+        // A streaming phase (o = 30), then a chase whose misses hide the
+        // hooks (o = 0.1): the share rises within a few periods.
+        let mut sw = Switch {
+            period: 1e6,
+            ..Switch::default()
+        };
+        let mut st = [1, 1, 0];
+        let mut now = 0u64;
+        st[0] -= 1;
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, now);
+        // Epochs of 2e6 cycles end gaps that ran past the period.
+        fn step(sw: &mut Switch, st: &mut [i64; 3], copy: &mut i32, now: &mut u64, cost: [u64; 2]) {
+            let before = *now / 2_000_000;
+            *now += cost[*copy as usize];
+            if *now / 2_000_000 != before {
+                sw.cut_gap(st, *now);
+            }
+            let i = *copy as usize;
+            st[i] -= 1;
+            if st[i] <= 0 {
+                *copy = sw.ask(Policy::Auto, true, false, st, *now);
+            }
+        }
+        for _ in 0..5_000_000 {
+            step(&mut sw, &mut st, &mut copy, &mut now, [1, 31]);
+        }
+        assert!(sw.share() < 0.01, "streaming share {}", sw.share());
+        // 20 ms of the chase: 100 000 checks of 200 cycles.
+        let start = now;
+        let mut at = None;
+        while now - start < 20_000_000 {
+            step(&mut sw, &mut st, &mut copy, &mut now, [200, 220]);
+            if at.is_none() && sw.share() > 0.05 {
+                at = Some(now - start);
+            }
+        }
+        let at = at.expect("the share never rose");
+        // Within three epochs (the first gap cut), and the share goes on
+        // to the chase's (0.05 / 0.1).
+        assert!(at < 6_000_000, "the chase was seen after {at} cycles");
+        assert!(sw.share() > 0.3, "chase share {}", sw.share());
     }
 
     #[test]
@@ -574,6 +885,31 @@ mod tests {
         assert_eq!(extrapolation_factor(0, 100), 1.0);
         assert_eq!(extrapolation_factor(100, 0), 1.0);
         assert_eq!(extrapolation_factor(100, 900), 10.0);
+    }
+
+    #[test]
+    fn each_epoch_is_extrapolated_by_its_own_checks() {
+        // A first epoch at a share of 1/2, then one at 1/1000: the second
+        // is extrapolated by 1000, not by the run's ratio.
+        let (f, last) = epoch_factor((0, 0), (1000, 1000), 1.0);
+        assert_eq!((f, last), (2.0, (1000, 1000)));
+        let (f, last) = epoch_factor(last, (1010, 10_990), f);
+        assert_eq!((f, last), (1000.0, (1010, 10_990)));
+        // An epoch in a gap: its checks wait for the next window's epoch.
+        let (f, last2) = epoch_factor(last, (1010, 20_990), f);
+        assert_eq!((f, last2), (1000.0, last));
+        let (f, _) = epoch_factor(last2, (1020, 30_990), f);
+        assert_eq!(f, 2001.0);
+        // Full instrumentation: no gaps, a factor of 1.
+        assert_eq!(epoch_factor((0, 0), (500, 0), 1.0).0, 1.0);
+    }
+
+    #[test]
+    fn legacy_programs_run_clean() {
+        let mut st = [0i64, 0];
+        // SAFETY: two writable words.
+        assert_eq!(unsafe { legacy_switch(st.as_mut_ptr()) }, 0);
+        assert_eq!(st, [INACTIVE_GAP, 1]);
     }
 
     #[test]
