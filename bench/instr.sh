@@ -17,8 +17,8 @@
 # --no-inject`: the slowdown the hooks cost where no delay hides them.
 # Each program runs as a full build (PMLAB_CC_MODE=full: a hook on every
 # access) and, with clang, as a sampled build (pmlab cc's default, the
-# sampling plugin under --sample auto); memlat (one chain over 256 MiB)
-# is the latency-bound case.
+# sampling plugin) under --sample off and --sample auto; memlat (one and
+# four chains over 256 MiB) is the latency-bound case.
 # qsort moves the keys inside libc, which pmlab cc does not instrument
 # (only its comparison calls are): radix, all in the program, is the
 # sort that pays the hooks on every access.
@@ -90,51 +90,63 @@ awk -v nh="$nh" -v ih="$ih" -v ah="$ah" -v ns="$ns" -v is="$is" -v as="$as" -v n
 	printf "slow path (model miss, counting): %.1f ns per miss\n", am - nm
 }'
 
-# Issue 17's programs: native against --no-inject, REPS runs each.
+# Issue 17's programs: native against --no-inject, REPS runs each. The
+# readings go to $TMP/res.NAME (not $TMP/NAME: memlat.native and
+# memlat.sampled are the binaries themselves).
 program_runs() { # name key command...
 	name=$1; key=$2; shift 2
-	: > "$TMP/$name"
+	: > "$TMP/res.$name"
 	i=0
 	while [ $i -lt "$REPS" ]; do
-		"$@" 2>/dev/null | sed -n "s/.* $key=\([0-9.]*\).*/\1/p" >> "$TMP/$name"
+		"$@" 2>/dev/null | sed -n "s/.* $key=\([0-9.]*\).*/\1/p" >> "$TMP/res.$name"
 		i=$((i + 1))
 	done
 }
-NOINJ="$PMLAB run --quiet --source instrumented --no-inject --pm-latency 400ns --"
-# Builds: "full" hooks every access (PMLAB_CC_MODE=full), "sampled" is
-# pmlab cc's default with clang (the sampling plugin, --sample auto).
+NOINJ="$PMLAB run --quiet --source instrumented --no-inject --pm-latency 400ns"
+# Builds: "full" hooks every access (PMLAB_CC_MODE=full); "sampled" is
+# pmlab cc's default with clang (the sampling plugin), run under
+# --sample off (every check in one window: the full cost, "sampled-off")
+# and --sample auto ("sampled").
 BUILDS="full"
-[ -x "$TMP/stream.sampled" ] && BUILDS="full sampled"
+[ -x "$TMP/stream.sampled" ] && BUILDS="full sampled-off sampled"
 program_runs triad.native gbps "$TMP/stream.native" -k triad -t 1
 program_runs memlat.native ns_per_access "$TMP/memlat.native" -r 256
 for a in qsort radix; do
 	program_runs $a.native ns_per_element "$TMP/sort.native" -a $a
 done
+program_runs memlat4.native ns_per_access "$TMP/memlat.native" -r 256 -c 4
 for b in $BUILDS; do
-	x=$b; [ "$b" = full ] && x=instr
-	program_runs triad.$b gbps $NOINJ "$TMP/stream.$x" -k triad -t 1
-	program_runs memlat.$b ns_per_access $NOINJ "$TMP/memlat.$x" -r 256
+	x=$b; s=off
+	[ "$b" = full ] && x=instr
+	[ "$b" = sampled-off ] && x=sampled
+	[ "$b" = sampled ] && s=auto
+	program_runs triad.$b gbps $NOINJ --sample $s -- "$TMP/stream.$x" -k triad -t 1
+	program_runs memlat.$b ns_per_access $NOINJ --sample $s -- "$TMP/memlat.$x" -r 256
+	program_runs memlat4.$b ns_per_access $NOINJ --sample $s -- "$TMP/memlat.$x" -r 256 -c 4
 	for a in qsort radix; do
-		program_runs $a.$b ns_per_element $NOINJ "$TMP/sort.$x" -a $a
+		program_runs $a.$b ns_per_element $NOINJ --sample $s -- "$TMP/sort.$x" -a $a
 	done
 done
-set -- $(stats "$TMP/triad.native"); tn=$1; tnl=$2; tnh=$3
+set -- $(stats "$TMP/res.triad.native"); tn=$1; tnl=$2; tnh=$3
 for b in $BUILDS; do
-	set -- $(stats "$TMP/triad.$b"); ta=$1; tal=$2; tah=$3
-	printf "triad (1 thread, 3 x 128 MiB): native %.2f GB/s [%.2f..%.2f], --no-inject %-7s %.2f GB/s [%.2f..%.2f]: %.2fx slower\n" \
+	set -- $(stats "$TMP/res.triad.$b"); ta=$1; tal=$2; tah=$3
+	printf "triad (1 thread, 3 x 128 MiB): native %.2f GB/s [%.2f..%.2f], --no-inject %-11s %.2f GB/s [%.2f..%.2f]: %.2fx slower\n" \
 		"$tn" "$tnl" "$tnh" "$b" "$ta" "$tal" "$tah" "$(awk -v n="$tn" -v a="$ta" 'BEGIN { print n / a }')"
 done
 for a in qsort radix; do
-	set -- $(stats "$TMP/$a.native"); sn=$1; snl=$2; snh=$3
+	set -- $(stats "$TMP/res.$a.native"); sn=$1; snl=$2; snh=$3
 	for b in $BUILDS; do
-		set -- $(stats "$TMP/$a.$b"); sa=$1; sal=$2; sah=$3
-		printf "sort %-5s (4M keys, 16 MiB): native %.2f ns/element [%.2f..%.2f], --no-inject %-7s %.2f [%.2f..%.2f]: %.2fx slower\n" \
+		set -- $(stats "$TMP/res.$a.$b"); sa=$1; sal=$2; sah=$3
+		printf "sort %-5s (4M keys, 16 MiB): native %.2f ns/element [%.2f..%.2f], --no-inject %-11s %.2f [%.2f..%.2f]: %.2fx slower\n" \
 			"$a" "$sn" "$snl" "$snh" "$b" "$sa" "$sal" "$sah" "$(awk -v n="$sn" -v a="$sa" 'BEGIN { print a / n }')"
 	done
 done
-set -- $(stats "$TMP/memlat.native"); mn=$1; mnl=$2; mnh=$3
-for b in $BUILDS; do
-	set -- $(stats "$TMP/memlat.$b"); ma=$1; mal=$2; mah=$3
-	printf "memlat (1 chain, 256 MiB): native %.1f ns/access [%.1f..%.1f], --no-inject %-7s %.1f [%.1f..%.1f]: %.2fx slower\n" \
-		"$mn" "$mnl" "$mnh" "$b" "$ma" "$mal" "$mah" "$(awk -v n="$mn" -v a="$ma" 'BEGIN { print a / n }')"
+for m in memlat memlat4; do
+	chains=1; [ $m = memlat4 ] && chains=4
+	set -- $(stats "$TMP/res.$m.native"); mn=$1; mnl=$2; mnh=$3
+	for b in $BUILDS; do
+		set -- $(stats "$TMP/res.$m.$b"); ma=$1; mal=$2; mah=$3
+		printf "memlat (%d chain(s), 256 MiB): native %.1f ns/access [%.1f..%.1f], --no-inject %-11s %.1f [%.1f..%.1f]: %.2fx slower\n" \
+			"$chains" "$mn" "$mnl" "$mnh" "$b" "$ma" "$mal" "$mah" "$(awk -v n="$mn" -v a="$ma" 'BEGIN { print a / n }')"
+	done
 done
