@@ -505,6 +505,26 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_is_the_target_time_less_the_time_already_spent() {
+        // 8 GB/s = 8 bytes/ns; an epoch that moved 80,000 B needs
+        // 10,000 ns of device time from its start.
+        let rates = DeviceRates::shared(8.0);
+        let busy = rates.busy_ns(60_000.0, 20_000.0);
+        assert_eq!(busy, 10_000.0);
+        // The epoch ran 4,000 ns (clean code, hooks, a switched-out
+        // stretch: all of it real time): it waits the other 6,000.
+        let mut dev = DeviceClock::default();
+        let done = dev.book(0.0, busy);
+        assert_eq!(done - 4_000.0, 6_000.0);
+        assert_eq!(bandwidth_stretch_ns(80_000.0, 4_000.0, 8.0), 6_000.0);
+        // Hooks that slowed the epoch past the device's time leave nothing
+        // to wait: the target time is not added on top of the elapsed one.
+        let mut dev = DeviceClock::default();
+        assert!(dev.book(0.0, busy) < 12_000.0);
+        assert_eq!(bandwidth_stretch_ns(80_000.0, 12_000.0, 8.0), 0.0);
+    }
+
+    #[test]
     fn an_idle_device_gives_no_credit() {
         // A thread idle for 1 ms, then a burst of 5,000 B in 1,000 ns at
         // 1 byte/ns: the burst waits 4,000 ns; the idle millisecond does
