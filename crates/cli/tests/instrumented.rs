@@ -1088,6 +1088,49 @@ fn stream_under(dir: &Path, exe: &Path, args: &[&str], flags: &[&str]) -> (f64, 
 }
 
 #[test]
+fn a_sampled_run_charges_the_traffic_the_program_moves() {
+    // Issue 17: a sampled build's bytes are extrapolated from its
+    // windows. The traffic of stream.c is known exactly: the first touch
+    // of the three 32 MiB arrays (each line read for the write, and written
+    // back: 6 arrays' worth), then 3 passes (the untimed one and 2 timed)
+    // of 4 arrays' worth for a triad (two reads, a write-allocate read, a
+    // write-back) and 1 for the read-only sum. No timing is involved: the
+    // windows fall on fixed checks, and the bytes do not depend on load.
+    runtime_dir();
+    let t = TempDir::new("streamsampled");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/stream.c");
+    let exe = t.0.join("stream");
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lpthread")
+        .current_dir(&t.0));
+    for (kernel, arrays) in [("triad", 6.0 + 3.0 * 4.0), ("sum", 6.0 + 3.0)] {
+        let stats = t.0.join(format!("{kernel}.json"));
+        run(Command::new(PMLAB)
+            .args(["run", "--quiet", "--source", "instrumented"])
+            .args(["--pm-latency", "100ns", "--dram-latency", "100ns"])
+            .args(["--sample", "0.1", "--stats-json"])
+            .arg(&stats)
+            .arg("--")
+            .arg(&exe)
+            .args(["-k", kernel, "-r", "32", "-n", "2"])
+            // A 1 MiB model: the windows' lines do not stay in it from one
+            // pass to the next, as they would not in the real cache.
+            .env("PMLAB_INSTR_LLC", "1MiB:16"));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let bytes = v["total"]["pm_bytes"].as_f64().unwrap();
+        let expected = arrays * 32.0 * 1048576.0;
+        assert!(
+            (bytes / expected - 1.0).abs() < 0.05,
+            "{kernel}: {bytes} B charged against {expected}"
+        );
+    }
+}
+
+#[test]
 fn a_bandwidth_target_slows_a_copy_to_it_for_all_threads_together() {
     runtime_dir();
     let t = TempDir::new("streambw");

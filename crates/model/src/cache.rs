@@ -437,6 +437,10 @@ pub struct CompactAccess {
     pub hit: bool,
     /// The line evicted to make room (only on a miss in a full set).
     pub victim: Option<CompactVictim>,
+    /// A write made the line dirty: it was clean or absent before. Each
+    /// such line owes memory one write-back, whenever it is evicted (the
+    /// bandwidth model charges it here: a sampled model evicts too late).
+    pub dirtied: bool,
 }
 
 /// A single-level LRU cache that stores 30-bit hashed tags in 32-bit slots
@@ -568,6 +572,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             return CompactAccess {
                 hit: true,
                 victim: None,
+                dirtied: write && s & 1 == 0,
             };
         }
         let fresh = tag | (pm as u32) << 1 | write as u32;
@@ -577,6 +582,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             return CompactAccess {
                 hit: false,
                 victim: None,
+                dirtied: write,
             };
         }
         let last = set[w - 1];
@@ -588,6 +594,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
                 dirty: last & 1 == 1,
                 pm: last & 2 == 2,
             }),
+            dirtied: write,
         }
     }
 
@@ -670,6 +677,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             let a = CompactAccess {
                 hit: true,
                 victim: None,
+                dirtied: write && s & 1 == 0,
             };
             return (a, 0);
         }
@@ -684,7 +692,12 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             dirty: last & 1 == 1,
             pm: last & 2 == 2,
         });
-        (CompactAccess { hit: false, victim }, last_line)
+        let a = CompactAccess {
+            hit: false,
+            victim,
+            dirtied: write,
+        };
+        (a, last_line)
     }
 
     /// Remove `line` (a flush), with the slot names of
@@ -756,6 +769,26 @@ mod tests {
         assert!(c.access(5, false, false).hit);
         let e = CompactCache::with_table(cfg, vec![0u32; 10]).unwrap_err();
         assert!(e.to_string().contains("1024 slots"), "{e}");
+    }
+
+    #[test]
+    fn a_compact_access_says_when_a_write_dirtied_its_line() {
+        let cfg = CacheConfig::new(64 * 2 * 4, 2);
+        let mut c = CompactCache::new(cfg).unwrap();
+        let mut names = vec![0u64; CompactCache::table_len(cfg).unwrap()];
+        // A store miss dirties its line (write-allocate: read, then owed
+        // back); a load does not; a store to a clean line does, to a dirty
+        // one no more.
+        assert!(c.access(8, true, true).dirtied);
+        assert!(!c.access(8, true, true).dirtied);
+        assert!(!c.access(16, false, true).dirtied);
+        assert!(c.access(16, true, true).dirtied);
+        // The tracked access agrees.
+        let mut t = CompactCache::new(cfg).unwrap();
+        assert!(!t.access_tracked(3, false, true, &mut names).0.dirtied);
+        assert!(t.access_tracked(3, true, true, &mut names).0.dirtied);
+        assert!(!t.access_tracked(3, true, true, &mut names).0.dirtied);
+        assert!(t.access_tracked(7, true, true, &mut names).0.dirtied);
     }
 
     fn small(sets: u64, ways: u32) -> Cache {

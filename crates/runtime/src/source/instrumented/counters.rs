@@ -144,6 +144,8 @@ impl Source for InstrumentedSource {
             carried_ns: 0.0,
             window: LossWindow::default(),
             owner: 0,
+            checks: (0, 0),
+            gaps: gap_rate(),
         }))
     }
 
@@ -179,6 +181,11 @@ pub struct InstrumentedCounters {
     /// The recent epochs' window losses, to bound them by the time the
     /// epochs took.
     window: LossWindow,
+    /// Sampled programs: the thread's window and gap checks at the last
+    /// reading, and the windows' bytes per check, to charge each epoch the
+    /// traffic of its own gaps ([`sampled_traffic`]).
+    checks: (u64, u64),
+    gaps: quartz::GapRate,
 }
 
 /// Epochs over which the window loss is bounded together.
@@ -291,23 +298,33 @@ pub fn window_loss_ns(hooked_serial: f64, serial: f64, dram_ns: f64) -> f64 {
     (hooked_serial - serial).max(0.0) * dram_ns.max(0.0)
 }
 
-/// The reading between two totals of one thread.
+/// The reading between two totals of one thread. The PM traffic it
+/// reports to the bandwidth model is the lines read (every PM miss, a
+/// store's write-allocate read included) and one write-back per line a
+/// store made dirty, charged when it was dirtied rather than when the
+/// model evicts it: every dirtied line is written back once, and a
+/// sampled model, which sees a fraction of the lines, would evict it
+/// long after the program moved on (a triad at `--sample 0.01` never
+/// filled the model's cache: no write-back was counted at all).
 pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
+    let read = b.serial.pm_misses.saturating_sub(a.serial.pm_misses);
+    let written = b.pm_dirtied.saturating_sub(a.pm_dirtied);
     EpochReading {
         reading: Reading::Accesses {
             pm_serial: (b.serial.pm - a.serial.pm).max(0.0),
             dram_serial: (b.serial.dram - a.serial.dram).max(0.0),
         },
-        pm_bytes: b.pm_bytes().saturating_sub(a.pm_bytes()),
-        pm_write_bytes: b.pm_writebacks.saturating_sub(a.pm_writebacks) << 6,
+        pm_bytes: (read + written) << 6,
+        pm_write_bytes: written << 6,
     }
 }
 
 /// `r` with its counts multiplied by `f`, the sampling's extrapolation
 /// (programs built with the sampling plugin and run with `--sample
 /// RATIO`: the windows' counts stand for every check). The bytes, read
-/// and written, are extrapolated with the accesses, so that the bandwidth
-/// model sees the traffic of the whole epoch, not of its windows.
+/// and written, are scaled with the accesses; the bandwidth model takes
+/// its bytes from [`sampled_traffic`] instead, which charges each epoch
+/// the traffic of its own checks.
 pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
     if f == 1.0 {
         return r;
@@ -324,6 +341,42 @@ pub fn scaled(mut r: EpochReading, f: f64) -> EpochReading {
     }
     r.pm_bytes = (r.pm_bytes as f64 * f).round() as u64;
     r.pm_write_bytes = ((r.pm_write_bytes as f64 * f).round() as u64).min(r.pm_bytes);
+    r
+}
+
+/// Window checks over which [`sampled_traffic`] averages the windows'
+/// bytes per check: one window, so that a new phase's rate holds from its
+/// first window on (averaged over four, a triad after its arrays'
+/// initialisation was charged the initialisation's write share for
+/// several epochs: 12% too many write-backs over its first pass).
+pub const GAP_RATE_CHECKS: f64 = super::sample::WINDOW as f64;
+
+fn gap_rate() -> quartz::GapRate {
+    quartz::GapRate::new(GAP_RATE_CHECKS)
+}
+
+/// The bandwidth model's view of a sampled epoch: `r` (the windows'
+/// counts, as [`reading_between`] gives them) with its bytes read and
+/// written extended to the epoch's `gap_checks` at the windows' rate per
+/// check (`gaps`, which learns this epoch's `window_checks` first; see
+/// [`quartz::GapRate`]). The gaps' bytes are thus charged in the epoch
+/// that ran them, wherever the windows fell. Without gap checks (every
+/// access hooked, no sampling plugin) `r`'s bytes stand.
+pub fn sampled_traffic(
+    mut r: EpochReading,
+    window_checks: u64,
+    gap_checks: u64,
+    gaps: &mut quartz::GapRate,
+) -> EpochReading {
+    let (read, write) = gaps.extrapolate(
+        r.pm_read_bytes() as f64,
+        r.pm_write_bytes as f64,
+        window_checks as f64,
+        gap_checks as f64,
+    );
+    let (read, write) = (read.round() as u64, write.round() as u64);
+    r.pm_bytes = read + write;
+    r.pm_write_bytes = write;
     r
 }
 
@@ -420,6 +473,8 @@ impl ThreadCounters for InstrumentedCounters {
         self.last_overhead_ns = 0.0;
         self.carried_ns = 0.0;
         self.window = LossWindow::default();
+        self.checks = super::sample::thread_events();
+        self.gaps = gap_rate();
         Ok(())
     }
 
@@ -434,6 +489,16 @@ impl ThreadCounters for InstrumentedCounters {
         let f = super::sample::thread_epoch_factor();
         let raw = reading_between(&self.last, &now);
         let mut r = scaled(raw, f);
+        // The bandwidth model's bytes: the windows' own, and the gaps' at
+        // the windows' rate per check, in the epoch that ran them.
+        let checks = super::sample::thread_events();
+        let (dw, dg) = (
+            checks.0.saturating_sub(self.checks.0),
+            checks.1.saturating_sub(self.checks.1),
+        );
+        self.checks = checks;
+        let t = sampled_traffic(raw, dw, dg, &mut self.gaps);
+        (r.pm_bytes, r.pm_write_bytes) = (t.pm_bytes, t.pm_write_bytes);
         let device = settings::device_on()
             .then(|| {
                 self.lat
@@ -636,6 +701,34 @@ mod tests {
     }
 
     #[test]
+    fn a_sampled_epoch_is_charged_its_gaps_traffic_at_the_windows_rate() {
+        // A triad's window: 1,500 lines in, 500 dirtied, in 2,000 checks;
+        // the epoch also ran 198,000 checks of gap.
+        let a = ThreadTotals::default();
+        let b = ThreadTotals {
+            serial: SerialCounts {
+                pm_misses: 1_500,
+                ..Default::default()
+            },
+            pm_dirtied: 500,
+            ..Default::default()
+        };
+        let mut g = gap_rate();
+        let r = sampled_traffic(reading_between(&a, &b), 2_000, 198_000, &mut g);
+        assert_eq!(r.pm_read_bytes(), 1_500 * 64 * 100);
+        assert_eq!(r.pm_write_bytes, 500 * 64 * 100);
+        // The next epoch ran in a gap only: charged at the same rate.
+        let r = sampled_traffic(reading_between(&b, &b), 0, 20_000, &mut g);
+        assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (960_000, 320_000));
+        // Every access hooked: the counts as they are.
+        let mut g = gap_rate();
+        let r = sampled_traffic(reading_between(&a, &b), 2_000, 0, &mut g);
+        assert_eq!((r.pm_bytes, r.pm_write_bytes), (2_000 * 64, 500 * 64));
+        // The latency counts are left to `scaled`.
+        assert_eq!(r.reading, reading_between(&a, &b).reading);
+    }
+
+    #[test]
     fn epoch_reading_is_the_difference_of_totals() {
         let a = ThreadTotals {
             serial: SerialCounts {
@@ -645,6 +738,7 @@ mod tests {
                 ..Default::default()
             },
             pm_writebacks: 2,
+            pm_dirtied: 3,
             ..Default::default()
         };
         let b = ThreadTotals {
@@ -655,6 +749,7 @@ mod tests {
                 ..Default::default()
             },
             pm_writebacks: 7,
+            pm_dirtied: 11,
             ..Default::default()
         };
         let r = reading_between(&a, &b);
@@ -665,8 +760,10 @@ mod tests {
                 dram_serial: 0.0
             }
         );
-        assert_eq!(r.pm_bytes, (30 + 5) * 64);
-        assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 5 * 64));
+        // 30 lines read; 8 lines dirtied (the write-backs the model's
+        // evictions counted, 5, are not what the bandwidth model charges).
+        assert_eq!(r.pm_bytes, (30 + 8) * 64);
+        assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 8 * 64));
     }
 
     #[test]
@@ -696,6 +793,8 @@ mod tests {
             carried_ns,
             window: LossWindow::default(),
             owner: 0,
+            checks: (0, 0),
+            gaps: gap_rate(),
         };
         // Two threads drop what they carry at a clock read.
         counters(2e6).time_observed();
@@ -723,6 +822,8 @@ mod tests {
             carried_ns: 0.0,
             window: LossWindow::default(),
             owner: 0,
+            checks: (0, 0),
+            gaps: gap_rate(),
         };
         // Totals as if the thread had run 3 batches of 2,000,000 cycles
         // (1 ms each at 2 GHz) itself: the epoch-end reading takes the

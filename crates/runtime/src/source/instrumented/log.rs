@@ -167,6 +167,7 @@ thread_local! {
                 },
                 hooked_serial: 0.0,
                 pm_writebacks: 0,
+                pm_dirtied: 0,
                 dram_writebacks: 0,
             },
             busy: false,

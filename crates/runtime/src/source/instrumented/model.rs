@@ -49,6 +49,11 @@ pub struct ThreadTotals {
     pub hooked_serial: f64,
     /// Dirty lines written back to PM.
     pub pm_writebacks: u64,
+    /// PM lines a store made dirty (clean or absent before): each owes PM
+    /// one write-back. The bandwidth model charges write-backs here rather
+    /// than at eviction (`pm_writebacks`), which a sampled model, seeing a
+    /// fraction of the lines, reaches far too late.
+    pub pm_dirtied: u64,
     /// Dirty lines written back to DRAM.
     pub dram_writebacks: u64,
     /// Device mode (`pmlab run --device`): the sum, over the PM misses, of
@@ -230,6 +235,7 @@ impl ModelState {
                 // The victim shares the new line's set, hence its filter slot,
                 // which the hook already gave to the new line.
                 let a = c.access(line as u64, write, pm);
+                self.totals.pm_dirtied += (a.dirtied && pm) as u64;
                 if let Some(v) = a.victim {
                     if v.dirty && v.pm {
                         self.totals.pm_writebacks += 1;
@@ -240,6 +246,9 @@ impl ModelState {
                 !a.hit
             }
             Model::Full(h) => {
+                if write && pm && !h.levels().iter().any(|l| l.is_dirty(line as u64)) {
+                    self.totals.pm_dirtied += 1;
+                }
                 let a = h.access(line as u64, write);
                 if let Some(f) = filter {
                     for &ev in &a.evicted[..a.n_evicted] {
@@ -323,6 +332,7 @@ impl ModelState {
         let miss = match &mut self.cache {
             Model::Compact(c) => {
                 let (a, victim_line) = c.access_tracked(line as u64, write, pm, names);
+                self.totals.pm_dirtied += (a.dirtied && pm) as u64;
                 if let Some(v) = a.victim {
                     if v.dirty && v.pm {
                         self.totals.pm_writebacks += 1;
@@ -334,6 +344,9 @@ impl ModelState {
                 !a.hit
             }
             Model::Full(h) => {
+                if write && pm && !h.levels().iter().any(|l| l.is_dirty(line as u64)) {
+                    self.totals.pm_dirtied += 1;
+                }
                 let a = h.access(line as u64, write);
                 if let Some(f) = filter {
                     for &ev in &a.evicted[..a.n_evicted] {

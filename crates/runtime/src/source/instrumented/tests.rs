@@ -151,6 +151,9 @@ fn pool_ranges_attribute_misses_and_write_backs() {
     assert_eq!(t.pm_writebacks + t.dram_writebacks, 4 * lines - resident);
     assert!(t.pm_writebacks.abs_diff(t.dram_writebacks) <= resident);
     assert_eq!(t.pm_bytes(), (t.serial.pm_misses + t.pm_writebacks) * 64);
+    // Every PM store missed, so dirtied its line: the write-backs the
+    // bandwidth model charges, evicted or not.
+    assert_eq!(t.pm_dirtied, 2 * lines);
     assert!(super::pm::unregister(pm_addr, pm_buf.len()).is_ok());
     drop((pm_buf, dram_buf));
 }
