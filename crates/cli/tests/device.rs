@@ -75,10 +75,8 @@ fn field(v: &serde_json::Value, k: &str) -> f64 {
         .unwrap_or_else(|| panic!("no device.{k} in {v}"))
 }
 
-#[test]
-fn a_small_chase_under_the_device_reports_its_levels() {
-    runtime_dir();
-    let t = TempDir::new("device-chase");
+/// `workloads/lenschase.c` built by `pmlab cc` into `t`.
+fn build_lenschase(t: &TempDir) -> PathBuf {
     let exe = t.path("lenschase");
     let out = Command::new(PMLAB)
         .args(["cc", "-O2", "-I"])
@@ -93,6 +91,14 @@ fn a_small_chase_under_the_device_reports_its_levels() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    exe
+}
+
+#[test]
+fn a_small_chase_under_the_device_reports_its_levels() {
+    runtime_dir();
+    let t = TempDir::new("device-chase");
+    let exe = build_lenschase(&t);
     let stats = t.path("stats.json");
     // 64 KiB of 64 B blocks: four times the RMW buffer, well inside the
     // AIT buffer; 8 passes after the warm-up.
@@ -167,20 +173,7 @@ fn a_small_chase_under_the_device_reports_its_levels() {
 fn the_overwrite_migrates_every_threshold_writes_and_charges_the_stall() {
     runtime_dir();
     let t = TempDir::new("device-overwrite");
-    let exe = t.path("lenschase");
-    let out = Command::new(PMLAB)
-        .args(["cc", "-O2", "-I"])
-        .arg(workloads().join("../include"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(workloads().join("lenschase.c"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = build_lenschase(&t);
     let preset = std::fs::read_to_string(workloads().join("../configs/optane-1dimm.toml")).unwrap();
     let config = t.path("wear500.toml");
     let edited: String = preset
