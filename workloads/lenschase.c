@@ -17,9 +17,15 @@
  *   lenschase: mode=chase region=... block=... lines=... passes=...
  *              elapsed_ns=... ns_per_line=...
  *
+ *              chase_ns_per_line=...
+ *
  * elapsed_ns covers the timed passes with their flushes: the flushes cost
  * the same with and without emulation, so the difference between an
- * emulated run and a --no-inject run is the delay injected per line.
+ * emulated run and a native one is the delay injected per line.
+ * chase_ns_per_line is the chase alone (the flushes' time left out): in a
+ * native run, what one access costs on this machine. Without libpmlab the
+ * lines are flushed with clflushopt where the CPU has it (else clflush),
+ * the instruction libpmlab's pflush uses under pmlab run --device.
  *
  * Overwrite mode (-o ITERATIONS): one 256 B block is written (4 lines),
  * flushed and fenced ITERATIONS times, each iteration timed on its own
@@ -44,9 +50,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <cpuid.h>
 #include <unistd.h>
 
 #include "pmlab.h"
+#include "wl_common.h"
 
 #define LINE 64
 
@@ -55,14 +63,32 @@
 #pragma weak pflush
 #pragma weak pm_drain
 
+/* The CPU has clflushopt (cpuid leaf 7, EBX bit 23). */
+static int has_clflushopt(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
+}
+
 static void flush_lines(const void *p, size_t len)
 {
+	static int opt = -1;
 	if (pflush) {
 		pflush(p, len);
 		return;
 	}
-	for (size_t o = 0; o < len; o += LINE)
-		__builtin_ia32_clflush((const char *)p + o);
+	/* The fallback evicts as libpmlab's pflush does under pmlab run
+	 * --device (clflushopt where the CPU has it), so that the native and
+	 * the emulated build flush alike. */
+	if (opt < 0)
+		opt = has_clflushopt();
+	for (size_t o = 0; o < len; o += LINE) {
+		const char *l = (const char *)p + o;
+		if (opt)
+			__asm__ volatile("clflushopt %0" : "+m"(*(volatile char *)l));
+		else
+			__builtin_ia32_clflush(l);
+	}
 }
 
 static void drain(void)
@@ -71,23 +97,6 @@ static void drain(void)
 		pm_drain();
 	else
 		__builtin_ia32_sfence();
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
 }
 
 static void usage(const char *why)
@@ -134,12 +143,12 @@ static int overwrite(long long iterations)
 	}
 	memset(block, 0, 4096);
 	for (long long i = 0; i < iterations; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = wl_now_ns();
 		for (int l = 0; l < 256 / LINE; l++)
 			*(volatile uint64_t *)(block + l * LINE) = (uint64_t)i;
 		flush_lines(block, 256);
 		drain();
-		t[i] = now_ns() - t0;
+		t[i] = wl_now_ns() - t0;
 	}
 	memcpy(sorted, t, (size_t)iterations * sizeof *t);
 	qsort(sorted, (size_t)iterations, sizeof *sorted, cmp_u64);
@@ -208,7 +217,7 @@ int main(int argc, char **argv)
 		order[i] = (uint32_t)i;
 	uint64_t s = (uint64_t)seed * 2654435761u + 1;
 	for (size_t i = blocks - 1; i > 0; i--) {
-		size_t j = xorshift(&s) % (i + 1);
+		size_t j = wl_xorshift(&s) % (i + 1);
 		uint32_t t = order[i];
 		order[i] = order[j];
 		order[j] = t;
@@ -235,18 +244,21 @@ int main(int argc, char **argv)
 	flush_region(base, (size_t)region);
 	for (size_t k = 0; k < lines; k++)
 		p = (void **)*p;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = wl_now_ns(), chase = 0;
 	for (long long r = 0; r < passes; r++) {
 		flush_region(base, (size_t)region);
+		uint64_t c0 = wl_now_ns();
 		for (size_t k = 0; k < lines; k++)
 			p = (void **)*p;
+		chase += wl_now_ns() - c0;
 	}
-	uint64_t elapsed = now_ns() - t0;
+	uint64_t elapsed = wl_now_ns() - t0;
 	if (p == NULL)
 		puts("unreachable");
 	double total = (double)lines * (double)passes;
 	printf("lenschase: mode=chase region=%lld block=%lld lines=%zu passes=%lld "
-			"elapsed_ns=%llu ns_per_line=%.2f\n", region, block, lines, passes,
-			(unsigned long long)elapsed, (double)elapsed / total);
+			"elapsed_ns=%llu ns_per_line=%.2f chase_ns_per_line=%.2f\n", region,
+			block, lines, passes, (unsigned long long)elapsed,
+			(double)elapsed / total, (double)chase / total);
 	return 0;
 }

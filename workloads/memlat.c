@@ -28,25 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wl_common.h"
+
 #define LINE 64
 #define MAX_CHAINS 16
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
-}
 
 static void usage(void)
 {
@@ -125,7 +110,7 @@ int main(int argc, char **argv)
 		order[i] = (uint32_t)i;
 	uint64_t s = (uint64_t)seed * 2654435761u + 1;
 	for (size_t i = lines - 1; i > 0; i--) {
-		size_t j = xorshift(&s) % i;
+		size_t j = wl_xorshift(&s) % i;
 		uint32_t t = order[i];
 		order[i] = order[j];
 		order[j] = t;
@@ -151,11 +136,11 @@ linked:;
 	long rounds = accesses / chains;
 	if (rounds < 1)
 		rounds = 1;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = wl_now_ns();
 	for (long r = 0; r < rounds; r++)
 		for (long c = 0; c < chains; c++)
 			p[c] = (void **)*p[c];
-	uint64_t t1 = now_ns();
+	uint64_t t1 = wl_now_ns();
 	uintptr_t sink = 0;
 	for (long c = 0; c < chains; c++)
 		sink ^= (uintptr_t)p[c];

@@ -2,7 +2,8 @@
  * wl_common.h -- small helpers shared by the persistent data-structure
  * workloads (hash map, B-tree; libpmemobj and pmlab.h variants): argument
  * parsing, a deterministic per-thread key generator, a clock, and the
- * driver (wl_run, wl_report) that runs the threads and prints the result.
+ * driver (wl_run, wl_report) that runs the threads and prints the result;
+ * the latency probes (memlat, lenschase) use its clock and xorshift only.
  *
  * Every driver takes the same arguments:
  *   prog POOL_FILE [THREADS] [OPS_PER_THREAD] [DELETE_PERCENT] [OPS_PER_TX]
@@ -119,6 +120,27 @@ wl_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* wl_now_ns -- monotonic time in nanoseconds */
+static inline uint64_t
+wl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* wl_xorshift -- xorshift64 (13, 7, 17): the next number of the stream *s */
+static inline uint64_t
+wl_xorshift(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*s = x;
+	return x;
 }
 
 /* wl_mix -- fold a key/value pair into an order-independent checksum */

@@ -1,16 +1,21 @@
 //! Cost of the functional device model (`pmlab run --device`) per modelled
 //! access, against the delay each access injects: random reads that each
 //! level serves, random and sequential write-backs, on one and six DIMMs;
-//! and the compact cache model with and without the slot names device mode
-//! keeps. Run by `bench/device-cost.sh`.
+//! the flushed-line table (a flush and a miss's look-up); and the compact
+//! cache model with and without the slot names device mode keeps. Run by
+//! `bench/device-cost.sh`.
 
 use pmlab_model::cache::{CacheConfig, CompactCache};
-use pmlab_model::device::{DeviceModel, DeviceParams};
+use pmlab_model::device::{Access, DeviceModel, DeviceParams, FlushedLines, NativeCosts};
 use std::time::Instant;
 
-/// A DRAM latency typical of the machines pmlab runs on, ns (the delay a
-/// read injects is its level's latency less this).
-const DRAM_NS: f64 = 100.0;
+/// Native costs typical of the machines pmlab runs on, ns (the delay a
+/// read injects is its level's latency less the native cost of the
+/// access; the streams below are cold misses).
+const NATIVE: NativeCosts = NativeCosts {
+    flushed_ns: 100.0,
+    cold_ns: 100.0,
+};
 
 fn stream(n: usize, span: u64, seed: u64) -> Vec<u64> {
     let mut s = seed | 1;
@@ -45,7 +50,7 @@ fn main() {
                 let t = Instant::now();
                 delay = 0.0;
                 for &a in &addrs {
-                    delay += p.latency(d.read(a)) - DRAM_NS;
+                    delay += NATIVE.delay_ns(p, d.read(a), Access::Cold);
                 }
                 ns = t.elapsed().as_nanos() as f64 / n as f64;
             }
@@ -76,6 +81,21 @@ fn main() {
             );
         }
     }
+    // The flushed-line table: each line flushed, then its miss looked up
+    // (random lines over 1 GiB, the runtime's 2^22-bit table).
+    let lines: Vec<u64> = stream(n, 1 << 30, 11).iter().map(|a| a >> 6).collect();
+    let mut f = FlushedLines::new(1 << 22);
+    let t = Instant::now();
+    let mut flushed = 0u64;
+    for &l in &lines {
+        f.flush(l);
+        flushed += (f.take(l) == Access::Flushed) as u64;
+    }
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!(
+        "flushed-line table: {ns:.1} ns per flush and look-up ({:.1}% found flushed)",
+        100.0 * flushed as f64 / n as f64
+    );
     // The cache model's extra cost in device mode: slot names kept beside
     // the tags.
     let cfg = CacheConfig::new(32 << 20, 16);

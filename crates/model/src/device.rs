@@ -306,6 +306,93 @@ const KEYS: &[&str] = &[
     "migration_ns",
 ];
 
+/// What a PM read that missed the CPU caches was on this machine, for
+/// the delay: the emulated program runs on DRAM, so each access already
+/// costs its native price, and the emulator adds only the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The re-read of a line the program flushed (`pflush`) and has not
+    /// touched since: natively cheaper than a cold miss (the line's DRAM
+    /// row and page translation are usually still at hand).
+    Flushed,
+    /// Any other miss: a line the cache evicted, or never held.
+    Cold,
+}
+
+/// This machine's native cost of each [`Access`] kind, ns: what the
+/// emulated program already pays per access before any delay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NativeCosts {
+    /// A flushed line re-read (measured at start-up: a chase over a small
+    /// region flushed with `clflushopt` before each pass).
+    pub flushed_ns: f64,
+    /// A cold DRAM miss (the calibrated DRAM latency).
+    pub cold_ns: f64,
+}
+
+impl NativeCosts {
+    /// The native cost of `access`, ns.
+    pub fn of(&self, access: Access) -> f64 {
+        match access {
+            Access::Flushed => self.flushed_ns,
+            Access::Cold => self.cold_ns,
+        }
+    }
+
+    /// The delay of one serial PM read served by `level` that was natively
+    /// an `access`: the level's latency less what the program already paid
+    /// on this machine (never below 0: the emulator only slows memory).
+    pub fn delay_ns(&self, p: &DeviceParams, level: Level, access: Access) -> f64 {
+        (p.latency(level) - self.of(access)).max(0.0)
+    }
+}
+
+/// Which lines the program flushed and has not touched since: one bit
+/// per line, indexed by the line number modulo the table's size (a power
+/// of two; lines that share a bit are taken for one another, so a table
+/// of `2^k` bits is exact for any 2^(k+6)-byte aligned window). Allocated
+/// once; `flush` and `take` allocate nothing.
+#[derive(Debug, Clone)]
+pub struct FlushedLines {
+    bits: Vec<u64>,
+    mask: u64,
+}
+
+impl FlushedLines {
+    /// A table of at least `lines` bits (rounded up to a power of two, at
+    /// least 64).
+    pub fn new(lines: u64) -> FlushedLines {
+        let n = lines.max(64).next_power_of_two();
+        FlushedLines {
+            bits: vec![0; (n / 64) as usize],
+            mask: n - 1,
+        }
+    }
+
+    /// Line `line` (an address >> 6) was flushed.
+    #[inline]
+    pub fn flush(&mut self, line: u64) {
+        let i = line & self.mask;
+        self.bits[(i >> 6) as usize] |= 1 << (i & 63);
+    }
+
+    /// The access to `line` that missed the caches: [`Access::Flushed`]
+    /// when the line was flushed since it was last taken, else
+    /// [`Access::Cold`]. Clears the mark.
+    #[inline]
+    pub fn take(&mut self, line: u64) -> Access {
+        let i = line & self.mask;
+        let w = &mut self.bits[(i >> 6) as usize];
+        let b = 1u64 << (i & 63);
+        if *w & b != 0 {
+            *w &= !b;
+            Access::Flushed
+        } else {
+            Access::Cold
+        }
+    }
+}
+
 /// What the model has counted (cumulative).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct DeviceCounts {
@@ -1120,6 +1207,42 @@ mod tests {
             ns < per / 5.0,
             "{ns:.1} ns per access against {per:.0} ns injected"
         );
+    }
+
+    #[test]
+    fn the_delay_is_the_level_less_the_native_cost_of_that_kind_of_access() {
+        let p = DeviceParams::optane_like();
+        let n = NativeCosts {
+            flushed_ns: 110.0,
+            cold_ns: 150.0,
+        };
+        // A flushed line re-read natively costs 110 ns: the RMW buffer's
+        // 170 adds 60; a cold miss (150 natively) adds 20.
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Flushed), 60.0);
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Cold), 20.0);
+        assert_eq!(n.delay_ns(&p, Level::Ait, Access::Flushed), 200.0);
+        assert_eq!(n.delay_ns(&p, Level::Media, Access::Cold), 195.0);
+        // Never negative: a level faster than this machine adds nothing.
+        let slow = NativeCosts {
+            flushed_ns: 400.0,
+            cold_ns: 400.0,
+        };
+        assert_eq!(slow.delay_ns(&p, Level::Media, Access::Cold), 0.0);
+    }
+
+    #[test]
+    fn a_flushed_line_is_re_read_once_as_flushed_then_cold() {
+        let mut f = FlushedLines::new(1000);
+        assert_eq!(f.mask, 1023);
+        assert_eq!(f.take(5), Access::Cold);
+        f.flush(5);
+        f.flush(70);
+        assert_eq!(f.take(5), Access::Flushed);
+        assert_eq!(f.take(5), Access::Cold, "the mark is taken");
+        assert_eq!(f.take(71), Access::Cold);
+        // 70 + 1024 shares 70's bit.
+        assert_eq!(f.take(70 + 1024), Access::Flushed);
+        assert_eq!(f.take(70), Access::Cold);
     }
 
     #[test]

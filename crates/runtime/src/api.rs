@@ -247,7 +247,7 @@ pub unsafe fn pflush(addr: *const c_void, len: size_t) {
     if n == 0 {
         return;
     }
-    let op = persist::flush_op();
+    let op = crate::source::instrumented::pm::flush_for_mode(persist::flush_op());
     let first = (addr as usize) & !(LINE - 1);
     for i in 0..n {
         let line = first + i * LINE;

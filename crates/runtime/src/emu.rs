@@ -850,6 +850,7 @@ fn summary_of(t: &ThreadState, tid: i32) -> Summary {
 /// free its slot.
 fn finish_thread(t: &ThreadState) {
     if enter(t) {
+        crate::source::instrumented::thread::exact_next_reading();
         end_epoch(t, Cause::Exit, rdtsc());
         // SAFETY: owner thread, under the guard.
         unsafe {
@@ -970,6 +971,7 @@ pub fn report_before_exit() {
     }
     if let Some(t) = current() {
         if enter(t) {
+            crate::source::instrumented::thread::exact_next_reading();
             end_epoch(t, Cause::Exit, rdtsc());
             t.busy.store(false, Ordering::Release);
         }
@@ -1336,6 +1338,22 @@ pub fn durability_point() -> f64 {
         t.stats
             .write_delay_ns
             .fetch_add(wait as u64, Ordering::Relaxed);
+    }
+    // Device mode: a wear-leveling migration stalls the write that caused it.
+    let stall = crate::source::instrumented::thread::device_stall_due();
+    if stall > 0.0 {
+        if !g.cfg.no_inject {
+            spin(t, stall);
+        }
+        t.stats
+            .requested_ns
+            .fetch_add(stall as u64, Ordering::Relaxed);
+        if !g.cfg.no_inject {
+            t.stats
+                .injected_ns
+                .fetch_add(stall as u64, Ordering::Relaxed);
+        }
+        wait += stall;
     }
     leave(t);
     wait

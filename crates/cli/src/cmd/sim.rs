@@ -545,6 +545,12 @@ fn validate(
         }
     }
     if let Some(path) = write {
+        // The device section is `pmlab validate --device --write`'s: kept.
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let md = match pmlab_sim::validate::device_section_of(&old) {
+            Some(sec) => pmlab_sim::validate::splice_device_section(&md, sec),
+            None => md.clone(),
+        };
         let tmp = path.with_extension("md.tmp");
         std::fs::write(&tmp, &md).with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;

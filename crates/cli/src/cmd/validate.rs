@@ -1,4 +1,4 @@
-//! `pmlab validate [--quick] [--json FILE] [--plot DIR]`: the emulator's
+//! `pmlab validate [--quick] [--json FILE] [--plot DIR] [--device D [--write PAGE]]`: the emulator's
 //! accuracy study (the work is `pmlab_emu::validate`, which also documents
 //! the tolerances). Exit status: 0 when every point meets its bound, 1
 //! when one misses it, 2 on an error.
@@ -17,7 +17,8 @@ use validate::summarize;
 
 Example:
   pmlab validate --quick --json acc.json --plot acc/   # a few minutes, loose (CI) bounds
-  pmlab validate --only memlat --reps 3 --loose          # what `make demo` runs"
+  pmlab validate --only memlat --reps 3 --loose          # what `make demo` runs
+  pmlab validate --device optane-1dimm --reps 3 --write docs/validation.md --plot docs/validation"
 )]
 pub struct Args {
     /// Small sizes and fewer points (a few minutes, for CI), judged
@@ -57,6 +58,10 @@ pub struct Args {
     /// config file).
     #[arg(long, value_name = "PRESET|FILE", conflicts_with = "only")]
     device: Option<String>,
+    /// With --device: write the results as the generated device section of
+    /// this Markdown page (docs/validation.md), replacing the one there.
+    #[arg(long, value_name = "FILE", requires = "device")]
+    write: Option<PathBuf>,
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -98,6 +103,9 @@ pub fn run(args: Args) -> Result<u8> {
     if let Some(dir) = &args.plot {
         validate::write_plots(dir, &report.points)?;
     }
+    if let (Some(page), Some(device)) = (&args.write, &args.device) {
+        write_device_page(&args, page, device, &report)?;
+    }
     if report.all_met() {
         Ok(0)
     } else {
@@ -118,6 +126,33 @@ pub fn run(args: Args) -> Result<u8> {
         );
         Ok(1)
     }
+}
+
+/// `--write`: the device study's section of the page, with the command
+/// that made it and the chart linked relative to the page.
+fn write_device_page(
+    args: &Args,
+    page: &std::path::Path,
+    device: &str,
+    report: &validate::Report,
+) -> Result<()> {
+    let base = page.parent().unwrap_or(std::path::Path::new(""));
+    let images = args
+        .plot
+        .as_ref()
+        .map(|d| d.strip_prefix(base).unwrap_or(d).display().to_string());
+    let command = format!(
+        "pmlab validate --device {device}{} --reps {} --write {}{}",
+        if args.quick { " --quick" } else { "" },
+        args.reps,
+        page.display(),
+        args.plot
+            .as_ref()
+            .map(|d| format!(" --plot {}", d.display()))
+            .unwrap_or_default()
+    );
+    validate::device::write_doc(page, report, &command, images.as_deref())?;
+    Ok(())
 }
 
 fn print_table(points: &[Point], cached: f64) {

@@ -7,22 +7,24 @@
 //!
 //! `workloads/lenschase.c` chases the lines of a region block by block in
 //! a random order, flushing the region before every pass so that each line
-//! misses the CPU caches (LENS's method). At each region and block size
-//! its plain build runs natively and its `pmlab cc` build under `pmlab run
-//! --device`. Both do the same work (the flushes, the misses on this
-//! machine's DRAM); the emulated run adds the delay the device model
-//! charges, less nothing else (the hooks' cost is absorbed by the delays,
-//! as in every emulated run). The emulated latency per line is taken as
+//! misses the CPU caches (LENS's method; in device mode `pflush` evicts
+//! with `clflushopt`, as the plain build's fallback does). At each region
+//! and block size its plain build runs natively and its `pmlab cc` build
+//! under `pmlab run --device`. Both do the same work (the flushes, the
+//! misses on this machine's DRAM); the emulated run adds the delay the
+//! device model charges (the hooks' cost is absorbed by the delays, as in
+//! every emulated run). The emulated latency per line is taken as
 //!
 //! ```text
-//!   measured = DRAM + (ns_per_line(--device) - ns_per_line(native))
+//!   measured = chase(native) + (ns_per_line(--device) - ns_per_line(native))
 //! ```
 //!
-//! with DRAM the latency given to the run (`--dram-latency`, measured just
-//! before): a program whose misses cost DRAM natively reads this on the
-//! device. (The flushes make a native line cost more than a DRAM miss, so
-//! the program's own ns/line is not the latency; the difference is.) It is compared with the simulator's ptrchase curve at the
-//! same region and block (the expectation), within 10% at every region.
+//! with `chase(native)` the native build's own cost per line of the chase
+//! alone (its flushes left out): what one access costs on this machine,
+//! to which the emulator adds the device's latency less its own estimate
+//! of that cost (a flushed line's re-read, or a cold miss). It is compared
+//! with the simulator's ptrchase curve at the same region and block (the
+//! expectation), within 10% at every region.
 //!
 //! # The overwrite period
 //!
@@ -30,8 +32,15 @@
 //! prints the median distance between its slow iterations (over 10x the
 //! median and 20 us). The simulator's overwrite probe on the same device
 //! gives the period of its long tails. Judged within 10%.
+//!
+//! # The page
+//!
+//! [`write_doc`] puts the results, as one generated section, into
+//! `docs/validation.md` (`pmlab validate --device ... --write FILE`),
+//! between the markers `pmlab sim validate` keeps when it regenerates the
+//! rest of the page.
 
-use super::{push, s, simple_point, Ctx, Point};
+use super::{push, s, simple_point, Ctx, Point, Report};
 use crate::error::Result;
 use crate::{Error, ErrorKind};
 use pmlab_probe::probes::{self, Settings};
@@ -46,6 +55,9 @@ pub const BOUND_PCT: f64 = 10.0;
 struct Plan {
     regions: Vec<u64>,
     blocks: Vec<u64>,
+    /// A block size nothing was tuned on, and its regions (judged alike,
+    /// marked "held-out").
+    held_out: Option<(u64, Vec<u64>)>,
     min_lines: u64,
     /// Regions from this size on are not flushed (they miss any cache).
     no_flush_from: u64,
@@ -58,6 +70,7 @@ impl Plan {
             Plan {
                 regions: vec![8 << 10, 1 << 20, 64 << 20],
                 blocks: vec![64, 256],
+                held_out: None,
                 min_lines: 20_000,
                 no_flush_from: 256 << 20,
                 overwrite_iterations: 45_000,
@@ -66,6 +79,7 @@ impl Plan {
             Plan {
                 regions: (12..=30).map(|k| 1u64 << k).collect(),
                 blocks: vec![64, 256],
+                held_out: Some((4096, vec![16 << 10, 256 << 10, 4 << 20, 64 << 20, 1 << 30])),
                 min_lines: 1 << 17,
                 no_flush_from: 256 << 20,
                 overwrite_iterations: 60_000,
@@ -107,16 +121,20 @@ pub(super) fn study(ctx: &Ctx, device: &str, out: &mut Vec<Point>) -> Result<()>
         v.extend(extra.iter().map(|x| s(*x)));
         v
     };
-    for &block in &plan.blocks {
+    let mut sweeps: Vec<(u64, Vec<u64>, bool)> = plan
+        .blocks
+        .iter()
+        .map(|&b| (b, plan.regions.clone(), false))
+        .collect();
+    if let Some((b, r)) = &plan.held_out {
+        sweeps.push((*b, r.clone(), true));
+    }
+    for (block, regions, held_out) in sweeps {
         ctx.say(&format!(
-            "device: {device} pointer chase, {block} B blocks: the simulator's curve"
+            "device: {device} pointer chase, {block} B blocks{}: the simulator's curve",
+            if held_out { " (held out)" } else { "" }
         ));
-        let regions: Vec<u64> = plan
-            .regions
-            .iter()
-            .copied()
-            .filter(|&r| r >= block)
-            .collect();
+        let regions: Vec<u64> = regions.into_iter().filter(|&r| r >= block).collect();
         let curve = probes::ptrchase_region(
             &mut sim,
             &settings,
@@ -141,22 +159,31 @@ pub(super) fn study(ctx: &Ctx, device: &str, out: &mut Vec<Point>) -> Result<()>
             let (mut runs, mut drams) = (Vec::new(), Vec::new());
             for _ in 0..ctx.reps {
                 let dram = ctx.dram_now();
-                let native = need("lenschase", &ctx.native("lenschase", &args)?, "ns_per_line")?;
+                let out = ctx.native("lenschase", &args)?;
+                let native = need("lenschase", &out, "ns_per_line")?;
+                let chase = need("lenschase", &out, "chase_ns_per_line")?;
                 let on = ctx.device_run("lenschase", &args, dram, &flags(&[]))?;
-                let delay = need("lenschase", &on, "ns_per_line")? - native;
-                runs.push(dram + delay);
+                runs.push(emulated_latency(
+                    chase,
+                    native,
+                    need("lenschase", &on, "ns_per_line")?,
+                ));
                 drams.push(dram);
             }
             let pt = simple_point(
                 "device",
-                format!("{device} block={block}B region={}", pmlab_model::Bytes(region)),
+                format!(
+                    "{device} block={block}B region={}{}",
+                    pmlab_model::Bytes(region),
+                    if held_out { " held-out" } else { "" }
+                ),
                 0.0,
                 "ns/line",
                 expected,
                 runs,
                 BOUND_PCT,
                 format!(
-                    "DRAM + ns/line(--device) - ns/line(native build), against pmlab probe ptrchase --target sim:{device} ({expected:.1} ns/line); {}",
+                    "native chase ns/line + ns/line(--device) - ns/line(native build), against pmlab probe ptrchase --target sim:{device} ({expected:.1} ns/line); {}",
                     if region >= plan.no_flush_from { "not flushed" } else { "flushed before each pass" }
                 ),
                 drams,
@@ -202,7 +229,16 @@ pub(super) fn study(ctx: &Ctx, device: &str, out: &mut Vec<Point>) -> Result<()>
     Ok(())
 }
 
-/// The block size and region of a chase point's config.
+/// The latency per line the emulated program sees: the native build's
+/// chase cost per line plus the delay the emulator added per line (the
+/// emulated run's ns per line less the native run's, flushes included in
+/// both).
+pub fn emulated_latency(native_chase: f64, native: f64, emulated: f64) -> f64 {
+    native_chase + (emulated - native)
+}
+
+/// The block size and region of a chase point's config (a held-out
+/// point's too).
 fn parse_config(config: &str) -> Option<(u64, u64)> {
     let mut block = None;
     let mut region = None;
@@ -276,6 +312,99 @@ pub(super) fn plot(dir: &Path, points: &[Point]) -> Result<()> {
     super::save_both(dir, &chart, "device-ptrchase")
 }
 
+/// The device study's section of `docs/validation.md`: the command, the
+/// machine, the method (shared with `pmlab sim validate`'s page), the
+/// table of every point and the chart (`images`: the chart's directory
+/// relative to the page, when `--plot` wrote it). Markers included.
+pub fn markdown(report: &Report, command: &str, images: Option<&str>) -> String {
+    use pmlab_sim::validate::{
+        DEVICE_HEADING, DEVICE_METHOD, DEVICE_SECTION_BEGIN, DEVICE_SECTION_END,
+    };
+    let v: Vec<&Point> = report
+        .points
+        .iter()
+        .filter(|p| p.study == "device")
+        .collect();
+    let judged = v.iter().filter(|p| p.judged()).count();
+    let within = v.iter().filter(|p| p.judged() && p.ok()).count();
+    let mut s = format!("{DEVICE_SECTION_BEGIN}\n{DEVICE_HEADING}\n\n");
+    s.push_str(&format!(
+        "Generated by `{command}` on {} ({} runs per point, {:.0} s{}); do not edit by hand.\n\n",
+        if report.machine.is_empty() {
+            "an unnamed machine"
+        } else {
+            &report.machine
+        },
+        report.reps,
+        report.seconds,
+        if report.quick { ", quick plan" } else { "" }
+    ));
+    s.push_str(&format!(
+        "**{within} of {judged} points within {BOUND_PCT}%.**\n\n| point | simulator | emulated (median) | min..max | error | within |\n|---|---:|---:|---:|---:|---|\n"
+    ));
+    for p in &v {
+        let config = p
+            .config
+            .split_once(' ')
+            .map_or(p.config.as_str(), |(_, c)| c);
+        s.push_str(&format!(
+            "| {config} | {:.1} {u} | {:.1} {u} | {:.1}..{:.1} | {:+.1}% | {} |\n",
+            p.expected,
+            p.measured.median,
+            p.measured.min,
+            p.measured.max,
+            p.error_pct,
+            if p.ok() { "yes" } else { "**no**" },
+            u = p.unit,
+        ));
+    }
+    s.push_str(&format!(
+        "\nDevice: `{}`. The DRAM latency measured before each emulated run: {}.\n\n",
+        v.first()
+            .and_then(|p| p.config.split_whitespace().next())
+            .unwrap_or("?"),
+        {
+            let d: Vec<f64> = v.iter().flat_map(|p| p.dram_runs.iter().copied()).collect();
+            if d.is_empty() {
+                "not measured".to_string()
+            } else {
+                let m = super::summarize(&d);
+                format!("median {:.1} ns ({:.1}..{:.1})", m.median, m.min, m.max)
+            }
+        }
+    ));
+    s.push_str(DEVICE_METHOD);
+    if let Some(dir) = images {
+        s.push_str(&format!(
+            "\n![pointer chase: pmlab run --device against the simulator]({dir}/device-ptrchase.svg)\n"
+        ));
+    }
+    s.push_str(DEVICE_SECTION_END);
+    s.push('\n');
+    s
+}
+
+/// Put the device study's section ([`markdown`]) into the page at `path`
+/// (replacing the one there, or appended; the file is created if absent).
+pub fn write_doc(path: &Path, report: &Report, command: &str, images: Option<&str>) -> Result<()> {
+    use crate::error::Context;
+    let old = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(Error::new(
+                ErrorKind::Failed,
+                format!("--write {}: cannot read it: {e}", path.display()),
+            ))
+        }
+    };
+    let new = pmlab_sim::validate::splice_device_section(&old, &markdown(report, command, images));
+    let tmp = path.with_extension("md.tmp");
+    std::fs::write(&tmp, new).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::summarize;
@@ -289,6 +418,10 @@ mod tests {
         assert_eq!(f.regions.first(), Some(&4096));
         assert_eq!(f.regions.last(), Some(&(1 << 30)));
         assert_eq!(f.blocks, vec![64, 256]);
+        // The held-out block size is not one of the tuned ones.
+        let (b, r) = f.held_out.unwrap();
+        assert!(!f.blocks.contains(&b) && !r.is_empty());
+        assert!(q.held_out.is_none());
     }
 
     #[test]
@@ -317,6 +450,86 @@ mod tests {
         let svg = std::fs::read_to_string(dir.join("device-ptrchase.svg")).unwrap();
         assert!(svg.contains("simulator, 64 B blocks") && svg.contains("emulated, 256 B blocks"));
         assert!(dir.join("device-ptrchase.png").is_file());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_emulated_latency_is_the_native_access_plus_the_delay() {
+        // Natively 110 ns per access and 125 per line with the flushes;
+        // emulated 187 per line: 62 ns of delay per line.
+        assert_eq!(emulated_latency(110.0, 125.0, 187.0), 172.0);
+    }
+
+    #[test]
+    fn the_study_writes_one_section_into_the_page() {
+        let pt = |config: &str, expected: f64, median: f64, unit: &str| Point {
+            study: s("device"),
+            config: s(config),
+            unit: s(unit),
+            expected,
+            measured: summarize(&[median]),
+            error_pct: (median - expected) / expected * 100.0,
+            bound_pct: BOUND_PCT,
+            dram_runs: vec![150.0, 152.0],
+            ..Default::default()
+        };
+        let report = Report {
+            machine: s("Test CPU x 2"),
+            dram_latency_ns: 150.0,
+            quick: true,
+            tolerances: s("target"),
+            reps: 1,
+            llc_bytes: 0,
+            llc_curve: Vec::new(),
+            seconds: 12.0,
+            points: vec![
+                pt(
+                    "optane-1dimm block=64B region=4KiB",
+                    172.0,
+                    180.0,
+                    "ns/line",
+                ),
+                pt(
+                    "optane-1dimm block=64B region=1MiB",
+                    306.0,
+                    360.0,
+                    "ns/line",
+                ),
+                pt(
+                    "optane-1dimm overwrite period",
+                    14000.0,
+                    14100.0,
+                    "iterations",
+                ),
+            ],
+        };
+        let dir = std::env::temp_dir().join(format!("pmlab-device-doc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = dir.join("validation.md");
+        let before = format!(
+            "# Simulator validation\n\nfigures\n\n{}\n## Curves\n",
+            pmlab_sim::validate::device_placeholder()
+        );
+        std::fs::write(&page, &before).unwrap();
+        let cmd = "pmlab validate --device optane-1dimm --write v.md";
+        write_doc(&page, &report, cmd, Some("validation")).unwrap();
+        let after = std::fs::read_to_string(&page).unwrap();
+        assert!(after.starts_with("# Simulator validation\n\nfigures\n"));
+        assert!(after.ends_with("## Curves\n"));
+        assert!(!after.contains("No results recorded yet"));
+        assert!(after.contains(cmd) && after.contains("Test CPU x 2"));
+        assert!(after.contains("**2 of 3 points within 10%.**"), "{after}");
+        assert!(after.contains("| block=64B region=1MiB | 306.0 ns/line | 360.0 ns/line |"));
+        assert!(after.contains("| **no** |") && after.contains("+17.6%"));
+        assert!(after.contains("(validation/device-ptrchase.svg)"));
+        // A second run replaces the section, it does not add one.
+        write_doc(&page, &report, cmd, None).unwrap();
+        let again = std::fs::read_to_string(&page).unwrap();
+        assert_eq!(
+            again.matches(pmlab_sim::validate::DEVICE_HEADING).count(),
+            1
+        );
+        assert!(!again.contains("(validation/device-ptrchase.svg)"));
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -32,6 +32,13 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
         .and_then(|c| c.device.clone())
     {
         settings::set_device(d);
+        let cold = crate::config::get()
+            .as_ref()
+            .map_or(0.0, |c| c.dram_latency_ns);
+        super::model::set_native_costs(pmlab_model::device::NativeCosts {
+            flushed_ns: super::model::measure_flushed_reread_ns().unwrap_or(cold),
+            cold_ns: cold,
+        });
     }
     hooks::activate(cfg);
     let costs = cost::calibrate();
@@ -382,18 +389,19 @@ pub fn sampled_traffic(
 
 /// Device mode (`pmlab run --device`): the delay of the epoch between two
 /// totals, ns. Each serial PM access costs the latency of the device level
-/// that served it less this machine's DRAM latency (`dram_ns`: the
-/// program ran on DRAM); wear-leveling migrations stall the program for
-/// their whole length; the media time of the write-backs (write
-/// amplification included) costs only what exceeds the epoch's own time
-/// `epoch_ns` (the media drains while the program runs, and slows it only
-/// once the writes need more time than the epoch lasted).
-pub fn device_delay_ns(a: &ThreadTotals, b: &ThreadTotals, dram_ns: f64, epoch_ns: f64) -> f64 {
-    let pm_serial = (b.serial.pm - a.serial.pm).max(0.0);
-    let reads = (b.device_lat_ns - a.device_lat_ns - pm_serial * dram_ns).max(0.0);
-    let stalls = (b.device.stall_ns - a.device.stall_ns).max(0.0);
+/// that served it less this machine's native cost of that kind of access
+/// (a flushed line's re-read or a cold miss: the program ran on DRAM),
+/// summed by the model ([`ThreadTotals::device_read_delay_ns`]); the
+/// wear-leveling migrations not yet charged at a durability point
+/// (`stall_ns`) stall the program for their whole length; the media time
+/// of the write-backs (write amplification included) costs only what
+/// exceeds the epoch's own time `epoch_ns` (the media drains while the
+/// program runs, and slows it only once the writes need more time than
+/// the epoch lasted).
+pub fn device_delay_ns(a: &ThreadTotals, b: &ThreadTotals, stall_ns: f64, epoch_ns: f64) -> f64 {
+    let reads = (b.device_read_delay_ns - a.device_read_delay_ns).max(0.0);
     let media = (b.device.media_write_ns - a.device.media_write_ns).max(0.0);
-    reads + stalls + (media - epoch_ns.max(0.0)).max(0.0)
+    reads + stall_ns.max(0.0) + (media - epoch_ns.max(0.0)).max(0.0)
 }
 
 /// The device model's counts of every thread, for the statistics.
@@ -458,9 +466,16 @@ pub fn device_json() -> String {
         0.0
     };
     o.push_str(&format!(
-        ",\"write_amplification\":{amp:.4},\"rmw_ns\":{:.1},\"ait_ns\":{:.1},\"media_ns\":{:.1}}},",
+        ",\"write_amplification\":{amp:.4},\"rmw_ns\":{:.1},\"ait_ns\":{:.1},\"media_ns\":{:.1}",
         p.rmw_ns, p.ait_ns, p.media_ns
     ));
+    if let Some(n) = super::model::native_costs() {
+        o.push_str(&format!(
+            ",\"native_flushed_ns\":{:.1},\"native_cold_ns\":{:.1}",
+            n.flushed_ns, n.cold_ns
+        ));
+    }
+    o.push_str("},");
     o
 }
 
@@ -501,8 +516,10 @@ impl ThreadCounters for InstrumentedCounters {
         (r.pm_bytes, r.pm_write_bytes) = (t.pm_bytes, t.pm_write_bytes);
         let device = settings::device_on()
             .then(|| {
-                self.lat
-                    .map(|(dram, _)| device_delay_ns(&self.last, &now, dram, epoch_ns) * f)
+                self.lat.map(|_| {
+                    let stall = super::model::take_stall(now.device.stall_ns);
+                    device_delay_ns(&self.last, &now, stall, epoch_ns) * f
+                })
             })
             .flatten();
         let calls = self.costs.calls_ns(&self.last, &now);

@@ -7,7 +7,7 @@
 use super::pm::is_pm;
 use super::settings::{self, LOGGED_WEIGHT};
 use pmlab_model::cache::{CompactCache, Hierarchy};
-use pmlab_model::device::{DeviceCounts, DeviceModel, Level};
+use pmlab_model::device::{DeviceCounts, DeviceModel, FlushedLines, NativeCosts};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
 /// Entries ahead of the one being processed whose model set is prefetched.
@@ -57,9 +57,10 @@ pub struct ThreadTotals {
     /// Dirty lines written back to DRAM.
     pub dram_writebacks: u64,
     /// Device mode (`pmlab run --device`): the sum, over the PM misses, of
-    /// each miss's serial share times the latency of the device level that
-    /// served it, ns.
-    pub device_lat_ns: f64,
+    /// each miss's serial share times its delay: the latency of the device
+    /// level that served it less this machine's native cost of that kind
+    /// of access ([`NativeCosts::delay_ns`]), ns.
+    pub device_read_delay_ns: f64,
     /// Device mode: what the device model counted (levels, media writes,
     /// migrations and their stalls).
     pub device: DeviceCounts,
@@ -116,9 +117,59 @@ pub(super) struct ModelState {
     window_serial: f64,
     /// The thread's cumulative totals.
     pub(super) totals: ThreadTotals,
-    /// Device mode: the device's functional model, and the full line
-    /// number of each slot of the compact cache (its victims' addresses).
-    device: Option<(DeviceModel, Vec<u64>)>,
+    /// Device mode: the device's functional model and what it needs.
+    device: Option<Box<DeviceState>>,
+}
+
+/// A thread's device-mode state (`pmlab run --device`).
+struct DeviceState {
+    model: DeviceModel,
+    /// The full line number of each slot of the compact cache (its
+    /// victims' addresses).
+    names: Vec<u64>,
+    /// The PM lines flushed and not touched since, to tell a flushed
+    /// line's re-read from a cold miss.
+    flushed: FlushedLines,
+    native: NativeCosts,
+}
+
+/// Bits of the flushed-line table: exact for the flushes of any 256 MiB
+/// window (512 KiB per thread).
+const FLUSHED_LINES: u64 = 1 << 22;
+
+/// This machine's native costs of a flushed line's re-read and of a cold
+/// miss ([`set_native_costs`]).
+static NATIVE: std::sync::OnceLock<NativeCosts> = std::sync::OnceLock::new();
+
+/// Device mode: the native costs the delays are corrected by (set once
+/// when the source opens, before the first model is made).
+pub(super) fn set_native_costs(n: NativeCosts) {
+    let _ = NATIVE.set(n);
+}
+
+/// The native costs in use (`None` before [`set_native_costs`]).
+pub(super) fn native_costs() -> Option<NativeCosts> {
+    NATIVE.get().copied()
+}
+
+std::thread_local! {
+    /// The wear-leveling stall of the calling thread's model already
+    /// charged (at a durability point or an epoch's end), ns.
+    static STALL_CHARGED: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Device mode: of the calling thread's migration stalls counted so far
+/// (`total`, cumulative), what has not yet been charged; marks it charged.
+/// A stall is charged once, by whichever comes first: the durability
+/// point after the write that caused it, or the epoch's end.
+pub fn take_stall(total: f64) -> f64 {
+    STALL_CHARGED.with(|c| {
+        let due = (total - c.get()).max(0.0);
+        if due > 0.0 {
+            c.set(total);
+        }
+        due
+    })
 }
 
 impl ModelState {
@@ -145,7 +196,19 @@ impl ModelState {
                     Model::Compact(_) => CompactCache::table_len(llc).ok()?,
                     Model::Full(_) => 0,
                 };
-                Some((DeviceModel::new(p), vec![0u64; n]))
+                // Without a measurement, every miss is taken to cost what
+                // the slowest level costs less nothing natively is known
+                // to be cheaper than: the DRAM latency.
+                let native = native_costs().unwrap_or(NativeCosts {
+                    flushed_ns: 0.0,
+                    cold_ns: 0.0,
+                });
+                Some(Box::new(DeviceState {
+                    model: DeviceModel::new(p),
+                    names: vec![0u64; n],
+                    flushed: FlushedLines::new(FLUSHED_LINES),
+                    native,
+                }))
             }
             None => None,
         };
@@ -173,9 +236,10 @@ impl ModelState {
         self.last_miss_units = 0;
         self.window_serial = 0.0;
         self.totals = ThreadTotals::default();
-        if let Some((d, names)) = &mut self.device {
-            *d = DeviceModel::new(d.params());
-            names.fill(0);
+        if let Some(d) = &mut self.device {
+            d.model = DeviceModel::new(d.model.params());
+            d.names.fill(0);
+            d.flushed = FlushedLines::new(FLUSHED_LINES);
         }
     }
 
@@ -228,46 +292,18 @@ impl ModelState {
         }
         let write = e.addr & STORE_BIT != 0;
         let addr = e.addr & !FLAGS;
-        let line = addr >> LINE_SHIFT;
         let pm = is_pm(addr);
-        let miss = match &mut self.cache {
-            Model::Compact(c) => {
-                // The victim shares the new line's set, hence its filter slot,
-                // which the hook already gave to the new line.
-                let a = c.access(line as u64, write, pm);
-                self.totals.pm_dirtied += (a.dirtied && pm) as u64;
-                if let Some(v) = a.victim {
-                    if v.dirty && v.pm {
-                        self.totals.pm_writebacks += 1;
-                    } else if v.dirty {
-                        self.totals.dram_writebacks += 1;
-                    }
-                }
-                !a.hit
-            }
-            Model::Full(h) => {
-                if write && pm && !h.levels().iter().any(|l| l.is_dirty(line as u64)) {
-                    self.totals.pm_dirtied += 1;
-                }
-                let a = h.access(line as u64, write);
-                if let Some(f) = filter {
-                    for &ev in &a.evicted[..a.n_evicted] {
-                        let slot = &mut (*f)[ev as usize % FILTER_LINES];
-                        if *slot >> 1 == ev as usize {
-                            *slot = 0;
-                        }
-                    }
-                }
-                for &wb in a.writebacks() {
-                    if is_pm((wb as usize) << LINE_SHIFT) {
-                        self.totals.pm_writebacks += 1;
-                    } else {
-                        self.totals.dram_writebacks += 1;
-                    }
-                }
-                a.is_miss()
-            }
-        };
+        let totals = &mut self.totals;
+        let (miss, dirtied) = cache_access(
+            &mut self.cache,
+            None,
+            filter,
+            (addr >> LINE_SHIFT) as u64,
+            write,
+            pm,
+            |_, pm| count_writeback(totals, pm),
+        );
+        totals.pm_dirtied += dirtied as u64;
         self.count_miss(e, addr, pm, miss);
     }
 
@@ -308,72 +344,124 @@ impl ModelState {
     /// As [`run`](Self::run).
     #[inline(never)]
     unsafe fn process_device(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
-        let Some((dev, names)) = &mut self.device else {
+        let Some(dev) = self.device.as_deref_mut() else {
             return;
         };
         let addr = e.addr & !FLAGS;
-        let line = addr >> LINE_SHIFT;
+        let line = (addr >> LINE_SHIFT) as u64;
         if e.addr & FLUSH == FLUSH {
             let dirty = match &mut self.cache {
                 Model::Compact(c) => c
-                    .invalidate_tracked(line as u64, names)
+                    .invalidate_tracked(line, &mut dev.names)
                     .is_some_and(|v| v.dirty && v.pm),
-                Model::Full(h) => h.invalidate(line as u64) && is_pm(addr),
+                Model::Full(h) => h.invalidate(line) && is_pm(addr),
             };
+            if is_pm(addr) {
+                dev.flushed.flush(line);
+            }
             if dirty {
                 self.totals.pm_writebacks += 1;
-                dev.write_back(addr as u64);
-                self.totals.device = dev.counts();
+                dev.model.write_back(addr as u64);
+                self.totals.device = dev.model.counts();
             }
             return;
         }
         let write = e.addr & STORE_BIT != 0;
         let pm = is_pm(addr);
-        let miss = match &mut self.cache {
-            Model::Compact(c) => {
-                let (a, victim_line) = c.access_tracked(line as u64, write, pm, names);
-                self.totals.pm_dirtied += (a.dirtied && pm) as u64;
-                if let Some(v) = a.victim {
-                    if v.dirty && v.pm {
-                        self.totals.pm_writebacks += 1;
-                        dev.write_back(victim_line << LINE_SHIFT);
-                    } else if v.dirty {
-                        self.totals.dram_writebacks += 1;
-                    }
+        let totals = &mut self.totals;
+        let model = &mut dev.model;
+        let (miss, dirtied) = cache_access(
+            &mut self.cache,
+            Some(&mut dev.names),
+            filter,
+            line,
+            write,
+            pm,
+            |victim, pm| {
+                count_writeback(totals, pm);
+                if pm {
+                    model.write_back(victim << LINE_SHIFT);
                 }
-                !a.hit
-            }
-            Model::Full(h) => {
-                if write && pm && !h.levels().iter().any(|l| l.is_dirty(line as u64)) {
-                    self.totals.pm_dirtied += 1;
-                }
-                let a = h.access(line as u64, write);
-                if let Some(f) = filter {
-                    for &ev in &a.evicted[..a.n_evicted] {
-                        let slot = &mut (*f)[ev as usize % FILTER_LINES];
-                        if *slot >> 1 == ev as usize {
-                            *slot = 0;
-                        }
-                    }
-                }
-                for &wb in a.writebacks() {
-                    if is_pm((wb as usize) << LINE_SHIFT) {
-                        self.totals.pm_writebacks += 1;
-                        dev.write_back(wb << LINE_SHIFT);
-                    } else {
-                        self.totals.dram_writebacks += 1;
-                    }
-                }
-                a.is_miss()
-            }
+            },
+        );
+        totals.pm_dirtied += dirtied as u64;
+        // The delay of a PM miss: the level that served it, less what
+        // this kind of access (a flushed line's re-read, a cold miss)
+        // already costs natively.
+        let delay = if miss && pm {
+            let level = dev.model.read(addr as u64);
+            let access = dev.flushed.take(line);
+            dev.native.delay_ns(dev.model.params(), level, access)
+        } else {
+            0.0
         };
-        let level = (miss && pm).then(|| dev.read(addr as u64));
-        let lat = level.map_or(0.0, |l: Level| dev.params().latency(l));
+        let counts = dev.model.counts();
         let before = self.totals.serial.pm;
         self.count_miss(e, addr, pm, miss);
-        if let Some((dev, _)) = &self.device {
-            self.totals.device_lat_ns += (self.totals.serial.pm - before).max(0.0) * lat;
-            self.totals.device = dev.counts();
+        self.totals.device_read_delay_ns += (self.totals.serial.pm - before).max(0.0) * delay;
+        self.totals.device = counts;
+    }
+}
+
+/// A dirty victim written back to PM (`pm`) or DRAM.
+#[inline(always)]
+fn count_writeback(totals: &mut ThreadTotals, pm: bool) {
+    if pm {
+        totals.pm_writebacks += 1;
+    } else {
+        totals.dram_writebacks += 1;
+    }
+}
+
+/// One access of `line` through the cache model: whether it missed, and
+/// whether a store to PM made the line dirty (the bandwidth model's
+/// write-back, charged when the line is dirtied). Each
+/// dirty line it evicts goes to `writeback(line, pm)` (the line number is
+/// known with `names`, the compact model's table of its slots' lines, and
+/// with the full-tag model; else 0). Lines the full-tag model evicts leave
+/// `filter`.
+///
+/// # Safety
+///
+/// As [`ModelState::run`].
+#[inline(always)]
+unsafe fn cache_access(
+    cache: &mut Model,
+    names: Option<&mut [u64]>,
+    filter: Option<*mut [usize; FILTER_LINES]>,
+    line: u64,
+    write: bool,
+    pm: bool,
+    mut writeback: impl FnMut(u64, bool),
+) -> (bool, bool) {
+    match cache {
+        Model::Compact(c) => {
+            // The victim shares the new line's set, hence its filter slot,
+            // which the hook already gave to the new line.
+            let (a, victim_line) = match names {
+                Some(n) => c.access_tracked(line, write, pm, n),
+                None => (c.access(line, write, pm), 0),
+            };
+            if let Some(v) = a.victim.filter(|v| v.dirty) {
+                writeback(victim_line, v.pm);
+            }
+            (!a.hit, a.dirtied && pm)
+        }
+        Model::Full(h) => {
+            let dirtied = write && pm && !h.levels().iter().any(|l| l.is_dirty(line));
+            let a = h.access(line, write);
+            if let Some(f) = filter {
+                for &ev in &a.evicted[..a.n_evicted] {
+                    let slot = &mut (*f)[ev as usize % FILTER_LINES];
+                    if *slot >> 1 == ev as usize {
+                        *slot = 0;
+                    }
+                }
+            }
+            for &wb in a.writebacks() {
+                writeback(wb, is_pm((wb as usize) << LINE_SHIFT));
+            }
+            (a.is_miss(), dirtied)
         }
     }
 }
@@ -429,5 +517,102 @@ impl Drop for HugeTable {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping once.
         unsafe { libc::munmap(self.ptr as *mut libc::c_void, (self.len * 4).max(1)) };
+    }
+}
+
+/// Lines of the chase [`measure_flushed_reread_ns`] follows (256 KiB).
+const REREAD_LINES: usize = 4096;
+
+/// This machine's native cost of re-reading a line the program flushed,
+/// ns: a random dependent chase over 256 KiB, the region flushed with the
+/// evicting flush device mode's `pflush` uses ([`super::pm::evicting_flush`])
+/// before each pass; the median of five passes after a first untimed one.
+/// `PMLAB_DEVICE_FLUSHED_NS` gives the value instead (tests, or a
+/// measurement made elsewhere). `None` when the memory cannot be mapped.
+pub(super) fn measure_flushed_reread_ns() -> Option<f64> {
+    if let Some(v) = std::env::var("PMLAB_DEVICE_FLUSHED_NS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+    {
+        return Some(v);
+    }
+    let bytes = REREAD_LINES * 64;
+    // SAFETY: a fresh private anonymous mapping, unmapped below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    let b = base as *mut u8;
+    // A random cyclic order of the lines (Fisher-Yates, xorshift).
+    let mut order: Vec<usize> = (0..REREAD_LINES).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..REREAD_LINES).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let op = super::pm::evicting_flush(crate::persist::cpu_flush_op());
+    let mut passes = [0f64; 5];
+    // SAFETY: every address is inside the mapping; each line holds the
+    // address of the next one.
+    unsafe {
+        for i in 0..REREAD_LINES {
+            let next = b.add(order[(i + 1) % REREAD_LINES] * 64) as usize;
+            std::ptr::write_volatile(b.add(order[i] * 64) as *mut usize, next);
+        }
+        let mut p = b.add(order[0] * 64) as usize;
+        for pass in 0..=passes.len() {
+            for l in 0..REREAD_LINES {
+                crate::persist::flush_line(b.add(l * 64), op);
+            }
+            crate::persist::sfence();
+            let t = std::time::Instant::now();
+            for _ in 0..REREAD_LINES {
+                p = std::ptr::read_volatile(p as *const usize);
+            }
+            let ns = t.elapsed().as_nanos() as f64 / REREAD_LINES as f64;
+            if pass > 0 {
+                passes[pass - 1] = ns;
+            }
+        }
+        std::hint::black_box(p);
+        libc::munmap(base, bytes);
+    }
+    passes.sort_by(f64::total_cmp);
+    Some(passes[passes.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wear_leveling_stall_is_charged_once() {
+        // The thread's model counted one 50 us migration: charged at the
+        // first look (a durability point), not again at the epoch's end.
+        assert_eq!(take_stall(50_000.0), 50_000.0);
+        assert_eq!(take_stall(50_000.0), 0.0);
+        // An older reading (totals published before) charges nothing.
+        assert_eq!(take_stall(0.0), 0.0);
+        // The next migration: only it.
+        assert_eq!(take_stall(100_000.0), 50_000.0);
+    }
+
+    #[test]
+    fn the_native_cost_of_a_flushed_line_re_read_is_measured() {
+        // The measurement (or the value given) is a plausible latency.
+        let ns = measure_flushed_reread_ns().expect("256 KiB mapped");
+        assert!(ns > 1.0 && ns < 100_000.0, "{ns}");
     }
 }

@@ -10,7 +10,8 @@
 //! lock; readers (every hook that classifies an address) take none: they
 //! scan the slots up to the highest one ever used.
 
-use super::settings::PmMode;
+use super::settings::{self, PmMode};
+use pmlab_trace::Op;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 static PM_MODE: AtomicU8 = AtomicU8::new(PmMode::Auto as u8);
@@ -143,9 +144,45 @@ pub fn is_pm(addr: usize) -> bool {
     crate::pool::contains(addr, 1) || in_registered(addr, 1)
 }
 
+/// The flush instruction device mode (`pmlab run --device`) uses for
+/// `op`: one that evicts the line. `clwb` may leave the line in the CPU's
+/// caches (AMD's Zen does), so the program's next access would hit there
+/// while the device model, which has seen the line leave, charges a
+/// device read; `clflushopt` writes the line back and evicts it, so that
+/// access really misses, as it does on Optane's platforms.
+pub fn evicting_flush(op: Op) -> Op {
+    if op == Op::Clwb {
+        Op::ClflushOpt
+    } else {
+        op
+    }
+}
+
+/// The flush `pflush` uses: `op` (the CPU's best, or `PMLAB_FLUSH`'s), made
+/// [evicting](evicting_flush) in device mode.
+#[inline]
+pub fn flush_for_mode(op: Op) -> Op {
+    if settings::device_on() {
+        evicting_flush(op)
+    } else {
+        op
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_mode_flushes_evict() {
+        assert_eq!(evicting_flush(Op::Clwb), Op::ClflushOpt);
+        assert_eq!(evicting_flush(Op::ClflushOpt), Op::ClflushOpt);
+        assert_eq!(evicting_flush(Op::Clflush), Op::Clflush);
+        // Outside device mode the flush is the one asked for.
+        if !settings::device_on() {
+            assert_eq!(flush_for_mode(Op::Clwb), Op::Clwb);
+        }
+    }
 
     #[test]
     fn ranges_register_remove_and_reuse_their_slot() {

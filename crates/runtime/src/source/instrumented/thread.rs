@@ -144,6 +144,49 @@ pub fn totals() -> ThreadTotals {
     totals_and_ran().0
 }
 
+/// Device mode: unprocessed entries of the current log above which an
+/// epoch's end leaves them to the modeller thread instead of running them.
+const DEFER_ABOVE: usize = 64;
+
+std::thread_local! {
+    /// The next reading must count everything logged (the thread's last).
+    static EXACT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The calling thread's next [`totals_and_ran`] is its last (it exits):
+/// it runs every logged entry, as outside device mode.
+pub fn exact_next_reading() {
+    EXACT.with(|e| e.set(true));
+}
+
+/// Device mode, where the modeller thread takes this thread's logs: true
+/// when an epoch's end should not run the log itself (more than
+/// [`DEFER_ABOVE`] entries unprocessed, or a log handed off and waiting),
+/// but take the totals the model last published. A device-mode batch
+/// costs tens of ns per entry, a log's worth tens of µs on the program's
+/// time at every epoch's end (a step a program that times its iterations
+/// sees, in a place the device would not put one); the entries count a
+/// log later, when the modeller has run them (totals are cumulative:
+/// nothing is lost). Small remainders are run at once, so that a program
+/// with few misses is not charged epochs late; the thread's last reading
+/// ([`exact_next_reading`]) runs everything.
+///
+/// # Safety
+///
+/// `t` is the calling thread's state and `s` its model.
+unsafe fn leave_to_modeller(t: *mut Tls, s: *mut Slow) -> bool {
+    if EXACT.with(|e| e.replace(false))
+        || !super::settings::device_on()
+        || !(*s).shared
+        || !offload::enabled()
+    {
+        return false;
+    }
+    let pending = (*s).ready.load(Ordering::Acquire) != NONE;
+    let left = std::ptr::read_volatile(&(*t).logged).saturating_sub((*t).processed);
+    pending || left > DEFER_ABOVE
+}
+
 /// Attempts at reading the published totals when the signal interrupted a
 /// batch of the thread itself (which may be in the middle of publishing
 /// them, and cannot finish before the handler returns).
@@ -163,7 +206,7 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
             // A batch of this thread is under way below us: its entries
             // count at the next reading.
             std::ptr::write_volatile(&mut (*t).interrupted, true);
-        } else if !s.is_null() {
+        } else if !s.is_null() && !leave_to_modeller(t, s) {
             // Exact counts up to here: wait for a log the modeller is
             // running (it never waits for this thread, and holds the lock
             // for one batch at most), then run what is left ourselves.
@@ -191,6 +234,32 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
         out.accesses = std::ptr::read_volatile(&(*t).accesses);
         std::ptr::write_volatile(&mut (*t).last, out);
         (out, ran)
+    }
+}
+
+/// Device mode (`pmlab run --device`), at a durability point (`pm_drain`,
+/// `pm_dfence`): the wear-leveling stall of the calling thread's model not
+/// yet charged, ns, now charged (the caller stalls for it). It reads the
+/// totals the model last published (by the modeller thread or this one),
+/// running nothing: a migration is paid at the first durability point
+/// after the batch holding the write that caused it, not at the epoch's
+/// end, as the device stalls the write that triggers it.
+pub fn device_stall_due() -> f64 {
+    if !super::settings::device_on() {
+        return 0.0;
+    }
+    let t = tls();
+    // SAFETY: own thread; the published totals are read under their
+    // sequence lock.
+    unsafe {
+        let s = std::ptr::read_volatile(&(*t).slow);
+        if s.is_null() || std::ptr::read_volatile(&(*t).busy) {
+            return 0.0;
+        }
+        match offload::read_published(&*s, 64) {
+            Some(v) => super::model::take_stall(v.device.stall_ns),
+            None => 0.0,
+        }
     }
 }
 
