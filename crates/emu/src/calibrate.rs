@@ -255,6 +255,62 @@ impl Chaser {
     }
 }
 
+/// A short knee probe: the effective-LLC curve's chains up to twice the
+/// LLC (at least 64 MiB), linked once and chased again whenever the
+/// effective LLC is wanted *now* (`pmlab validate`'s working-set study
+/// takes it right before each region's runs: this VM's share of the
+/// host's L3 moves over minutes). Each measurement warms every chain with
+/// a pass over its lines (at most 600,000 loads: past that a region is
+/// far out of any cache) and times 160,000 more on the thread's CPU clock
+/// (4 parts, the middle two); about a second here.
+pub struct KneeProbe {
+    chains: Vec<(u64, Chain)>,
+    l2: u64,
+}
+
+impl KneeProbe {
+    /// Map and link the chains ([`llc_curve_regions`] of the sysfs LLC).
+    pub fn new() -> Result<KneeProbe> {
+        let chains = llc_curve_regions(llc_bytes())
+            .into_iter()
+            .map(|r| Ok((r, Chain::new(r as usize, None, SEED ^ r)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KneeProbe {
+            chains,
+            l2: l2_bytes(),
+        })
+    }
+
+    /// The curve now, and its knee ([`effective_llc`], 0 when none) against
+    /// `dram`, the DRAM latency measured by the caller just before.
+    pub fn measure(&mut self, dram: f64) -> (u64, Vec<(u64, f64)>) {
+        let mut curve = Vec::with_capacity(self.chains.len());
+        for (r, chain) in &mut self.chains {
+            chain.chase((*r / 64).min(600_000));
+            let part = 40_000;
+            let mut ns = [0.0f64; 4];
+            for v in &mut ns {
+                let t0 = thread_cpu_ns();
+                chain.chase(part);
+                *v = (thread_cpu_ns() - t0) as f64 / part as f64;
+            }
+            ns.sort_by(f64::total_cmp);
+            curve.push((*r, (ns[1] + ns[2]) / 2.0));
+        }
+        let knee = effective_llc(&curve, llc_in_cache(&curve, self.l2), dram).unwrap_or(0);
+        (knee, curve)
+    }
+}
+
+/// `PMLAB_INSTR_LLC` for an effective LLC of `bytes` (see
+/// [`instr_llc_setting`]); None for 0 (unknown).
+pub fn instr_llc_for(bytes: u64) -> Option<String> {
+    (bytes > 0).then(|| {
+        let g = model_geometry(bytes);
+        format!("{}:{}", g.size_bytes, g.ways)
+    })
+}
+
 /// The calling thread's CPU time, ns.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
