@@ -28,7 +28,9 @@
 //!   dependent variant (`-d`, each lookup keyed by the previous one's
 //!   value) is run beside as a diagnostic: `t_dep / t` is the overlap the
 //!   hardware gets between lookups (1.01x on this VM: none; the probe
-//!   loop's exit branch depends on the missed key). So is the
+//!   loop's exit branch depends on the missed key), and so is `-i 4`
+//!   (four lookups' first loads issued before any compare: the overlap
+//!   when no such branch separates the misses). So is the
 //!   emulator-free reference `hashprobe -x (L - DRAM)`: the native build
 //!   holding the CPU that long after each lookup, as if each waited for
 //!   one miss at `L` behind the previous lookup (an upper bound where

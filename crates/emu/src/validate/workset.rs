@@ -4,6 +4,15 @@
 //! each against its native run, and the one-chain curves against their
 //! `--no-inject` runs (the hooks' cost does not depend on the chains).
 //!
+//! The machine's effective LLC moves with its neighbours, and with it
+//! the native curve near the knee. So regions are the outer loop: before
+//! each repetition of a region the DRAM latency and the knee
+//! ([`crate::calibrate::KneeProbe`]) are measured and the knee is modelled
+//! (`PMLAB_INSTR_LLC`) in that repetition's emulated runs; every curve
+//! then runs natively, with `--no-inject` and emulated, and each
+//! repetition's expectation comes from its own native run. Points whose
+//! native reference moved are marked ([`unstable`]).
+//!
 //! memlat runs with `-q`: its chains linked in one sequential pass (a
 //! pseudo-random cycle per chain over a contiguous part of the region, as
 //! idxchase builds them) instead of the shuffle, the same timed loop with
@@ -19,8 +28,8 @@
 //! m(r)        = clamp((native(r) - c_k) / (DRAM - c_1), 0, 1)
 //! ```
 //!
-//! with `native(r)` the native ns per access at region `r`, `DRAM` the
-//! latency measured just before the emulated runs, `c_k` the in-cache time
+//! with `native(r)` the native ns per access at region `r` (the run of the
+//! same repetition), `DRAM` the latency measured just before, `c_k` the in-cache time
 //! per access of the same program with the same `k` chains -- its native
 //! figure at the largest region below half the LLC (the smallest region
 //! when none is) -- and `c_1` that of one chain. With one chain, `m(r)` is
