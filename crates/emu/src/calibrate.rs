@@ -302,11 +302,12 @@ impl KneeProbe {
     }
 }
 
-/// `PMLAB_INSTR_LLC` for an effective LLC of `bytes` (see
-/// [`instr_llc_setting`]); None for 0 (unknown).
+/// `PMLAB_INSTR_LLC` for an effective LLC of `bytes`: the geometry
+/// ([`model_geometry`]) nearest [`random_model_bytes`]; None for 0
+/// (unknown).
 pub fn instr_llc_for(bytes: u64) -> Option<String> {
     (bytes > 0).then(|| {
-        let g = model_geometry(bytes);
+        let g = model_geometry(random_model_bytes(bytes));
         format!("{}:{}", g.size_bytes, g.ways)
     })
 }
@@ -436,12 +437,17 @@ pub fn model_geometry(bytes: u64) -> pmlab_model::cache::CacheConfig {
 }
 
 /// `PMLAB_INSTR_LLC` (`SIZE:WAYS`) for the effective LLC of `c`, if
-/// measured.
+/// measured: [`instr_llc_for`].
 pub fn instr_llc_setting(c: &Calibration) -> Option<String> {
-    (c.effective_llc_bytes > 0).then(|| {
-        let g = model_geometry(c.effective_llc_bytes);
-        format!("{}:{}", g.size_bytes, g.ways)
-    })
+    instr_llc_for(c.effective_llc_bytes)
+}
+
+/// The size of a random-replacement model whose cyclic chase misses half
+/// of its loads at a region of `knee` bytes, as the machine's does at its
+/// effective LLC: `knee / (2 ln 2)` (the runtime's compact model evicts
+/// a random way: `CompactCache::set_random_replacement`).
+pub fn random_model_bytes(knee: u64) -> u64 {
+    (knee as f64 / (2.0 * std::f64::consts::LN_2)) as u64
 }
 
 /// The level-2 cache of cpu0 (data or unified), bytes (0 if unknown).
@@ -723,8 +729,11 @@ mod tests {
             measured_at: 0,
         };
         assert_eq!(instr_llc_setting(&c), None);
+        // A knee at 12 MiB: a random-replacement model of 12 / (2 ln 2) =
+        // 8.66 MiB, the nearest geometry 16384 sets of 9 ways.
         c.effective_llc_bytes = 12 * MIB;
-        assert_eq!(instr_llc_setting(&c).as_deref(), Some("12582912:12"));
+        assert_eq!(instr_llc_setting(&c).as_deref(), Some("9437184:9"));
+        assert_eq!(random_model_bytes(12 * MIB), 9_076_652);
         // A cache written before the field existed still reads.
         let mut v = serde_json::to_value(&c).unwrap();
         v.as_object_mut().unwrap().remove("effective_llc_bytes");

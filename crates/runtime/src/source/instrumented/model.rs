@@ -137,7 +137,11 @@ impl ModelState {
         let cache = if compact {
             let n = CompactCache::table_len(llc).ok()?;
             let table = HugeTable::new(n)?;
-            Model::Compact(CompactCache::with_table(llc, table).ok()?)
+            let mut c = CompactCache::with_table(llc, table).ok()?;
+            if settings::random_replacement() {
+                c.set_random_replacement(Some(0x2545_F491_4F6C_DD1D));
+            }
+            Model::Compact(c)
         } else {
             Model::Full(Hierarchy::new(&[llc]).ok()?)
         };
@@ -299,8 +303,14 @@ impl ModelState {
             self.last_miss_units = units;
             self.window_serial += window_share(gap, settings::hooked_window());
         } else if e.addr & (VALUE_WIDE | VALUE_NARROW) != 0 {
-            // A compare that follows reads a cached value.
-            self.est.loaded_hit();
+            // A chase through a cached node keeps its dependence; a compare
+            // that follows reads a cached value.
+            let loaded = if e.addr & VALUE_WIDE != 0 {
+                Loaded::Wide(e.value)
+            } else {
+                Loaded::Narrow(e.value as u32)
+            };
+            self.est.hit(addr as u64, loaded, LINE_SHIFT);
         }
     }
 }
