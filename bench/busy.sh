@@ -17,7 +17,9 @@
 # ns per access, the error, and from the emulated runs' statistics the
 # medians of `hook_inline_share` (the cache model run on the program's
 # threads, over their time) and `run_delay_share` (time runnable but
-# waiting for a CPU), and how many runs set `busy_warning`.
+# waiting for a CPU), and how many runs set `busy_warning`; after each
+# BUSY level one summary line (the errors' range and mean |error|, the runs
+# warned) and the first warning pmlab printed at that level, if any.
 #
 # Run it on a quiet machine: other load adds to the busy loops.
 # Usage: bench/busy.sh [REPS] [ACCESSES]   (default 3 2000000; needs
@@ -86,9 +88,25 @@ for r in range(reps):
     inline.append(s.get("hook_inline_share") or 0.0)
     wait.append(s.get("run_delay_share") or 0.0)
     warned += 1 if s.get("busy_warning") else 0
+    if s.get("busy_warning"):
+        with open(f"{tmp}/warn.{busy}", "a") as fh:
+            fh.write(s["busy_warning"] + "\n")
+with open(f"{tmp}/errors.{busy}", "a") as fh:
+    fh.write(f"{(emu - expected) / expected * 100} {warned} {reps}\n")
 print(f"{busy:<5} {w + ' ' + mib + 'MiB ' + str(int(lat)) + 'ns':<22} {native:8.1f} {expected:9.1f} {emu:9.1f} "
       f"{(emu - expected) / expected * 100:+8.2f} {statistics.median(inline) * 100:8.1f} "
       f"{statistics.median(wait) * 100:8.1f} {warned}/{reps}")
 EOF
 	done
+	python3 - "$TMP" "$BUSY" <<'EOF'
+import sys
+tmp, busy = sys.argv[1:]
+rows = [l.split() for l in open(f"{tmp}/errors.{busy}")]
+e = [float(r[0]) for r in rows]
+warned = sum(int(r[1]) for r in rows)
+runs = sum(int(r[2]) for r in rows)
+print(f"busy={busy}: errors {min(e):+.2f}..{max(e):+.2f}%, mean |error| "
+      f"{sum(abs(x) for x in e) / len(e):.2f}%; busy warning in {warned}/{runs} emulated runs")
+EOF
+	[ ! -s "$TMP/warn.$BUSY" ] || echo "busy=$BUSY: first warning: $(head -1 "$TMP/warn.$BUSY")"
 done

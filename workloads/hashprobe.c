@@ -14,6 +14,13 @@
  * found: the same work with every lookup's misses behind the previous
  * one's (no overlap between lookups), to measure the overlap natively.
  *
+ * With -i N the lookups go N at a time: the N slots' first keys are loaded
+ * one after another before any of them is compared, so no branch on a
+ * missed key separates their misses (they overlap natively, up to the
+ * fill buffers), then each lookup finishes its probe as usual. lookups/s
+ * with -i 1 against -i N shows what the compare-and-branch after each
+ * miss costs in overlap on this machine.
+ *
  * With -x EXTRA_NS the thread holds the CPU EXTRA_NS of its own time after
  * each timed lookup (cpuwait.h): with EXTRA_NS = L - DRAM latency, the
  * lookups as they would run if each waited for one miss at L after the
@@ -26,7 +33,7 @@
  *   hashprobe: region=... slots=... keys=... dependent=0 lookups=...
  *              elapsed_ns=... ns_per_lookup=... probes_per_lookup=...
  *
- * Usage: hashprobe [-r TABLE_MIB] [-n LOOKUPS] [-d] [-s SEED] [-x EXTRA_NS]
+ * Usage: hashprobe [-r TABLE_MIB] [-n LOOKUPS] [-d] [-i N] [-s SEED] [-x EXTRA_NS]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -70,7 +77,7 @@ static uint64_t key_of(uint64_t i, uint64_t seed)
 static void usage(void)
 {
 	fprintf(stderr, "usage: hashprobe [-r TABLE_MIB, a power of two] "
-			"[-n LOOKUPS] [-d] [-s SEED] [-x EXTRA_NS 0-1000000]\n");
+			"[-n LOOKUPS] [-d] [-i N 1-16] [-s SEED] [-x EXTRA_NS 0-1000000]\n");
 	exit(2);
 }
 
@@ -87,11 +94,13 @@ int main(int argc, char **argv)
 {
 	long region_mib = 128, lookups = 2000000, seed = 7, extra_ns = 0;
 	int dependent = 0, opt;
-	while ((opt = getopt(argc, argv, "r:n:ds:x:")) != -1) {
+	long inter = 1;
+	while ((opt = getopt(argc, argv, "r:n:di:s:x:")) != -1) {
 		switch (opt) {
 		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
 		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
 		case 'd': dependent = 1; break;
+		case 'i': inter = arg_long(optarg, 1, 16); break;
 		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
 		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
 		default: usage();
@@ -126,34 +135,45 @@ int main(int argc, char **argv)
 	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
 	uint64_t t0 = 0;
 	int64_t owed = 0;
-	for (long n = -warm; n < lookups; n++) {
-		if (n == 0) {
+	for (long n = -warm; n < lookups; n += inter) {
+		if (n <= 0 && n + inter > 0) {
 			probes = 0;
 			cw_init(extra_ns);
 			t0 = now_ns();
 		}
-		r = r * 6364136223846793005ull + 1442695040888963407ull;
-		uint64_t pick = dependent ? (r >> 17) ^ sum : r >> 17;
-		uint64_t k = key_of(pick % keys, (uint64_t)seed);
-		uint64_t h = mix(k * 31) & mask;
-		for (;;) {
-			probes++;
-			if (t[h].key == k) {
-				sum += t[h].val;
-				break;
+		uint64_t k[16], h[16], first[16];
+		for (long j = 0; j < inter; j++) {
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			uint64_t pick = dependent ? (r >> 17) ^ sum : r >> 17;
+			k[j] = key_of(pick % keys, (uint64_t)seed);
+			h[j] = mix(k[j] * 31) & mask;
+			if (inter > 1)
+				first[j] = t[h[j]].key; /* no branch between these misses */
+		}
+		for (long j = 0; j < inter; j++) {
+			uint64_t hj = h[j];
+			uint64_t key = inter > 1 ? first[j] : t[hj].key;
+			for (;;) {
+				probes++;
+				if (key == k[j]) {
+					sum += t[hj].val;
+					break;
+				}
+				if (key == 0)
+					break;
+				hj = (hj + 1) & mask;
+				key = t[hj].key;
 			}
-			if (t[h].key == 0)
-				break;
-			h = (h + 1) & mask;
 		}
 		if (n >= 0)
-			cw_pay(&owed, 1);
+			cw_pay(&owed, inter);
 	}
 	uint64_t t1 = now_ns();
-	printf("hashprobe: region=%zu slots=%llu keys=%llu dependent=%d extra_ns=%ld "
+	lookups = (lookups + inter - 1) / inter * inter;
+	printf("hashprobe: region=%zu slots=%llu keys=%llu dependent=%d interleave=%ld extra_ns=%ld "
 			"lookups=%ld elapsed_ns=%llu ns_per_lookup=%.2f probes_per_lookup=%.3f sink=%llu\n",
 			bytes, (unsigned long long)slots, (unsigned long long)keys,
-			dependent, extra_ns, lookups, (unsigned long long)(t1 - t0),
+			dependent, inter, extra_ns, lookups, (unsigned long long)(t1 - t0),
 			(double)(t1 - t0) / (double)lookups,
 			(double)probes / (double)lookups, (unsigned long long)(sum & 1));
 	return 0;

@@ -83,6 +83,10 @@ static int policy = -1;
 #define H(n) void __sanitizer_cov_load##n(void *p) { (void)p; hooks++; } \
 	void __sanitizer_cov_store##n(void *p) { (void)p; hooks++; }
 H(1) H(2) H(4) H(8) H(16)
+#define C(n, t) void __sanitizer_cov_trace_cmp##n(t a, t b) { (void)a; (void)b; } \
+	void __sanitizer_cov_trace_const_cmp##n(t a, t b) { (void)a; (void)b; }
+C(1, uint8_t) C(2, uint16_t) C(4, uint32_t) C(8, uint64_t)
+void __sanitizer_cov_trace_switch(uint64_t v, uint64_t *c) { (void)v; (void)c; }
 void __sanitizer_cov_8bit_counters_init(char *a, char *b) { (void)a; (void)b; }
 void __sanitizer_cov_pcs_init(const uintptr_t *a, const uintptr_t *b) { (void)a; (void)b; }
 static int in_window;

@@ -106,6 +106,9 @@ int sizeIndex(uint64_t bytes) {
 struct Hooks {
   FunctionCallee load[5];
   FunctionCallee store[5];
+  // __sanitizer_cov_trace_cmp4 / _cmp8 (clang's trace-cmp ABI): the
+  // overlap estimator's control dependences.
+  FunctionCallee cmp4, cmp8;
 };
 
 Hooks declareHooks(Module &M) {
@@ -120,7 +123,29 @@ Hooks declareHooks(Module &M) {
     h.store[i] = M.getOrInsertFunction(
         (Twine("__sanitizer_cov_store") + sizes[i]).str(), voidTy, ptr);
   }
+  Type *i32 = Type::getInt32Ty(C), *i64 = Type::getInt64Ty(C);
+  h.cmp4 = M.getOrInsertFunction("__sanitizer_cov_trace_cmp4", voidTy, i32, i32);
+  h.cmp8 = M.getOrInsertFunction("__sanitizer_cov_trace_cmp8", voidTy, i64, i64);
   return h;
+}
+
+// A compare callback before every scalar 4- or 8-byte integer compare
+// among `insts` (as clang's trace-cmp, without its constant forms).
+void insertCmpHooks(const Hooks &h, ArrayRef<Instruction *> insts) {
+  for (Instruction *I : insts) {
+    auto *c = dyn_cast<ICmpInst>(I);
+    if (!c || c->getMetadata("nosanitize"))
+      continue;
+    Type *ty = c->getOperand(0)->getType();
+    if (!ty->isIntegerTy(32) && !ty->isIntegerTy(64))
+      continue;
+    IRBuilder<> B(c);
+    CallInst *call = B.CreateCall(ty->isIntegerTy(32) ? h.cmp4 : h.cmp8,
+                                  {c->getOperand(0), c->getOperand(1)});
+    call->setDoesNotThrow();
+    if (DebugLoc dl = c->getDebugLoc())
+      call->setDebugLoc(dl);
+  }
 }
 
 // Whether `I` is an access the hooks see, and which callback.
@@ -418,10 +443,14 @@ struct Sampler {
     auto clone = [&](BasicBlock *BB) { return cast<BasicBlock>(VMap[BB]); };
 
     // 5. Hooks in the instrumented copy, except on our own slots.
-    SmallVector<Instruction *, 256> accesses;
+    SmallVector<Instruction *, 256> accesses, compares;
     for (BasicBlock *BB : clones)
       for (Instruction &I : *BB) {
         Value *ptr = nullptr;
+        if (isa<ICmpInst>(I)) {
+          compares.push_back(&I);
+          continue;
+        }
         if (auto *L = dyn_cast<LoadInst>(&I))
           ptr = L->getPointerOperand();
         else if (auto *S = dyn_cast<StoreInst>(&I))
@@ -434,6 +463,7 @@ struct Sampler {
         accesses.push_back(&I);
       }
     insertHooks(hooks, DL, accesses);
+    insertCmpHooks(hooks, compares);
 
     // 6. Entry: prologue -> dispatch on the window flag -> clean or
     //    instrumented body; functions with loops or calls also count a

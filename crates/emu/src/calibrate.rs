@@ -255,6 +255,63 @@ impl Chaser {
     }
 }
 
+/// A short knee probe: the effective-LLC curve's chains up to twice the
+/// LLC (at least 64 MiB), linked once and chased again whenever the
+/// effective LLC is wanted *now* (`pmlab validate`'s working-set study
+/// takes it right before each region's runs: this VM's share of the
+/// host's L3 moves over minutes). Each measurement warms every chain with
+/// a pass over its lines (at most 600,000 loads: past that a region is
+/// far out of any cache) and times 160,000 more on the thread's CPU clock
+/// (4 parts, the middle two); about a second here.
+pub struct KneeProbe {
+    chains: Vec<(u64, Chain)>,
+    l2: u64,
+}
+
+impl KneeProbe {
+    /// Map and link the chains ([`llc_curve_regions`] of the sysfs LLC).
+    pub fn new() -> Result<KneeProbe> {
+        let chains = llc_curve_regions(llc_bytes())
+            .into_iter()
+            .map(|r| Ok((r, Chain::new(r as usize, None, SEED ^ r)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KneeProbe {
+            chains,
+            l2: l2_bytes(),
+        })
+    }
+
+    /// The curve now, and its knee ([`effective_llc`], 0 when none) against
+    /// `dram`, the DRAM latency measured by the caller just before.
+    pub fn measure(&mut self, dram: f64) -> (u64, Vec<(u64, f64)>) {
+        let mut curve = Vec::with_capacity(self.chains.len());
+        for (r, chain) in &mut self.chains {
+            chain.chase((*r / 64).min(600_000));
+            let part = 40_000;
+            let mut ns = [0.0f64; 4];
+            for v in &mut ns {
+                let t0 = thread_cpu_ns();
+                chain.chase(part);
+                *v = (thread_cpu_ns() - t0) as f64 / part as f64;
+            }
+            ns.sort_by(f64::total_cmp);
+            curve.push((*r, (ns[1] + ns[2]) / 2.0));
+        }
+        let knee = effective_llc(&curve, llc_in_cache(&curve, self.l2), dram).unwrap_or(0);
+        (knee, curve)
+    }
+}
+
+/// `PMLAB_INSTR_LLC` for an effective LLC of `bytes`: the geometry
+/// ([`model_geometry`]) nearest [`random_model_bytes`]; None for 0
+/// (unknown).
+pub fn instr_llc_for(bytes: u64) -> Option<String> {
+    (bytes > 0).then(|| {
+        let g = model_geometry(random_model_bytes(bytes));
+        format!("{}:{}", g.size_bytes, g.ways)
+    })
+}
+
 /// The calling thread's CPU time, ns.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -380,12 +437,17 @@ pub fn model_geometry(bytes: u64) -> pmlab_model::cache::CacheConfig {
 }
 
 /// `PMLAB_INSTR_LLC` (`SIZE:WAYS`) for the effective LLC of `c`, if
-/// measured.
+/// measured: [`instr_llc_for`].
 pub fn instr_llc_setting(c: &Calibration) -> Option<String> {
-    (c.effective_llc_bytes > 0).then(|| {
-        let g = model_geometry(c.effective_llc_bytes);
-        format!("{}:{}", g.size_bytes, g.ways)
-    })
+    instr_llc_for(c.effective_llc_bytes)
+}
+
+/// The size of a random-replacement model whose cyclic chase misses half
+/// of its loads at a region of `knee` bytes, as the machine's does at its
+/// effective LLC: `knee / (2 ln 2)` (the runtime's compact model evicts
+/// a random way: `CompactCache::set_random_replacement`).
+pub fn random_model_bytes(knee: u64) -> u64 {
+    (knee as f64 / (2.0 * std::f64::consts::LN_2)) as u64
 }
 
 /// The level-2 cache of cpu0 (data or unified), bytes (0 if unknown).
@@ -667,8 +729,11 @@ mod tests {
             measured_at: 0,
         };
         assert_eq!(instr_llc_setting(&c), None);
+        // A knee at 12 MiB: a random-replacement model of 12 / (2 ln 2) =
+        // 8.66 MiB, the nearest geometry 16384 sets of 9 ways.
         c.effective_llc_bytes = 12 * MIB;
-        assert_eq!(instr_llc_setting(&c).as_deref(), Some("12582912:12"));
+        assert_eq!(instr_llc_setting(&c).as_deref(), Some("9437184:9"));
+        assert_eq!(random_model_bytes(12 * MIB), 9_076_652);
         // A cache written before the field existed still reads.
         let mut v = serde_json::to_value(&c).unwrap();
         v.as_object_mut().unwrap().remove("effective_llc_bytes");

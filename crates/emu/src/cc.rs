@@ -18,8 +18,9 @@
 //! # clang
 //!
 //! The wrapper runs clang with the caller's arguments plus
-//! `-fsanitize-coverage=func,inline-8bit-counters,trace-loads,trace-stores`
-//! when it compiles, and, when it links, libpmlab.so (found next to the
+//! `-fsanitize-coverage=func,inline-8bit-counters,trace-loads,trace-stores,trace-cmp`
+//! (`trace-cmp`: the compares of loaded values, for the overlap
+//! estimator's control dependences) when it compiles, and, when it links, libpmlab.so (found next to the
 //! pmlab executable) with an rpath, so the program runs normally (no delay)
 //! outside `pmlab run` (and `-fno-sanitize-link-runtime`, so that clang does
 //! not link a sanitizer runtime of its own). clang needs a coverage mode
@@ -67,7 +68,7 @@ use std::process::Command;
 
 /// The coverage flags added when clang compiles.
 pub const COVERAGE_FLAG: &str =
-    "-fsanitize-coverage=func,inline-8bit-counters,trace-loads,trace-stores";
+    "-fsanitize-coverage=func,inline-8bit-counters,trace-loads,trace-stores,trace-cmp";
 
 /// The flags added when gcc compiles (and links: see the module's
 /// documentation).

@@ -461,6 +461,9 @@ pub struct CompactCache<T = Vec<u32>> {
     set_bits: u32,
     ways: usize,
     slots: T,
+    /// State of the victim choice's xorshift generator; 0: LRU (see
+    /// [`set_random_replacement`](Self::set_random_replacement)).
+    rng: u64,
 }
 
 impl CompactCache {
@@ -502,7 +505,23 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             set_bits: (config.sets()?).trailing_zeros(),
             ways: config.ways as usize,
             slots: table,
+            rng: 0,
         })
+    }
+
+    /// Evict a random way of a full set (seeded by `seed`, any non-zero
+    /// value) instead of the least recently used one, or go back to LRU
+    /// (`None`). [`access`](Self::access) only; `access_tracked` stays LRU.
+    ///
+    /// A cyclic walk over more lines than an LRU cache holds misses on
+    /// every access (each line is evicted just before its turn); real
+    /// last-level caches show a ramp instead. With random replacement a
+    /// random cycle over `N` lines of a `C`-line cache hits with the
+    /// probability `h` that solves `h = exp(-(N / C)(1 - h))`: every
+    /// access while `N <= C`, half of them at `N = 2 ln 2 C` (1.39 C),
+    /// a fifth at `2 C`.
+    pub fn set_random_replacement(&mut self, seed: Option<u64>) {
+        self.rng = seed.map_or(0, |s| s.max(1));
     }
 
     /// Number of sets.
@@ -537,21 +556,50 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
         let idx = (line & ((1 << self.set_bits) - 1)) as usize;
         let tag = self.tag(line);
         let ways = self.ways;
+        // The way a miss in a full set evicts, in recency order: the last
+        // (LRU) or a random one.
+        let victim = if self.rng == 0 {
+            ways - 1
+        } else {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            (((self.rng >> 32) * ways as u64) >> 32) as usize
+        };
         let set = &mut self.slots.as_mut()[idx * ways..(idx + 1) * ways];
         // The common geometries pass a fixed-size array: once inlined, the
         // set length is a constant, the scan unrolls and the LRU shift is
         // an inline move (7.3-8.0 ns instead of 11.7 per access on a 32 MiB
         // model, `bench/model-speed.sh`).
         match ways {
-            16 => Self::access_set(<&mut [u32; 16]>::try_from(set).unwrap(), tag, write, pm),
-            8 => Self::access_set(<&mut [u32; 8]>::try_from(set).unwrap(), tag, write, pm),
-            _ => Self::access_set(set, tag, write, pm),
+            16 => Self::access_set(
+                <&mut [u32; 16]>::try_from(set).unwrap(),
+                tag,
+                write,
+                pm,
+                victim,
+            ),
+            8 => Self::access_set(
+                <&mut [u32; 8]>::try_from(set).unwrap(),
+                tag,
+                write,
+                pm,
+                victim,
+            ),
+            _ => Self::access_set(set, tag, write, pm, victim),
         }
     }
 
-    /// [`access`](Self::access) on one set, most recently used way first.
+    /// [`access`](Self::access) on one set, most recently used way first;
+    /// a miss in a full set evicts way `victim`.
     #[inline(always)]
-    fn access_set(set: &mut [u32], tag: u32, write: bool, pm: bool) -> CompactAccess {
+    fn access_set(
+        set: &mut [u32],
+        tag: u32,
+        write: bool,
+        pm: bool,
+        victim: usize,
+    ) -> CompactAccess {
         let w = set.len();
         let mut at = w;
         let mut empty = w;
@@ -585,8 +633,9 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
                 dirtied: write,
             };
         }
-        let last = set[w - 1];
-        set.copy_within(0..w - 1, 1);
+        let v = victim.min(w - 1);
+        let last = set[v];
+        set.copy_within(0..v, 1);
         set[0] = fresh;
         CompactAccess {
             hit: false,
@@ -960,6 +1009,52 @@ mod tests {
         assert!(h.invalidate(7));
         assert!(!h.contains(7));
         assert!(Hierarchy::new(&[]).is_err());
+    }
+
+    /// Hit share of the second and later passes of a random cycle over
+    /// `n` lines through a compact cache of `c` lines (16 ways).
+    fn cycle_hits(n: u64, c: u64, random: bool) -> f64 {
+        let mut cache = CompactCache::new(CacheConfig::new(c * 64, 16)).unwrap();
+        if random {
+            cache.set_random_replacement(Some(0x1234_5678));
+        }
+        // A fixed random order of the lines 0..n (every set gets n / sets).
+        let mut order: Vec<u64> = (0..n).collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let (mut hits, mut total) = (0u64, 0u64);
+        for pass in 0..6 {
+            for &l in &order {
+                let a = cache.access(l, false, false);
+                if pass > 0 {
+                    hits += u64::from(a.hit);
+                    total += 1;
+                }
+            }
+        }
+        hits as f64 / total as f64
+    }
+
+    #[test]
+    fn random_replacement_ramps_where_lru_steps() {
+        let c = 4096;
+        // LRU: a cycle that fits always hits, one that does not never does.
+        assert_eq!(cycle_hits(c / 2, c, false), 1.0);
+        assert_eq!(cycle_hits(2 * c, c, false), 0.0);
+        // Random: h = exp(-(N/C)(1 - h)): 1 when it fits, 0.5 at 1.39 C,
+        // 0.203 at 2 C, 0.02 at 4 C.
+        assert_eq!(cycle_hits(c / 2, c, true), 1.0);
+        let h = cycle_hits(c * 139 / 100, c, true);
+        assert!((h - 0.5).abs() < 0.08, "{h}");
+        let h = cycle_hits(2 * c, c, true);
+        assert!((h - 0.203).abs() < 0.05, "{h}");
+        let h = cycle_hits(4 * c, c, true);
+        assert!(h < 0.05, "{h}");
     }
 
     #[test]

@@ -421,6 +421,65 @@ pub extern "C" fn __sanitizer_cov_load8(addr: *const u64) {
     on_access(addr as usize, 8, false, Some(addr));
 }
 
+/// The body of clang's `trace-cmp` callbacks (`__sanitizer_cov_trace_cmp4`,
+/// `_cmp8` and their `const_` forms): a compare of `a` with `b` at `site`,
+/// the callback's return address (see
+/// [`hooks::on_cmp`](crate::source::instrumented::hooks::on_cmp)).
+#[cfg(all(target_arch = "x86_64", not(test)))]
+extern "C" fn pmlab_on_cmp(a: u64, b: u64, site: usize) {
+    crate::source::instrumented::hooks::on_cmp(a, b, site);
+}
+
+// clang's compare callbacks (`-fsanitize-coverage=trace-cmp`, and the
+// sampling plugin's instrumented copies): the 4- and 8-byte ones pass the
+// operands and their return address (the compare's site, which no Rust
+// function can read) to `pmlab_on_cmp` by a tail jump; 4-byte operands
+// zero-extended, as a 4-byte load's value is logged. 1- and 2-byte
+// compares and switches return at once (such loads carry no value).
+#[cfg(all(target_arch = "x86_64", not(test)))]
+core::arch::global_asm!(
+    ".pushsection .text.pmlab_cmp,\"ax\",@progbits",
+    ".globl __sanitizer_cov_trace_cmp8",
+    ".globl __sanitizer_cov_trace_const_cmp8",
+    ".type __sanitizer_cov_trace_cmp8, @function",
+    ".type __sanitizer_cov_trace_const_cmp8, @function",
+    ".p2align 4",
+    "__sanitizer_cov_trace_cmp8:",
+    "__sanitizer_cov_trace_const_cmp8:",
+    "mov rdx, qword ptr [rsp]",
+    "jmp {on_cmp}",
+    ".globl __sanitizer_cov_trace_cmp4",
+    ".globl __sanitizer_cov_trace_const_cmp4",
+    ".type __sanitizer_cov_trace_cmp4, @function",
+    ".type __sanitizer_cov_trace_const_cmp4, @function",
+    ".p2align 4",
+    "__sanitizer_cov_trace_cmp4:",
+    "__sanitizer_cov_trace_const_cmp4:",
+    "mov edi, edi",
+    "mov esi, esi",
+    "mov rdx, qword ptr [rsp]",
+    "jmp {on_cmp}",
+    ".globl __sanitizer_cov_trace_cmp1",
+    ".globl __sanitizer_cov_trace_cmp2",
+    ".globl __sanitizer_cov_trace_const_cmp1",
+    ".globl __sanitizer_cov_trace_const_cmp2",
+    ".globl __sanitizer_cov_trace_switch",
+    ".type __sanitizer_cov_trace_cmp1, @function",
+    ".type __sanitizer_cov_trace_cmp2, @function",
+    ".type __sanitizer_cov_trace_const_cmp1, @function",
+    ".type __sanitizer_cov_trace_const_cmp2, @function",
+    ".type __sanitizer_cov_trace_switch, @function",
+    ".p2align 4",
+    "__sanitizer_cov_trace_cmp1:",
+    "__sanitizer_cov_trace_cmp2:",
+    "__sanitizer_cov_trace_const_cmp1:",
+    "__sanitizer_cov_trace_const_cmp2:",
+    "__sanitizer_cov_trace_switch:",
+    "ret",
+    ".popsection",
+    on_cmp = sym pmlab_on_cmp,
+);
+
 /// Called by programs built with `pmlab cc`'s sampling plugin when a
 /// countdown of `state` (three `int64_t`: the clean copy's, the
 /// instrumented copy's, the window flag) runs out: returns 1 when the

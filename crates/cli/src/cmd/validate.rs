@@ -106,6 +106,13 @@ pub fn run(args: Args) -> Result<u8> {
     if let (Some(page), Some(device)) = (&args.write, &args.device) {
         write_device_page(&args, page, device, &report)?;
     }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "pmlab validate: {} points in {:.0} min {:.0} s",
+        report.points.len(),
+        (secs / 60.0).floor(),
+        secs % 60.0
+    );
     if report.all_met() {
         Ok(0)
     } else {
@@ -245,6 +252,14 @@ fn print_table(points: &[Point], cached: f64) {
             format!("; {noisy} of the misses within the DRAM latency's own spread (dram±%)")
         } else {
             String::new()
+        };
+        // Misses where the native reference itself moved (workset).
+        let shaky = v.iter().filter(|p| p.native_unstable).count();
+        let shaky_missed = v.iter().filter(|p| p.native_unstable && !p.ok()).count();
+        let noise = if shaky > 0 {
+            format!("{noise}; {shaky} points with an unstable native reference (runs spread over 20%, or the effective LLC moved between repetitions), {shaky_missed} of them missed")
+        } else {
+            noise
         };
         let unreachable = points
             .iter()

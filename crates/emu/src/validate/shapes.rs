@@ -28,7 +28,9 @@
 //!   dependent variant (`-d`, each lookup keyed by the previous one's
 //!   value) is run beside as a diagnostic: `t_dep / t` is the overlap the
 //!   hardware gets between lookups (1.01x on this VM: none; the probe
-//!   loop's exit branch depends on the missed key). So is the
+//!   loop's exit branch depends on the missed key), and so is `-i 4`
+//!   (four lookups' first loads issued before any compare: the overlap
+//!   when no such branch separates the misses). So is the
 //!   emulator-free reference `hashprobe -x (L - DRAM)`: the native build
 //!   holding the CPU that long after each lookup, as if each waited for
 //!   one miss at `L` behind the previous lookup (an upper bound where
@@ -238,6 +240,7 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             p.mib, p.lat
         ));
         let (mut native, mut cached, mut dep) = (Vec::new(), Vec::new(), Vec::new());
+        let mut inter = Vec::new();
         let mut emu = vec![Vec::new(); p.lat.len()];
         let mut refs = vec![Vec::new(); p.lat.len()];
         let mut drams = vec![Vec::new(); p.lat.len()];
@@ -248,6 +251,9 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                 let mut d = big.clone();
                 d.push(s("-d"));
                 dep.push(need(prog, &ctx.native(prog, &d)?, key)?);
+                let mut i = big.clone();
+                i.extend([s("-i"), s(4)]);
+                inter.push(need(prog, &ctx.native(prog, &i)?, key)?);
             }
             for (k, &lat) in p.lat.iter().enumerate() {
                 let dram = ctx.dram_now();
@@ -269,8 +275,10 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             if !dep.is_empty() {
                 let d = summarize(&dep).median;
                 detail.push_str(&format!(
-                    "; native dependent lookups (-d) {d:.1} ns: overlap between lookups {:.2}x",
-                    d / t
+                    "; native dependent lookups (-d) {d:.1} ns: overlap between lookups {:.2}x; 4 lookups' first loads issued before any compare (-i 4) {:.1} ns: {:.2}x",
+                    d / t,
+                    summarize(&inter).median,
+                    t / summarize(&inter).median
                 ));
             }
             if !refs[k].is_empty() {

@@ -4,6 +4,15 @@
 //! each against its native run, and the one-chain curves against their
 //! `--no-inject` runs (the hooks' cost does not depend on the chains).
 //!
+//! The machine's effective LLC moves with its neighbours, and with it
+//! the native curve near the knee. So regions are the outer loop: before
+//! each repetition of a region the DRAM latency and the knee
+//! ([`crate::calibrate::KneeProbe`]) are measured and the knee is modelled
+//! (`PMLAB_INSTR_LLC`) in that repetition's emulated runs; every curve
+//! then runs natively, with `--no-inject` and emulated, and each
+//! repetition's expectation comes from its own native run. Points whose
+//! native reference moved are marked ([`unstable`]).
+//!
 //! memlat runs with `-q`: its chains linked in one sequential pass (a
 //! pseudo-random cycle per chain over a contiguous part of the region, as
 //! idxchase builds them) instead of the shuffle, the same timed loop with
@@ -19,8 +28,8 @@
 //! m(r)        = clamp((native(r) - c_k) / (DRAM - c_1), 0, 1)
 //! ```
 //!
-//! with `native(r)` the native ns per access at region `r`, `DRAM` the
-//! latency measured just before the emulated runs, `c_k` the in-cache time
+//! with `native(r)` the native ns per access at region `r` (the run of the
+//! same repetition), `DRAM` the latency measured just before, `c_k` the in-cache time
 //! per access of the same program with the same `k` chains -- its native
 //! figure at the largest region below half the LLC (the smallest region
 //! when none is) -- and `c_1` that of one chain. With one chain, `m(r)` is
@@ -50,6 +59,8 @@ use super::*;
 /// Sizes of the working-set study.
 struct Plan {
     regions: Vec<u64>,
+    /// Regions of the 4-chain curves (the same knee, fewer points).
+    regions_multi: Vec<u64>,
     progs: Vec<&'static str>,
     chains: Vec<u32>,
     lat: Vec<f64>,
@@ -63,6 +74,7 @@ impl Plan {
         if quick {
             Plan {
                 regions: vec![4, 64, 128],
+                regions_multi: vec![],
                 progs: vec!["memlat", "idxchase"],
                 chains: vec![1],
                 lat: vec![1000.0],
@@ -72,13 +84,19 @@ impl Plan {
         } else {
             Plan {
                 regions: vec![1, 4, 8, 16, 24, 32, 48, 64, 128, 256, 1024],
+                regions_multi: vec![4, 8, 16, 32, 64, 256],
                 progs: vec!["memlat", "idxchase"],
                 chains: vec![1, 4],
                 lat: vec![300.0, 1000.0],
                 accesses: 300_000,
-                max_reps: 3,
+                max_reps: 2,
             }
         }
+    }
+
+    /// Whether the curve of `chains` chains has a point at `region` MiB.
+    fn has(&self, chains: u32, region: u64) -> bool {
+        chains == 1 || self.regions_multi.contains(&region)
     }
 }
 
@@ -138,110 +156,244 @@ pub fn in_cache(curve: &[(u64, f64)], llc: u64) -> f64 {
         .map_or(f64::NAN, |&(_, v)| v)
 }
 
-/// The measured runs at one region.
-#[derive(Default)]
+/// A point's native runs spread by more than this share of their median:
+/// the machine, not the emulator, moved during the point.
+pub const UNSTABLE_NATIVE: f64 = 0.2;
+/// The knee probes before a region's repetitions spread by more than this
+/// share of their median (and the region lies between half and four times
+/// one of them): the cache the point met was not the same from one
+/// repetition to the next.
+pub const UNSTABLE_KNEE: f64 = 0.25;
+
+/// Why a point's native reference is unstable (None: stable): its native
+/// runs spread by more than [`UNSTABLE_NATIVE`] of their median, or the
+/// knee probes of its repetitions (`knees`, bytes) by more than
+/// [`UNSTABLE_KNEE`] while the region (`region` bytes) is near one of
+/// them (not below half of the smallest, not at or past four times the
+/// largest).
+pub fn unstable(native: &[f64], knees: &[u64], region: u64) -> Option<String> {
+    let n = summarize(native);
+    if native.len() > 1 && (n.max - n.min) > UNSTABLE_NATIVE * n.median {
+        return Some(format!(
+            "native runs {:.1}..{:.1} ns, {:.0}% of their median",
+            n.min,
+            n.max,
+            (n.max - n.min) / n.median * 100.0
+        ));
+    }
+    let k: Vec<f64> = knees
+        .iter()
+        .filter(|&&k| k > 0)
+        .map(|&k| k as f64)
+        .collect();
+    let ks = summarize(&k);
+    let near = region as f64 * 2.0 >= ks.min && (region as f64) < 4.0 * ks.max;
+    if k.len() > 1 && near && (ks.max - ks.min) > UNSTABLE_KNEE * ks.median {
+        return Some(format!(
+            "effective LLC {:.1}..{:.1} MiB across the repetitions",
+            ks.min / 1048576.0,
+            ks.max / 1048576.0
+        ));
+    }
+    None
+}
+
+/// One point's repetitions: each emulated run next to the native run and
+/// the DRAM measurement of its repetition.
+#[derive(Default, Clone)]
 struct Runs {
     native: Vec<f64>,
     no_inject: Vec<f64>,
     emulated: Vec<Vec<f64>>,
-    dram: Vec<Vec<f64>>,
+    dram: Vec<f64>,
 }
 
 pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
     let p = Plan::new(ctx.quick);
     let reps = ctx.reps.min(p.max_reps);
-    let llc = ctx.llc_bytes;
-    for &prog in &p.progs {
-        // The one-chain in-cache time, for the other curves' m.
-        let mut c_1 = f64::NAN;
-        for &k in &p.chains {
-            ctx.say(&format!(
-                "workset: {prog} {k} chain(s), regions {:?} MiB: native, --no-inject and {:?} ns, interleaved",
-                p.regions, p.lat
-            ));
-            let mut all: Vec<Runs> = Vec::new();
-            for &r in &p.regions {
+    let curves: Vec<(&str, u32)> = p
+        .progs
+        .iter()
+        .flat_map(|&prog| p.chains.iter().map(move |&k| (prog, k)))
+        .collect();
+    // The model's LLC is measured right before each region's runs (a
+    // knee probe) unless the caller set PMLAB_INSTR_LLC.
+    let mut probe = if ctx.instr_llc.is_some() {
+        Some(calibrate::KneeProbe::new()?)
+    } else {
+        None
+    };
+    ctx.say(&format!(
+        "workset: regions {:?} MiB ({:?} with 4 chains), {reps} repetition(s) each: {}each curve's native run, --no-inject (1 chain) and {:?} ns",
+        p.regions,
+        p.regions_multi,
+        if probe.is_some() { "a knee probe (the model's LLC), then " } else { "" },
+        p.lat
+    ));
+    let mut all = vec![vec![Runs::default(); p.regions.len()]; curves.len()];
+    let mut knees: Vec<Vec<u64>> = vec![Vec::new(); p.regions.len()];
+    for (ri, &r) in p.regions.iter().enumerate() {
+        for _ in 0..reps {
+            let dram = ctx.dram_now();
+            if let Some(pr) = probe.as_mut() {
+                let (knee, _) = pr.measure(dram);
+                knees[ri].push(knee);
+                *ctx.llc_now.borrow_mut() = calibrate::instr_llc_for(knee);
+            }
+            for (ci, &(prog, k)) in curves.iter().enumerate() {
+                if !p.has(k, r) {
+                    continue;
+                }
                 let mut args = vec![s("-c"), s(k), s("-r"), s(r), s("-n"), s(p.accesses)];
                 if prog == "memlat" {
                     // Linked in one sequential pass, as idxchase is: the
                     // shuffle of a 1 GiB region takes ~10 s under emulation.
                     args.push(s("-q"));
                 }
-                let mut runs = Runs {
-                    emulated: vec![Vec::new(); p.lat.len()],
-                    dram: vec![Vec::new(); p.lat.len()],
-                    ..Default::default()
-                };
+                let runs = &mut all[ci][ri];
+                runs.native
+                    .push(need(prog, &ctx.native(prog, &args)?, MEMLAT_KEY)?);
                 // --no-inject with one chain only: the hooks' cost does not
-                // depend on the chains, and the study has many runs.
-                let no_inject = k == p.chains[0];
-                for _ in 0..reps {
-                    runs.native
-                        .push(need(prog, &ctx.native(prog, &args)?, MEMLAT_KEY)?);
-                    if no_inject {
-                        let (o, _) = ctx.emulated(prog, &args, p.lat[0], true)?;
-                        runs.no_inject.push(need(prog, &o, MEMLAT_KEY)?);
-                    }
-                    // One DRAM measurement for the targets of a repetition:
-                    // the bounds here are 5% and wider.
-                    let dram = ctx.dram_now();
-                    for (j, &lat) in p.lat.iter().enumerate() {
-                        let o = ctx.emulated_given(prog, &args, lat, false, dram)?;
-                        runs.emulated[j].push(need(prog, &o, MEMLAT_KEY)?);
-                        runs.dram[j].push(dram);
-                    }
+                // depend on the chains.
+                if k == 1 {
+                    let o = ctx.emulated_given(prog, &args, p.lat[0], true, dram)?;
+                    runs.no_inject.push(need(prog, &o, MEMLAT_KEY)?);
                 }
-                all.push(runs);
-            }
-            let curve: Vec<(u64, f64)> = p
-                .regions
-                .iter()
-                .zip(&all)
-                .map(|(&r, x)| (r, summarize(&x.native).median))
-                .collect();
-            let c_k = in_cache(&curve, llc);
-            if k == 1 || c_1.is_nan() {
-                c_1 = if k == 1 { c_k } else { c_k * k as f64 };
-            }
-            for ((&r, runs), &(_, native)) in p.regions.iter().zip(all).zip(&curve) {
-                let cls = class(r << 20, llc);
-                let name = format!("{prog} chains={k} region={r}MiB");
+                runs.emulated.resize(p.lat.len(), Vec::new());
                 for (j, &lat) in p.lat.iter().enumerate() {
-                    let dram = summarize(&runs.dram[j]).median;
-                    let (expected, m) = expectation(native, c_k, c_1, dram, lat);
-                    let mut pt = simple_point(
-                        "workset",
-                        name.clone(),
-                        lat,
-                        "ns/access",
-                        expected,
-                        runs.emulated[j].clone(),
-                        bound(&ctx.bounds, cls, expected),
-                        format!(
-                            "native {native:.1} + m {m:.3} x ({lat} - {dram:.1}); m = (native - in-cache {c_k:.1}) / (DRAM - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC"
-                        ),
-                        runs.dram[j].clone(),
-                    );
-                    pt.native_runs = runs.native.clone();
-                    push(ctx, out, pt);
+                    let o = ctx.emulated_given(prog, &args, lat, false, dram)?;
+                    runs.emulated[j].push(need(prog, &o, MEMLAT_KEY)?);
                 }
-                if runs.no_inject.is_empty() {
-                    continue;
-                }
+                runs.dram.push(dram);
+            }
+        }
+        *ctx.llc_now.borrow_mut() = None;
+        let k = summarize(&knees[ri].iter().map(|&k| k as f64).collect::<Vec<_>>());
+        ctx.say(&format!(
+            "workset: {r} MiB done{}",
+            if knees[ri].is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; effective LLC {:.1}..{:.1} MiB",
+                    k.min / 1048576.0,
+                    k.max / 1048576.0
+                )
+            }
+        ));
+    }
+    // The LLC the regions are classed by: each region's own probes, else
+    // the one measured when validate started.
+    let llc_at = |ri: usize| -> u64 {
+        let k: Vec<f64> = knees[ri]
+            .iter()
+            .filter(|&&k| k > 0)
+            .map(|&k| k as f64)
+            .collect();
+        if k.is_empty() {
+            ctx.llc_bytes
+        } else {
+            summarize(&k).median as u64
+        }
+    };
+    let all_knees: Vec<f64> = knees
+        .iter()
+        .flatten()
+        .filter(|&&k| k > 0)
+        .map(|&k| k as f64)
+        .collect();
+    let llc = if all_knees.is_empty() {
+        ctx.llc_bytes
+    } else {
+        summarize(&all_knees).median as u64
+    };
+    // The one-chain in-cache time of each program, for the other curves' m.
+    let mut c_1 = f64::NAN;
+    for (ci, &(prog, k)) in curves.iter().enumerate() {
+        let pts: Vec<(usize, u64)> = p
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|&(_, &r)| p.has(k, r))
+            .map(|(i, &r)| (i, r))
+            .collect();
+        let curve: Vec<(u64, f64)> = pts
+            .iter()
+            .map(|&(i, r)| (r, summarize(&all[ci][i].native).median))
+            .collect();
+        let c_k = in_cache(&curve, llc);
+        if k == 1 || c_1.is_nan() {
+            c_1 = if k == 1 { c_k } else { c_k * k as f64 };
+        }
+        for &(ri, r) in &pts {
+            let runs = std::mem::take(&mut all[ci][ri]);
+            let native = summarize(&runs.native).median;
+            let cls = class(r << 20, llc_at(ri));
+            let name = format!("{prog} chains={k} region={r}MiB");
+            let shaky = unstable(&runs.native, &knees[ri], r << 20);
+            let knee_note = if knees[ri].is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; effective LLC before each repetition {:?} MiB (modelled)",
+                    knees[ri]
+                        .iter()
+                        .map(|&k| (k as f64 / 1048576.0 * 10.0).round() / 10.0)
+                        .collect::<Vec<_>>()
+                )
+            };
+            for (j, &lat) in p.lat.iter().enumerate() {
+                // Each repetition's expectation from the native run and
+                // the DRAM latency measured next to it.
+                let per: Vec<(f64, f64)> = runs
+                    .native
+                    .iter()
+                    .zip(&runs.dram)
+                    .map(|(&n, &d)| expectation(n, c_k, c_1, d, lat))
+                    .collect();
+                let expected = summarize(&per.iter().map(|x| x.0).collect::<Vec<_>>()).median;
+                let m = summarize(&per.iter().map(|x| x.1).collect::<Vec<_>>()).median;
+                let dram = summarize(&runs.dram).median;
                 let mut pt = simple_point(
                     "workset",
-                    format!("{name} no-inject"),
-                    0.0,
+                    name.clone(),
+                    lat,
                     "ns/access",
-                    native,
-                    runs.no_inject,
-                    ctx.bounds.workset_overhead,
-                    format!("--no-inject against the native {native:.1} ns/access"),
-                    Vec::new(),
+                    expected,
+                    runs.emulated[j].clone(),
+                    bound(&ctx.bounds, cls, expected),
+                    format!(
+                        "per repetition native + m x ({lat} - DRAM), the native run and DRAM measured next to the emulated one (median: native {native:.1}, m {m:.3}, DRAM {dram:.1}); m = (native - in-cache {c_k:.1}) / (DRAM - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC{knee_note}{}",
+                        shaky.as_ref().map_or(String::new(), |w| format!("; native unstable: {w}"))
+                    ),
+                    runs.dram.clone(),
                 );
-                pt.native_runs = runs.native;
+                pt.native_runs = runs.native.clone();
+                pt.native_unstable = shaky.is_some();
                 push(ctx, out, pt);
             }
+            if runs.no_inject.is_empty() {
+                continue;
+            }
+            let mut pt = simple_point(
+                "workset",
+                format!("{name} no-inject"),
+                0.0,
+                "ns/access",
+                native,
+                runs.no_inject,
+                ctx.bounds.workset_overhead,
+                format!(
+                    "--no-inject against the native {native:.1} ns/access{}",
+                    shaky
+                        .as_ref()
+                        .map_or(String::new(), |w| format!("; native unstable: {w}"))
+                ),
+                Vec::new(),
+            );
+            pt.native_runs = runs.native;
+            pt.native_unstable = shaky.is_some();
+            push(ctx, out, pt);
         }
     }
     Ok(())
@@ -426,6 +578,32 @@ mod tests {
             assert_eq!(&png[1..4], b"PNG", "{stem}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unstable_natives_and_moving_knees_are_named() {
+        // Native runs within 20% of their median, one knee: stable.
+        assert_eq!(unstable(&[100.0, 110.0], &[16 << 20], 16 << 20), None);
+        // 21 ns against 107 at the same region: unstable.
+        let w = unstable(&[21.0, 107.0], &[], 8 << 20).unwrap();
+        assert!(w.contains("native runs 21.0..107.0"), "{w}");
+        // The knee moved from 10 to 19 MiB: unstable near it...
+        let knees = [10 << 20, 19 << 20];
+        let w = unstable(&[100.0, 101.0], &knees, 16 << 20).unwrap();
+        assert!(w.contains("10.0..19.0 MiB"), "{w}");
+        // ...but not far below half the smaller nor at 4x the larger.
+        assert_eq!(unstable(&[5.0, 5.1], &knees, 1 << 20), None);
+        assert_eq!(unstable(&[150.0, 151.0], &knees, 128 << 20), None);
+        // Unknown knees (0) do not count; one run cannot spread.
+        assert_eq!(unstable(&[100.0], &[0, 16 << 20], 16 << 20), None);
+    }
+
+    #[test]
+    fn the_four_chain_curves_skip_regions() {
+        let p = Plan::new(false);
+        assert!(p.has(1, 24) && p.has(1, 1024));
+        assert!(p.has(4, 16) && !p.has(4, 24) && !p.has(4, 1024));
+        assert!(Plan::new(true).regions_multi.is_empty());
     }
 
     #[test]

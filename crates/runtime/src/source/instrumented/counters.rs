@@ -791,6 +791,7 @@ mod tests {
                 overlap: pmlab_model::mlp::OverlapConfig::default(),
                 hooked_window: settings::DEFAULT_HOOKED_WINDOW,
                 pm_mode: settings::PmMode::All,
+                random_replacement: true,
             },
             costs: HookCosts {
                 fast_ns: 1.5,

@@ -27,7 +27,8 @@
 
 use super::log::{tls, Tls, LOG_ENTRIES};
 use super::model::{
-    LogEntry, FILTER_LINES, FLUSH, LINE_SHIFT, STORE_BIT, VALUE_NARROW, VALUE_WIDE,
+    LogEntry, BRANCH, FILTER_LINES, FLUSH, LINE_SHIFT, OUTCOME_SHIFT, STORE_BIT, VALUE_NARROW,
+    VALUE_WIDE,
 };
 use super::settings::HookConfig;
 use super::{offload, pm, settings, thread, trace};
@@ -181,6 +182,53 @@ unsafe extern "C" fn log_miss(
     compiler_fence(Ordering::SeqCst);
     std::ptr::write_volatile(&mut (*t).logged, n + 1);
     (*t).filter[line % FILTER_LINES] = (line << 1) | write as usize;
+    if flag != 0 {
+        (*t).cmp_value = v;
+        (*t).cmp_armed = true;
+    }
+}
+
+/// A compare of `a` with `b` at `site` (the return address of clang's
+/// `trace-cmp` callback, [`crate::exports`]): logged, once per logged
+/// load, when one side is the value the thread's last logged load read,
+/// for the overlap estimator's control-dependence rule
+/// ([`pmlab_model::mlp::OverlapEstimator::branch`]); otherwise a TLS
+/// lookup and two compares.
+#[inline(always)]
+pub fn on_cmp(a: u64, b: u64, site: usize) {
+    if ACTIVE.load(Ordering::Relaxed) & ON == 0 {
+        return;
+    }
+    let t = tls();
+    // SAFETY: the calling thread's own state, as in `on_access`.
+    unsafe {
+        if !(*t).cmp_armed || (a != (*t).cmp_value && b != (*t).cmp_value) {
+            return;
+        }
+        (*t).cmp_armed = false;
+        log_branch(t, site, (a != b) as usize + (a < b) as usize);
+    }
+}
+
+/// Log a compare (see [`on_cmp`]).
+///
+/// # Safety
+///
+/// `t` is the calling thread's state.
+#[inline(never)]
+unsafe fn log_branch(t: *mut Tls, site: usize, outcome: usize) {
+    if ((*t).slow.is_null() || (*t).logged >= LOG_ENTRIES) && !make_room(t) {
+        return;
+    }
+    let n = (*t).logged;
+    let e = (*(*t).slow).logs[(*t).cur].as_mut_ptr().add(n);
+    e.write(LogEntry {
+        addr: (site & ((1 << OUTCOME_SHIFT) - 1)) | (outcome << OUTCOME_SHIFT) | BRANCH,
+        at: (*t).accesses,
+        value: 0,
+    });
+    compiler_fence(Ordering::SeqCst);
+    std::ptr::write_volatile(&mut (*t).logged, n + 1);
 }
 
 /// Make room in the log: create the thread's model on its first miss, or

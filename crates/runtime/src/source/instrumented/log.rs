@@ -98,6 +98,10 @@ pub(super) struct Tls {
     /// batch's clock reading includes the handler's delay.
     pub(super) interrupted: bool,
     pub(super) retired: bool,
+    /// The value the last logged load read, and whether a compare of it
+    /// is still to be logged ([`super::hooks::on_cmp`]).
+    pub(super) cmp_value: u64,
+    pub(super) cmp_armed: bool,
 }
 
 // The thread's `Tls` lives in this library's static TLS block, reached with
@@ -173,6 +177,8 @@ thread_local! {
             busy: false,
             interrupted: false,
             retired: false,
+            cmp_value: 0,
+            cmp_armed: false,
         })
     };
 }

@@ -101,6 +101,14 @@ pub(super) const VALUE_NARROW: usize = 1 << 61;
 /// A flush of the line (`pflush`; device mode only): a store never
 /// carries a value, so this pair of bits is free.
 pub(super) const FLUSH: usize = STORE_BIT | VALUE_NARROW;
+/// A compare of the value the last logged load read (clang's `trace-cmp`
+/// callbacks, [`super::hooks::on_cmp`]): `addr` holds the compare's site
+/// (its call's return address) and, from bit [`OUTCOME_SHIFT`], its
+/// outcome. A store never carries a value, so this pair of bits is free.
+pub(super) const BRANCH: usize = STORE_BIT | VALUE_WIDE;
+/// Where a [`BRANCH`] entry's outcome sits in `addr` (code addresses are
+/// below 2^47).
+pub(super) const OUTCOME_SHIFT: u32 = 52;
 /// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
 const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
 
@@ -185,7 +193,11 @@ impl ModelState {
         let cache = if compact {
             let n = CompactCache::table_len(llc).ok()?;
             let table = HugeTable::new(n)?;
-            Model::Compact(CompactCache::with_table(llc, table).ok()?)
+            let mut c = CompactCache::with_table(llc, table).ok()?;
+            if settings::random_replacement() {
+                c.set_random_replacement(Some(0x2545_F491_4F6C_DD1D));
+            }
+            Model::Compact(c)
         } else {
             Model::Full(Hierarchy::new(&[llc]).ok()?)
         };
@@ -287,6 +299,12 @@ impl ModelState {
     /// One logged access through the model and the overlap estimator.
     #[inline(always)]
     unsafe fn process_one(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
+        if e.addr & BRANCH == BRANCH {
+            let site = e.addr & ((1 << OUTCOME_SHIFT) - 1);
+            let outcome = ((e.addr & !FLAGS) >> OUTCOME_SHIFT) as u8;
+            self.est.branch(site as u64, outcome);
+            return;
+        }
         if self.device.is_some() {
             return self.process_device(filter, e);
         }
@@ -329,6 +347,15 @@ impl ModelState {
             let gap = units.saturating_sub(self.last_miss_units);
             self.last_miss_units = units;
             self.window_serial += window_share(gap, settings::hooked_window());
+        } else if e.addr & (VALUE_WIDE | VALUE_NARROW) != 0 {
+            // A chase through a cached node keeps its dependence; a compare
+            // that follows reads a cached value.
+            let loaded = if e.addr & VALUE_WIDE != 0 {
+                Loaded::Wide(e.value)
+            } else {
+                Loaded::Narrow(e.value as u32)
+            };
+            self.est.hit(addr as u64, loaded, LINE_SHIFT);
         }
     }
 }

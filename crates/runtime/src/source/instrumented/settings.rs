@@ -49,6 +49,11 @@ pub struct HookConfig {
     pub hooked_window: u64,
     /// Which accesses are PM.
     pub pm_mode: PmMode,
+    /// The compact model evicts a random way of a full set instead of the
+    /// least recently used one (`PMLAB_INSTR_REPLACEMENT=random`, the
+    /// default; `lru`): see
+    /// [`CompactCache::set_random_replacement`](pmlab_model::cache::CompactCache::set_random_replacement).
+    pub random_replacement: bool,
 }
 
 /// Geometry of the modelled cache and the overlap parameters, set by
@@ -58,6 +63,7 @@ static LLC_WAYS: AtomicU64 = AtomicU64::new(16);
 static FILL_BUFFERS: AtomicU64 = AtomicU64::new(10);
 static WINDOW: AtomicU64 = AtomicU64::new(64);
 static HOOKED_WINDOW: AtomicU64 = AtomicU64::new(DEFAULT_HOOKED_WINDOW);
+static RANDOM_REPLACEMENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Keep `cfg`'s cache and window settings for the threads' models (the PM
 /// mode is kept by [`super::pm`]).
@@ -67,6 +73,12 @@ pub(super) fn store(cfg: &HookConfig) {
     FILL_BUFFERS.store(cfg.overlap.fill_buffers as u64, Ordering::Relaxed);
     WINDOW.store(cfg.overlap.window_accesses, Ordering::Relaxed);
     HOOKED_WINDOW.store(cfg.hooked_window.max(1), Ordering::Relaxed);
+    RANDOM_REPLACEMENT.store(cfg.random_replacement, Ordering::Relaxed);
+}
+
+/// [`HookConfig::random_replacement`].
+pub(super) fn random_replacement() -> bool {
+    RANDOM_REPLACEMENT.load(Ordering::Relaxed)
 }
 
 /// The device whose buffers the model follows (`pmlab run --device`), set
@@ -164,11 +176,22 @@ pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfi
         window_accesses: num("PMLAB_INSTR_WINDOW", 64, 1 << 20)?,
     };
     let hooked_window = num("PMLAB_INSTR_HOOKED_WINDOW", DEFAULT_HOOKED_WINDOW, 1 << 20)?;
+    let random_replacement = match get("PMLAB_INSTR_REPLACEMENT").as_deref().map(str::trim) {
+        None | Some("random") => true,
+        Some("lru") => false,
+        Some(other) => {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!("PMLAB_INSTR_REPLACEMENT='{other}' is not one of random, lru"),
+            ))
+        }
+    };
     Ok(HookConfig {
         llc,
         overlap,
         hooked_window,
         pm_mode,
+        random_replacement,
     })
 }
 
@@ -305,5 +328,12 @@ mod tests {
         assert!(e.message().contains("PMLAB_INSTR_LLC"), "{e}");
         let e = config_from_env(env(&[("PMLAB_INSTR_FILL_BUFFERS", "0")])).unwrap_err();
         assert!(e.message().contains("1..=32"), "{e}");
+        // Random replacement by default; lru on request; anything else is
+        // named.
+        assert!(c.random_replacement);
+        let lru = config_from_env(env(&[("PMLAB_INSTR_REPLACEMENT", "lru")])).unwrap();
+        assert!(!lru.random_replacement);
+        let e = config_from_env(env(&[("PMLAB_INSTR_REPLACEMENT", "fifo")])).unwrap_err();
+        assert!(e.message().contains("random, lru"), "{e}");
     }
 }
