@@ -768,6 +768,139 @@ fn check_key(ops: &[&Event], limits: Limits) -> (Option<bool>, u64, usize) {
     }
 }
 
+/// Write `history` as text, one event a line:
+/// `CLIENT CALL RET =KEY OP [=ARG..] -> OUTCOME [=VALUE]`, where OP is
+/// `get`, `set =V`, `del` or `cas =EXPECTED =NEW`, OUTCOME is `ok`, `nil`,
+/// `value =V`, `true`, `false` or `unknown`, and each `=` token is the
+/// bytes with `%` and any byte outside `!`..`~` written `%XX`.
+/// [`parse_history`] reads it back.
+pub fn format_history(history: &[Event]) -> String {
+    fn b(out: &mut String, v: &[u8]) {
+        out.push_str(" =");
+        for &c in v {
+            if c.is_ascii_graphic() && c != b'%' {
+                out.push(c as char);
+            } else {
+                out.push_str(&format!("%{c:02X}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for e in history {
+        out.push_str(&format!("{} {} {}", e.client, e.call, e.ret));
+        b(&mut out, &e.key);
+        match &e.op {
+            Op::Get => out.push_str(" get"),
+            Op::Set(v) => {
+                out.push_str(" set");
+                b(&mut out, v);
+            }
+            Op::Del => out.push_str(" del"),
+            Op::Cas { expected, new } => {
+                out.push_str(" cas");
+                b(&mut out, expected);
+                b(&mut out, new);
+            }
+        }
+        out.push_str(" ->");
+        match &e.outcome {
+            Outcome::Value(Some(v)) => {
+                out.push_str(" value");
+                b(&mut out, v);
+            }
+            Outcome::Value(None) => out.push_str(" nil"),
+            Outcome::Ok => out.push_str(" ok"),
+            Outcome::Bool(x) => out.push_str(if *x { " true" } else { " false" }),
+            Outcome::Unknown => out.push_str(" unknown"),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Read a history written by [`format_history`]; an error names the line
+/// and what is wrong with it.
+pub fn parse_history(text: &str) -> Result<Vec<Event>, String> {
+    fn bytes(tok: Option<&str>) -> Result<Vec<u8>, String> {
+        let t = tok
+            .and_then(|t| t.strip_prefix('='))
+            .ok_or("expected a =VALUE token")?;
+        let (mut out, raw) = (Vec::new(), t.as_bytes());
+        let mut i = 0;
+        while i < raw.len() {
+            if raw[i] == b'%' {
+                let hex = t
+                    .get(i + 1..i + 3)
+                    .ok_or("a % escape needs two hex digits")?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape %{hex}"))?);
+                i += 3;
+            } else {
+                out.push(raw[i]);
+                i += 1;
+            }
+        }
+        Ok(out)
+    }
+    let mut history = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let event = (|| -> Result<Event, String> {
+            let mut t = line.split_whitespace();
+            let mut num = |what: &str| -> Result<u64, String> {
+                t.next()
+                    .and_then(|x| x.parse().ok())
+                    .ok_or(format!("expected the {what} (a number)"))
+            };
+            let client = num("client")? as usize;
+            let call = num("call time")?;
+            let ret = num("return time")?;
+            let key = bytes(t.next())?;
+            let op = match t.next() {
+                Some("get") => Op::Get,
+                Some("set") => Op::Set(bytes(t.next())?),
+                Some("del") => Op::Del,
+                Some("cas") => Op::Cas {
+                    expected: bytes(t.next())?,
+                    new: bytes(t.next())?,
+                },
+                other => return Err(format!("unknown operation {other:?}: get, set, del or cas")),
+            };
+            if t.next() != Some("->") {
+                return Err("expected -> after the operation".into());
+            }
+            let outcome = match t.next() {
+                Some("value") => Outcome::Value(Some(bytes(t.next())?)),
+                Some("nil") => Outcome::Value(None),
+                Some("ok") => Outcome::Ok,
+                Some("true") => Outcome::Bool(true),
+                Some("false") => Outcome::Bool(false),
+                Some("unknown") => Outcome::Unknown,
+                other => {
+                    return Err(format!(
+                        "unknown outcome {other:?}: value, nil, ok, true, false or unknown"
+                    ))
+                }
+            };
+            if let Some(extra) = t.next() {
+                return Err(format!("unexpected {extra:?} at the end"));
+            }
+            Ok(Event {
+                client,
+                key,
+                op,
+                outcome,
+                call,
+                ret,
+            })
+        })()
+        .map_err(|e| format!("line {}: {e}", n + 1))?;
+        history.push(event);
+    }
+    Ok(history)
+}
+
 /// A synthetic history of `clients` clients on `keys` keys, as the fault
 /// schedules record them: each client issues GET (40 %), SET of a fresh
 /// value (30 %), CAS from the last value it saw to a fresh one (20 %) or
@@ -1262,6 +1395,25 @@ mod tests {
             check(&then(&h, k0(get(Some(v("p")))))),
             Verdict::Linearizable
         );
+    }
+
+    #[test]
+    fn histories_round_trip_through_text() {
+        let mut h = synthetic(5, 4, 3, 300, 50, 10);
+        h.push(ev(usize::MAX, cas("a b%", ""), Outcome::Bool(false), 1, 2));
+        h.push(ev(
+            1,
+            Op::Get,
+            Outcome::Value(Some(vec![0, 255, b'='])),
+            3,
+            4,
+        ));
+        let text = format_history(&h);
+        assert_eq!(parse_history(&text), Ok(h));
+        let err = parse_history("1 2 3 =k put =v -> ok").unwrap_err();
+        assert!(err.starts_with("line 1: unknown operation"), "{err}");
+        let err = parse_history("\n1 2 3 =k get -> value =%4").unwrap_err();
+        assert!(err.starts_with("line 2: a % escape"), "{err}");
     }
 
     #[test]
