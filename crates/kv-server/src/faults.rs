@@ -67,6 +67,10 @@ pub struct FaultConfig {
     pub clients: usize,
     /// Keys the clients touch.
     pub keys: usize,
+    /// Move the clients to a fresh set of keys this often (as Jepsen's
+    /// independent keys do); `None`: the same keys for the whole run, so
+    /// every key is hot and its history long.
+    pub key_epoch: Option<Duration>,
     /// Print each fault as it happens.
     pub verbose: bool,
     /// The nodes' storage engine (`mem`, `list`, `btree`, `wal`, `anchor`).
@@ -130,6 +134,16 @@ pub struct FaultReport {
     pub liveness_writes: usize,
     /// The checker's verdict on the whole history.
     pub verdict: Verdict,
+    /// The checker's effort: the key with the most operations, the key
+    /// that took the most steps, and the time over all keys.
+    pub longest: lincheck::KeyStats,
+    /// See `longest`.
+    pub hardest: lincheck::KeyStats,
+    /// See `longest`.
+    pub check_time: Duration,
+    /// The history as text ([`lincheck::format_history`]), for
+    /// `pmkv-server lincheck FILE`.
+    pub history_file: PathBuf,
     /// Crash images restored into the node of the crash-image fault.
     pub images_restored: usize,
     /// Keys where that node, caught up, differs from the final reads
@@ -147,10 +161,62 @@ impl FaultReport {
     }
 }
 
+impl FaultReport {
+    /// The checker's effort, one line.
+    pub fn check_line(&self) -> String {
+        let k = |s: &lincheck::KeyStats| {
+            format!(
+                "{} ({} ops, {} unknown, {} steps, {:.3} s)",
+                String::from_utf8_lossy(&s.key),
+                s.ops,
+                s.unknown,
+                s.steps,
+                s.time.as_secs_f64()
+            )
+        };
+        format!(
+            "checker: {:.3} s; longest key {}; hardest key {}; history in {}",
+            self.check_time.as_secs_f64(),
+            k(&self.longest),
+            k(&self.hardest),
+            self.history_file.display()
+        )
+    }
+
+    /// Why the run failed, with how to reproduce it; `None` if it passed.
+    pub fn failure(&self, cfg: &FaultConfig) -> Option<String> {
+        if self.passed() {
+            return None;
+        }
+        let mut why = vec![format!("seed {}", self.seed)];
+        if self.verdict != Verdict::Linearizable {
+            why.push(format!(
+                "{} (re-check the recorded history: pmkv-server lincheck {})",
+                self.verdict,
+                self.history_file.display()
+            ));
+        }
+        if self.liveness_writes == 0 {
+            why.push("no write acknowledged after healing".into());
+        }
+        if !self.image_node_diffs.is_empty() {
+            why.push(format!(
+                "the node restored from crash images differs: {}",
+                self.image_node_diffs.join("; ")
+            ));
+        }
+        Some(format!(
+            "{}; replay the schedule: {}",
+            why.join("; "),
+            reproduce_line(cfg)
+        ))
+    }
+}
+
 /// The line that replays a run.
 pub fn reproduce_line(cfg: &FaultConfig) -> String {
     let mut line = format!(
-        "pmkv-server faults --seed {} --engine {} --nodes {} --safety-secs {} --liveness-secs {} --clients {} --keys {} --dir {}",
+        "pmkv-server faults --seed {} --engine {} --nodes {} --safety-secs {} --liveness-secs {} --clients {} --keys {} --key-epoch-ms {} --dir {}",
         cfg.seed,
         cfg.engine,
         cfg.nodes,
@@ -158,6 +224,7 @@ pub fn reproduce_line(cfg: &FaultConfig) -> String {
         cfg.liveness.as_secs(),
         cfg.clients,
         cfg.keys,
+        cfg.key_epoch.map_or(0, |d| d.as_millis()),
         cfg.dir.display()
     );
     if let Some(c) = &cfg.crash_image {
@@ -245,6 +312,7 @@ impl Drop for Cluster {
 
 struct Shared {
     start: Instant,
+    key_epoch: Option<Duration>,
     history: Mutex<Vec<Event>>,
     stop: AtomicBool,
     live_phase: AtomicBool,
@@ -255,13 +323,11 @@ fn now(s: &Shared) -> u64 {
     s.start.elapsed().as_nanos() as u64
 }
 
-/// Clients move to a fresh set of keys every [`KEY_EPOCH`] (as Jepsen's
-/// independent keys do), which bounds each key's history and so the
-/// checker's search, however long the run.
-pub const KEY_EPOCH: Duration = Duration::from_secs(1);
-
+/// Which set of keys the clients use now ([`FaultConfig::key_epoch`]).
 fn generation(s: &Shared) -> u64 {
-    (s.start.elapsed().as_millis() / KEY_EPOCH.as_millis()) as u64
+    s.key_epoch.map_or(0, |e| {
+        (s.start.elapsed().as_millis() / e.as_millis().max(1)) as u64
+    })
 }
 
 fn key_name(generation: u64, slot: usize) -> Vec<u8> {
@@ -428,6 +494,7 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
     }
     let sh = Arc::new(Shared {
         start: Instant::now(),
+        key_epoch: cfg.key_epoch,
         history: Mutex::new(Vec::new()),
         stop: AtomicBool::new(false),
         live_phase: AtomicBool::new(false),
@@ -569,7 +636,10 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
     };
     drop(cl);
     let history = std::mem::take(&mut *sh.history.lock().unwrap_or_else(|p| p.into_inner()));
-    let verdict = lincheck::check(&history);
+    let history_file = cfg.dir.join("history.txt");
+    std::fs::write(&history_file, lincheck::format_history(&history))
+        .map_err(|e| Error(format!("write {}: {e}", history_file.display())))?;
+    let checked = lincheck::check_with(&history, lincheck::Limits::default());
     Ok(FaultReport {
         seed: cfg.seed,
         faults,
@@ -583,7 +653,11 @@ pub fn run(cfg: &FaultConfig) -> Result<FaultReport, Error> {
             .filter(|e| e.outcome == Outcome::Unknown)
             .count(),
         liveness_writes: sh.live_writes.load(Ordering::Relaxed) as usize,
-        verdict,
+        verdict: checked.verdict,
+        longest: checked.longest,
+        hardest: checked.hardest,
+        check_time: checked.time,
+        history_file,
         images_restored,
         image_node_diffs,
     })

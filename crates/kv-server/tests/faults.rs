@@ -15,29 +15,14 @@ use std::time::Duration;
 use pmlab_kv_server::faults::{self, CrashImageConfig, FaultConfig};
 use pmlab_kv_server::lincheck::Verdict;
 
+mod common;
+
 #[test]
 fn short_fault_schedule_is_linearizable_and_recovers() {
-    let seed = std::env::var("PMKV_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = common::fault_seed();
     let cfg = FaultConfig {
-        bin: env!("CARGO_BIN_EXE_pmkv-server").into(),
-        dir: std::env::temp_dir().join(format!("pmkv-faults-{}", std::process::id())),
-        seed,
-        nodes: 3,
-        safety: Duration::from_secs(15),
         liveness: Duration::from_secs(8),
-        clients: 4,
-        keys: 6,
-        verbose: false,
-        engine: std::env::var("PMKV_FAULT_ENGINE").unwrap_or_else(|_| "list".into()),
-        crash_image: None,
+        ..common::fault_config("faults", seed, 15, 4)
     };
     let repro = format!(
         "PMKV_FAULT_SEED={seed} PMKV_FAULT_ENGINE={} cargo test --release -p pmlab-kv-server --test faults (or: {})",
@@ -54,6 +39,7 @@ fn short_fault_schedule_is_linearizable_and_recovers() {
         rep.unknown,
         rep.liveness_writes
     );
+    eprintln!("{}", rep.check_line());
     for f in &rep.faults {
         eprintln!("  {f}");
     }
@@ -133,26 +119,8 @@ fn node_restored_from_crash_image() {
     assert!(built.success(), "pmlab cargo build of pmkv-server failed");
     let traced_bin = faults::default_traced_bin(&release)
         .expect("pmlab cargo build wrote target/pmlab/<triple>/release/pmkv-server");
-    let seed = std::env::var("PMKV_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = common::fault_seed();
     let cfg = FaultConfig {
-        bin: env!("CARGO_BIN_EXE_pmkv-server").into(),
-        dir: std::env::temp_dir().join(format!("pmkv-crashimg-{}", std::process::id())),
-        seed,
-        nodes: 3,
-        safety: Duration::from_secs(4),
-        liveness: Duration::from_secs(5),
-        clients: 3,
-        keys: 6,
-        verbose: false,
-        engine: std::env::var("PMKV_FAULT_ENGINE").unwrap_or_else(|_| "list".into()),
         crash_image: Some(CrashImageConfig {
             pmlab,
             traced_bin,
@@ -160,6 +128,7 @@ fn node_restored_from_crash_image() {
             images: 1,
             settle: Duration::from_secs(2),
         }),
+        ..common::fault_config("crashimg", seed, 4, 3)
     };
     let repro = faults::reproduce_line(&cfg);
     eprintln!("fault seed {seed}; reproduce: {repro}");

@@ -3,7 +3,6 @@
 //! volatile `mem` engine and the PM engines `list` and `btree`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pmlab_kv_server::client::{Client, Conn};
@@ -13,34 +12,8 @@ use pmlab_kv_server::server::{Node, NodeConfig};
 use pmlab_kv_server::store::LogPlacement;
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn members(n: u64) -> BTreeMap<NodeId, NodeAddr> {
-    (1..=n)
-        .map(|i| {
-            (
-                i,
-                NodeAddr {
-                    raft: format!("127.0.0.1:{}", free_port()),
-                    client: format!("127.0.0.1:{}", free_port()),
-                },
-            )
-        })
-        .collect()
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pmkv-svc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+mod common;
+use common::{members, tmpdir, wait_converged};
 
 fn config(id: NodeId, dir: &std::path::Path, m: &BTreeMap<NodeId, NodeAddr>) -> NodeConfig {
     let mut c = NodeConfig::new(id, dir.join(format!("node-{id}")), m.clone());
@@ -115,8 +88,65 @@ fn ok(v: std::io::Result<Value>) -> Value {
     v.expect("i/o error")
 }
 
+/// The restart scenarios' writes: 60 SETs over key0..key6 (key k ends
+/// with the last v{i} where i % 7 == k), DEL key1 if `del_key1`, and CAS
+/// key0 from v56 to `cas`.
+async fn write_keys(a: Vec<String>, del_key1: bool) {
+    blocking(move || {
+        let mut c = Client::new(a, Duration::from_secs(10));
+        for i in 0..60 {
+            let k = format!("key{}", i % 7);
+            let v = format!("v{i}");
+            assert_eq!(
+                ok(c.call(&[b"SET", k.as_bytes(), v.as_bytes()], 100)),
+                Value::Simple("OK".into())
+            );
+        }
+        if del_key1 {
+            assert_eq!(ok(c.call(&[b"DEL", b"key1"], 100)), Value::Int(1));
+        }
+        assert_eq!(
+            ok(c.call(&[b"CAS", b"key0", b"v56", b"cas"], 100)),
+            Value::Int(1)
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// After a restart, every write of [`write_keys`] is there, and a new one
+/// is accepted.
+async fn check_after_restart(a: Vec<String>, key1_deleted: bool) {
+    blocking(move || {
+        let mut c = Client::new(a, Duration::from_secs(10));
+        assert_eq!(
+            ok(c.call(&[b"GET", b"key0"], 200)),
+            Value::Bulk(b"cas".to_vec())
+        );
+        if key1_deleted {
+            assert_eq!(ok(c.call(&[b"GET", b"key1"], 200)), Value::Nil);
+        }
+        for i in 53..60 {
+            if i % 7 == 0 || (key1_deleted && i % 7 == 1) {
+                continue;
+            }
+            let k = format!("key{}", i % 7);
+            assert_eq!(
+                ok(c.call(&[b"GET", k.as_bytes()], 200)),
+                Value::Bulk(format!("v{i}").into_bytes())
+            );
+        }
+        assert_eq!(
+            ok(c.call(&[b"SET", b"after", b"restart"], 200)),
+            Value::Simple("OK".into())
+        );
+    })
+    .await
+    .unwrap();
+}
+
 async fn commands_redirects_and_bad_input(engine_name: &str) {
-    let dir = tmpdir(&format!("cmds-{engine_name}"));
+    let dir = tmpdir(&format!("svc-cmds-{engine_name}"));
     let m = members(3);
     let nodes = start_all(engine_name, &dir, &m, |c| c.max_clients = 8).await;
     let a = addrs(&m);
@@ -198,7 +228,7 @@ async fn commands_redirects_and_bad_input(engine_name: &str) {
 }
 
 async fn lagging_node_catches_up_by_snapshot_and_restarts_keep_data(engine_name: &str) {
-    let dir = tmpdir(&format!("snap-{engine_name}"));
+    let dir = tmpdir(&format!("svc-snap-{engine_name}"));
     let m = members(3);
     let tweak = |c: &mut NodeConfig| {
         c.snapshot_every = 40;
@@ -364,7 +394,7 @@ impl pmlab_kv_server::engine::KvEngine for Kept {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_engine_is_rolled_back_and_replayed_on_restart() {
-    let dir = tmpdir("kept");
+    let dir = tmpdir("svc-kept");
     let m = members(3);
     let engines: Vec<Kept> = (0..3).map(|_| Kept(Default::default())).collect();
     let start = |engines: Vec<Kept>| {
@@ -382,61 +412,15 @@ async fn persistent_engine_is_rolled_back_and_replayed_on_restart() {
     };
     let nodes = start(engines.clone()).await;
     let a = addrs(&m);
-    let a2 = a.clone();
-    blocking(move || {
-        let mut c = Client::new(a2, Duration::from_secs(10));
-        for i in 0..60 {
-            let k = format!("key{}", i % 7);
-            let v = format!("v{i}");
-            assert_eq!(
-                ok(c.call(&[b"SET", k.as_bytes(), v.as_bytes()], 100)),
-                Value::Simple("OK".into())
-            );
-        }
-        assert_eq!(
-            ok(c.call(&[b"CAS", b"key0", b"v56", b"cas"], 100)),
-            Value::Int(1)
-        );
-    })
-    .await
-    .unwrap();
+    write_keys(a.clone(), false).await;
     for n in nodes {
         n.shutdown().await;
     }
     // The engines kept writes beyond the recorded applied index: on restart
     // they are rolled back to it and the rest is re-applied from the log.
     let nodes = start(engines.clone()).await;
-    let a2 = a.clone();
-    blocking(move || {
-        let mut c = Client::new(a2, Duration::from_secs(10));
-        assert_eq!(
-            ok(c.call(&[b"GET", b"key0"], 200)),
-            Value::Bulk(b"cas".to_vec())
-        );
-        for i in 53..60 {
-            if i % 7 == 0 {
-                continue;
-            }
-            let k = format!("key{}", i % 7);
-            assert_eq!(
-                ok(c.call(&[b"GET", k.as_bytes()], 200)),
-                Value::Bulk(format!("v{i}").into_bytes())
-            );
-        }
-        assert_eq!(
-            ok(c.call(&[b"SET", b"after", b"restart"], 200)),
-            Value::Simple("OK".into())
-        );
-    })
-    .await
-    .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    while nodes.iter().map(|n| n.applied_index()).min()
-        < nodes.iter().map(|n| n.applied_index()).max()
-        && Instant::now() < end
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    check_after_restart(a.clone(), false).await;
+    wait_converged(&nodes).await;
     for n in &nodes {
         assert_eq!(n.local_get(b"key0").unwrap().as_deref(), Some(&b"cas"[..]));
     }
@@ -455,7 +439,7 @@ async fn pm_engine_is_rolled_back_and_replayed_on_restart(engine_name: &str) {
 }
 
 async fn restart_keeps_every_write(engine_name: &str, placement: Option<LogPlacement>) {
-    let dir = tmpdir(&format!("pm-{engine_name}-{placement:?}"));
+    let dir = tmpdir(&format!("svc-pm-{engine_name}-{placement:?}"));
     let m = members(3);
     let tweak = move |c: &mut NodeConfig| {
         c.snapshot_every = 25;
@@ -464,25 +448,7 @@ async fn restart_keeps_every_write(engine_name: &str, placement: Option<LogPlace
     };
     let nodes = start_all(engine_name, &dir, &m, tweak).await;
     let a = addrs(&m);
-    let a2 = a.clone();
-    blocking(move || {
-        let mut c = Client::new(a2, Duration::from_secs(10));
-        for i in 0..60 {
-            let k = format!("key{}", i % 7);
-            let v = format!("v{i}");
-            assert_eq!(
-                ok(c.call(&[b"SET", k.as_bytes(), v.as_bytes()], 100)),
-                Value::Simple("OK".into())
-            );
-        }
-        assert_eq!(ok(c.call(&[b"DEL", b"key1"], 100)), Value::Int(1));
-        assert_eq!(
-            ok(c.call(&[b"CAS", b"key0", b"v56", b"cas"], 100)),
-            Value::Int(1)
-        );
-    })
-    .await
-    .unwrap();
+    write_keys(a.clone(), true).await;
     for n in nodes {
         n.shutdown().await;
     }
@@ -499,38 +465,8 @@ async fn restart_keeps_every_write(engine_name: &str, placement: Option<LogPlace
         );
     }
     let nodes = start_all(engine_name, &dir, &m, tweak).await;
-    let a2 = a.clone();
-    blocking(move || {
-        let mut c = Client::new(a2, Duration::from_secs(10));
-        assert_eq!(
-            ok(c.call(&[b"GET", b"key0"], 200)),
-            Value::Bulk(b"cas".to_vec())
-        );
-        assert_eq!(ok(c.call(&[b"GET", b"key1"], 200)), Value::Nil);
-        for i in 53..60 {
-            if i % 7 <= 1 {
-                continue;
-            }
-            let k = format!("key{}", i % 7);
-            assert_eq!(
-                ok(c.call(&[b"GET", k.as_bytes()], 200)),
-                Value::Bulk(format!("v{i}").into_bytes())
-            );
-        }
-        assert_eq!(
-            ok(c.call(&[b"SET", b"after", b"restart"], 200)),
-            Value::Simple("OK".into())
-        );
-    })
-    .await
-    .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    while nodes.iter().map(|n| n.applied_index()).min()
-        < nodes.iter().map(|n| n.applied_index()).max()
-        && Instant::now() < end
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    check_after_restart(a.clone(), true).await;
+    wait_converged(&nodes).await;
     for n in &nodes {
         assert_eq!(n.local_get(b"key0").unwrap().as_deref(), Some(&b"cas"[..]));
         assert_eq!(

@@ -15,13 +15,8 @@ use pmlab_kv_server::resp::Value;
 use pmlab_kv_server::server::{Node, NodeConfig};
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::free_port;
 
 /// Run the partition scenario; returns the history and the old leader's
 /// answer to the read.

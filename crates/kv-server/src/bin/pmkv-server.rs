@@ -10,8 +10,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use pmlab_kv_server::catchup;
 use pmlab_kv_server::cluster::{self, Spawn};
-use pmlab_kv_server::engine::{self as kvengine, KvEngine};
+use pmlab_kv_server::engine as kvengine;
 use pmlab_kv_server::faults::{self, FaultConfig};
+use pmlab_kv_server::lincheck;
 use pmlab_kv_server::loadgen;
 use pmlab_kv_server::server::{Node, NodeConfig};
 use pmlab_kv_server::store::LogPlacement;
@@ -107,116 +108,170 @@ enum Cmd {
     /// Measure the service: `--mode latency` (default) against a running
     /// cluster; `--mode recovery` starts its own cluster and times a
     /// lagging follower's catch-up and a node's start-up with the data.
-    Bench {
-        /// latency (SET/GET latency and throughput of --addrs) or recovery.
-        #[arg(long, default_value = "latency")]
-        mode: String,
-        /// Client addresses of the nodes, comma-separated (the leader is found).
-        #[arg(long, value_delimiter = ',')]
-        addrs: Vec<String>,
-        /// Client threads per run, comma-separated (e.g. 1,20); recovery: the
-        /// first is the number of threads loading the writes (default there 20).
-        #[arg(long, value_delimiter = ',')]
-        clients: Vec<usize>,
-        /// Timed operations per client thread.
-        #[arg(long, default_value_t = 2000)]
-        ops: usize,
-        /// Untimed operations per thread first.
-        #[arg(long, default_value_t = 200)]
-        warmup: usize,
-        /// Value size in bytes (default 100; recovery 4096).
-        #[arg(long)]
-        value_size: Option<usize>,
-        /// Time GETs instead of SETs.
-        #[arg(long)]
-        reads: bool,
-        /// Write the latency distribution plot here (.svg or .png).
-        #[arg(long)]
-        plot: Option<PathBuf>,
-        /// Print one JSON object per run.
-        #[arg(long)]
-        json: bool,
-        /// Recovery: writes the stopped follower misses.
-        #[arg(long, default_value_t = 15_000)]
-        writes: usize,
-        /// Recovery: timed restarts of the caught-up follower (start-up).
-        #[arg(long, default_value_t = 3)]
-        restarts: usize,
-        /// Recovery: work directory for the nodes (emptied first).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Recovery: run each node under this command, e.g. "pmlab run --source instrumented --pm-latency 305 --".
-        #[arg(long)]
-        wrap: Option<String>,
-        /// Recovery: the `pmkv-server` binary the nodes run (default: this one;
-        /// give the `pmlab cargo` build for --wrap "pmlab run --source instrumented ...").
-        #[arg(long)]
-        node_bin: Option<PathBuf>,
-        #[command(flatten)]
-        tuning: Tuning,
-    },
+    Bench(BenchArgs),
     /// Run a fault schedule against a local cluster and check the history.
-    Faults {
-        /// Seed of the schedule (default: from the clock; printed either way).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Nodes (3 or more).
-        #[arg(long, default_value_t = 3)]
-        nodes: u64,
-        /// Seconds of faults.
-        #[arg(long, default_value_t = 60)]
-        safety_secs: u64,
-        /// Seconds of healed running that must make progress.
-        #[arg(long, default_value_t = 10)]
-        liveness_secs: u64,
-        /// Concurrent clients.
-        #[arg(long, default_value_t = 4)]
-        clients: usize,
-        /// Keys the clients touch.
-        #[arg(long, default_value_t = 8)]
-        keys: usize,
-        /// Work directory (emptied first).
-        #[arg(long)]
-        dir: PathBuf,
-        /// Runs, each with the next seed.
-        #[arg(long, default_value_t = 1)]
-        runs: u64,
-        /// The nodes' storage engine: mem, list, btree, wal or anchor.
-        #[arg(long, default_value = "list")]
-        engine: String,
-        /// After the faults, restore one node's pool from this many
-        /// `pmlab crash` images of a traced run, one after another (0: none).
-        #[arg(long, default_value_t = 0)]
-        crash_images: usize,
-        /// Seconds the node runs under `pmlab trace` before its images are made.
-        #[arg(long, default_value_t = 5)]
-        traced_secs: u64,
-        /// The pmlab binary (for --crash-images; default: pmlab next to this binary, else on PATH).
-        #[arg(long)]
-        pmlab: Option<PathBuf>,
-        /// The `pmlab cargo` build of pmkv-server that runs traced (default:
-        /// target/pmlab/HOST/release/pmkv-server beside this binary's target/release).
-        #[arg(long)]
-        traced_bin: Option<PathBuf>,
-    },
+    Faults(FaultArgs),
+    /// Check a recorded history for linearizability (a fault run writes
+    /// its own to DIR/history.txt), or a synthetic one.
+    Lincheck(LincheckArgs),
 }
 
-/// The `--raft-log` choice: `None` for auto.
-fn placement(t: &Tuning) -> Result<Option<LogPlacement>> {
-    if t.raft_log == "auto" {
-        return Ok(None);
+/// `bench`'s flags.
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// latency (SET/GET latency and throughput of --addrs) or recovery.
+    #[arg(long, default_value = "latency")]
+    mode: String,
+    /// Client addresses of the nodes, comma-separated (the leader is found).
+    #[arg(long, value_delimiter = ',')]
+    addrs: Vec<String>,
+    /// Client threads per run, comma-separated (e.g. 1,20); recovery: the
+    /// first is the number of threads loading the writes (default there 20).
+    #[arg(long, value_delimiter = ',')]
+    clients: Vec<usize>,
+    /// Timed operations per client thread.
+    #[arg(long, default_value_t = 2000)]
+    ops: usize,
+    /// Untimed operations per thread first.
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// Value size in bytes (default 100; recovery 4096).
+    #[arg(long)]
+    value_size: Option<usize>,
+    /// Time GETs instead of SETs.
+    #[arg(long)]
+    reads: bool,
+    /// Write the latency distribution plot here (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Print one JSON object per run.
+    #[arg(long)]
+    json: bool,
+    /// Recovery: writes the stopped follower misses.
+    #[arg(long, default_value_t = 15_000)]
+    writes: usize,
+    /// Recovery: timed restarts of the caught-up follower (start-up).
+    #[arg(long, default_value_t = 3)]
+    restarts: usize,
+    /// Recovery: work directory for the nodes (emptied first).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Recovery: run each node under this command, e.g. "pmlab run --source instrumented --pm-latency 305 --".
+    #[arg(long)]
+    wrap: Option<String>,
+    /// Recovery: the `pmkv-server` binary the nodes run (default: this one;
+    /// give the `pmlab cargo` build for --wrap "pmlab run --source instrumented ...").
+    #[arg(long)]
+    node_bin: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: Tuning,
+}
+
+/// `lincheck`'s flags.
+#[derive(clap::Args)]
+struct LincheckArgs {
+    /// A history file (`pmkv-server faults` writes DIR/history.txt).
+    file: Option<PathBuf>,
+    /// Check a synthetic history instead: CLIENTS,KEYS,OPS,UNKNOWN_PCT
+    /// (clients on keys, operations in all, percent of unknown outcomes),
+    /// e.g. 12,1,20000,5.
+    #[arg(long, value_delimiter = ',')]
+    synthetic: Vec<u64>,
+    /// Seed of the synthetic history.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Step limit of the search per key.
+    #[arg(long, default_value_t = lincheck::STEP_LIMIT)]
+    max_steps: u64,
+}
+
+/// `faults`' flags.
+#[derive(clap::Args)]
+struct FaultArgs {
+    /// Seed of the schedule (default: from the clock; printed either way).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Nodes (3 or more).
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Seconds of faults.
+    #[arg(long, default_value_t = 60)]
+    safety_secs: u64,
+    /// Seconds of healed running that must make progress.
+    #[arg(long, default_value_t = 10)]
+    liveness_secs: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Keys the clients touch.
+    #[arg(long, default_value_t = 8)]
+    keys: usize,
+    /// Move the clients to fresh keys every this many ms (0: the same keys
+    /// for the whole run, each one hot).
+    #[arg(long, default_value_t = 1000)]
+    key_epoch_ms: u64,
+    /// Work directory (emptied first).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Runs, each with the next seed.
+    #[arg(long, default_value_t = 1)]
+    runs: u64,
+    /// The nodes' storage engine: mem, list, btree, wal or anchor.
+    #[arg(long, default_value = "list")]
+    engine: String,
+    /// After the faults, restore one node's pool from this many
+    /// `pmlab crash` images of a traced run, one after another (0: none).
+    #[arg(long, default_value_t = 0)]
+    crash_images: usize,
+    /// Seconds the node runs under `pmlab trace` before its images are made.
+    #[arg(long, default_value_t = 5)]
+    traced_secs: u64,
+    /// The pmlab binary (for --crash-images; default: pmlab next to this binary, else on PATH).
+    #[arg(long)]
+    pmlab: Option<PathBuf>,
+    /// The `pmlab cargo` build of pmkv-server that runs traced (default:
+    /// target/pmlab/HOST/release/pmkv-server beside this binary's target/release).
+    #[arg(long)]
+    traced_bin: Option<PathBuf>,
+}
+
+/// [`Tuning`] once checked.
+struct Checked {
+    /// The `--raft-log` choice: `None` for auto.
+    placement: Option<LogPlacement>,
+    /// `--election-ms` as (min, max).
+    election: (u64, u64),
+}
+
+impl Tuning {
+    /// The defaults with this engine (for commands that only take
+    /// `--engine`).
+    fn with_engine(engine: &str) -> Tuning {
+        #[derive(Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            t: Tuning,
+        }
+        let mut t = Defaults::parse_from(["pmkv-server"]).t;
+        t.engine = engine.to_string();
+        t
     }
-    let p = LogPlacement::parse(&t.raft_log)
-        .ok_or_else(|| anyhow!("--raft-log {:?}: pick auto, engine or file", t.raft_log))?;
-    if p == LogPlacement::Engine && t.engine == "mem" {
+}
+
+/// Check every tuning flag (`--engine`, `--pool-mb`, `--raft-log`,
+/// `--election-ms`, ...) without opening anything: the one place these
+/// flags are checked.
+fn check_tuning(t: &Tuning) -> Result<Checked> {
+    let placement = match t.raft_log.as_str() {
+        "auto" => None,
+        s => Some(
+            LogPlacement::parse(s)
+                .ok_or_else(|| anyhow!("--raft-log {s:?}: pick auto, engine or file"))?,
+        ),
+    };
+    if placement == Some(LogPlacement::Engine) && t.engine == "mem" {
         bail!("--raft-log engine needs a PM engine (list, btree, wal or anchor), not mem: drop the flag or pick --engine list");
     }
-    Ok(Some(p))
-}
-
-/// Check `--engine`, `--pool-mb` and `--raft-log` without opening anything.
-fn check_engine(t: &Tuning) -> Result<()> {
-    placement(t)?;
     if t.engine != "mem" {
         let kind = pmlab_kv::EngineKind::parse(&t.engine).map_err(|_| {
             anyhow!(
@@ -232,23 +287,29 @@ fn check_engine(t: &Tuning) -> Result<()> {
             bail!("--pool-mb {}: give 1 to 1048576 MiB", t.pool_mb);
         }
     }
-    Ok(())
-}
-
-fn engine(t: &Tuning, dir: &std::path::Path) -> Result<Box<dyn KvEngine>> {
-    check_engine(t)?;
-    kvengine::open_engine(&t.engine, dir, t.pool_mb << 20)
-        .map_err(|e| anyhow!("--engine {}: {e}", t.engine))
-}
-
-fn election(s: &str) -> Result<(u64, u64)> {
+    let s = &t.election_ms;
     let bad = || anyhow!("--election-ms {s:?}: give MIN-MAX in ms with MIN < MAX, e.g. 300-600");
-    let (a, b) = s.split_once('-').ok_or_else(bad)?;
-    let (a, b): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-    if a == 0 || a >= b {
+    let (lo, hi) = s.split_once('-').ok_or_else(bad)?;
+    let election: (u64, u64) = (
+        lo.parse().map_err(|_| bad())?,
+        hi.parse().map_err(|_| bad())?,
+    );
+    if election.0 == 0 || election.0 >= election.1 {
         return Err(bad());
     }
-    Ok((a, b))
+    Ok(Checked {
+        placement,
+        election,
+    })
+}
+
+/// A `--wrap` command line as words.
+fn wrap_words(wrap: &Option<String>) -> Vec<String> {
+    wrap.as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 fn tuning_args(t: &Tuning) -> Vec<String> {
@@ -310,15 +371,17 @@ fn serve(
             addr.to_string(),
         );
     }
-    let engine = engine(&t, &dir)?;
+    let checked = check_tuning(&t)?;
+    let engine = kvengine::open_engine(&t.engine, &dir, t.pool_mb << 20)
+        .map_err(|e| anyhow!("--engine {}: {e}", t.engine))?;
     let mut cfg = NodeConfig::new(id, dir, members);
     cfg.snapshot_every = t.snapshot_every;
     cfg.keep_logs = t.keep_logs;
     cfg.heartbeat_ms = t.heartbeat_ms;
-    cfg.election_ms = election(&t.election_ms)?;
+    cfg.election_ms = checked.election;
     cfg.max_clients = t.max_clients;
     cfg.routes = route_map;
-    cfg.raft_log = placement(&t)?;
+    cfg.raft_log = checked.placement;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads)
         .enable_all()
@@ -366,19 +429,15 @@ fn run_cluster(
     wrap: Option<String>,
     t: Tuning,
 ) -> Result<()> {
-    let wrap: Vec<String> = wrap
-        .as_deref()
-        .unwrap_or("")
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
-    election(&t.election_ms)?;
-    check_engine(&t)?;
+    let wrap = wrap_words(&wrap);
+    let checked = check_tuning(&t)?;
     let members = match config {
         Some(p) => cluster::load_members(&p)?,
         None => cluster::loopback_members(nodes, base)?,
     };
-    let placement = placement(&t)?.unwrap_or_else(|| LogPlacement::default_for_name(&t.engine));
+    let placement = checked
+        .placement
+        .unwrap_or_else(|| LogPlacement::default_for_name(&t.engine));
     for id in members.keys() {
         let node_dir = dir.join(format!("node-{id}"));
         kvengine::check_data_dir(&t.engine, &node_dir)
@@ -442,60 +501,42 @@ fn run_cluster(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn faults(
-    seed: Option<u64>,
-    nodes: u64,
-    safety: u64,
-    liveness: u64,
-    clients: usize,
-    keys: usize,
-    dir: PathBuf,
-    runs: u64,
-    engine: String,
-    crash_image: Option<faults::CrashImageConfig>,
-) -> Result<()> {
-    let seed = seed.unwrap_or_else(|| {
+fn faults(a: FaultArgs) -> Result<()> {
+    let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    check_engine(&Tuning {
-        engine: engine.clone(),
-        pool_mb: 32,
-        raft_log: "auto".into(),
-        snapshot_every: 1,
-        keep_logs: 0,
-        heartbeat_ms: 1,
-        election_ms: String::new(),
-        max_clients: 1,
-    })?;
-    if crash_image.is_some() && engine == "mem" {
+    check_tuning(&Tuning::with_engine(&a.engine))?;
+    if a.crash_images > 0 && a.engine == "mem" {
         bail!(
             "--crash-images: the mem engine has no pool to image: pick list, btree, wal or anchor"
         );
     }
-    if runs == 0 || safety == 0 || liveness == 0 {
+    if a.runs == 0 || a.safety_secs == 0 || a.liveness_secs == 0 {
         bail!("--runs, --safety-secs and --liveness-secs must be at least 1");
     }
+    let crash_image = crash_image_config(a.crash_images, a.traced_secs, a.pmlab, a.traced_bin)?;
     let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
-    for r in 0..runs {
+    for r in 0..a.runs {
         let cfg = FaultConfig {
             bin: bin.clone(),
-            dir: dir.clone(),
+            dir: a.dir.clone(),
             seed: seed.wrapping_add(r),
-            nodes,
-            safety: Duration::from_secs(safety),
-            liveness: Duration::from_secs(liveness),
-            clients,
-            keys,
+            nodes: a.nodes,
+            safety: Duration::from_secs(a.safety_secs),
+            liveness: Duration::from_secs(a.liveness_secs),
+            clients: a.clients,
+            keys: a.keys,
+            key_epoch: (a.key_epoch_ms > 0).then(|| Duration::from_millis(a.key_epoch_ms)),
             verbose: true,
-            engine: engine.clone(),
+            engine: a.engine.clone(),
             crash_image: crash_image.clone(),
         };
         eprintln!(
-            "faults: run {}/{runs}, seed {}; reproduce: {}",
+            "faults: run {}/{}, seed {}; reproduce: {}",
             r + 1,
+            a.runs,
             cfg.seed,
             faults::reproduce_line(&cfg)
         );
@@ -511,24 +552,68 @@ fn faults(
             rep.liveness_writes,
             if rep.passed() { "PASS" } else { "FAIL" }
         );
-        if !rep.passed() {
-            bail!(
-                "seed {}: {:?}{}; reproduce: {}",
-                rep.seed,
-                rep.verdict,
-                if rep.image_node_diffs.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; the node restored from crash images differs: {}",
-                        rep.image_node_diffs.join("; ")
-                    )
-                },
-                faults::reproduce_line(&cfg)
-            );
+        println!("  {}", rep.check_line());
+        if let Some(why) = rep.failure(&cfg) {
+            bail!("{why}");
         }
     }
     Ok(())
+}
+
+/// `lincheck`: check a history file or a synthetic history, with the
+/// search's effort.
+fn check_history(a: LincheckArgs) -> Result<()> {
+    let history = match (&a.file, a.synthetic.as_slice()) {
+        (Some(_), [_, ..]) => bail!("give either a history FILE or --synthetic, not both"),
+        (Some(f), []) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("read the history {}", f.display()))?;
+            lincheck::parse_history(&text).map_err(|e| anyhow!("{}: {e}", f.display()))?
+        }
+        (None, &[clients, keys, ops, unknown]) if clients > 0 && keys > 0 && unknown <= 100 => {
+            lincheck::synthetic(a.seed, clients as usize, keys as usize, ops as usize, 200, unknown)
+        }
+        (None, [_, ..]) => bail!(
+            "--synthetic {:?}: give CLIENTS,KEYS,OPS,UNKNOWN_PCT with CLIENTS and KEYS at least 1 and UNKNOWN_PCT at most 100, e.g. 12,1,20000,5",
+            a.synthetic
+        ),
+        (None, []) => bail!("give a history FILE (pmkv-server faults writes DIR/history.txt) or --synthetic CLIENTS,KEYS,OPS,UNKNOWN_PCT"),
+    };
+    if a.max_steps == 0 {
+        bail!("--max-steps 0: give at least 1");
+    }
+    let rep = lincheck::check_with(&history, lincheck::Limits { steps: a.max_steps });
+    let show = |k: &lincheck::KeyStats| {
+        format!(
+            "key {} ({} ops, {} unknown): {} steps, {} states, {:.3} s",
+            String::from_utf8_lossy(&k.key),
+            k.ops,
+            k.unknown,
+            k.steps,
+            k.states,
+            k.time.as_secs_f64()
+        )
+    };
+    println!(
+        "{} operations on {} keys checked in {:.3} s ({} steps)",
+        history.len(),
+        rep.keys,
+        rep.time.as_secs_f64(),
+        rep.steps
+    );
+    println!("longest {}", show(&rep.longest));
+    println!("hardest {}", show(&rep.hardest));
+    match rep.verdict {
+        lincheck::Verdict::Linearizable => {
+            println!("linearizable");
+            Ok(())
+        }
+        lincheck::Verdict::Undecided { .. } => bail!(
+            "{}: raise --max-steps (memory grows with the states) or split the history",
+            rep.verdict
+        ),
+        v => bail!("{v}"),
+    }
 }
 
 /// The crash-image fault's settings from `faults`' flags (`None` for 0 images).
@@ -570,25 +655,6 @@ fn crash_image_config(
         images,
         settle: Duration::from_secs(3),
     }))
-}
-
-/// `bench`'s flags.
-struct BenchArgs {
-    mode: String,
-    addrs: Vec<String>,
-    clients: Vec<usize>,
-    ops: usize,
-    warmup: usize,
-    value_size: Option<usize>,
-    reads: bool,
-    plot: Option<PathBuf>,
-    json: bool,
-    writes: usize,
-    restarts: usize,
-    dir: Option<PathBuf>,
-    wrap: Option<String>,
-    node_bin: Option<PathBuf>,
-    tuning: Tuning,
 }
 
 fn bench(a: BenchArgs) -> Result<()> {
@@ -649,8 +715,7 @@ fn bench_recovery(a: BenchArgs) -> Result<()> {
     let Some(dir) = a.dir.clone() else {
         bail!("--dir: --mode recovery needs a work directory for its nodes, e.g. --dir /tmp/pmkv-recovery");
     };
-    election(&a.tuning.election_ms)?;
-    check_engine(&a.tuning)?;
+    check_tuning(&a.tuning)?;
     let clients = a.clients.first().copied().unwrap_or(20);
     if clients == 0 || a.writes == 0 {
         bail!("--clients and --writes must be at least 1");
@@ -665,13 +730,7 @@ fn bench_recovery(a: BenchArgs) -> Result<()> {
             bin.display()
         );
     }
-    let wrap: Vec<String> = a
-        .wrap
-        .as_deref()
-        .unwrap_or("")
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
+    let wrap = wrap_words(&a.wrap);
     let cfg = catchup::CatchupConfig {
         bin,
         dir: dir.clone(),
@@ -736,67 +795,9 @@ fn main() -> ExitCode {
             wrap,
             tuning,
         } => run_cluster(nodes, dir, base_port, config, wrap, tuning),
-        Cmd::Bench {
-            mode,
-            addrs,
-            clients,
-            ops,
-            warmup,
-            value_size,
-            reads,
-            plot,
-            json,
-            writes,
-            restarts,
-            dir,
-            wrap,
-            node_bin,
-            tuning,
-        } => bench(BenchArgs {
-            mode,
-            addrs,
-            clients,
-            ops,
-            warmup,
-            value_size,
-            reads,
-            plot,
-            json,
-            writes,
-            restarts,
-            dir,
-            wrap,
-            node_bin,
-            tuning,
-        }),
-        Cmd::Faults {
-            seed,
-            nodes,
-            safety_secs,
-            liveness_secs,
-            clients,
-            keys,
-            dir,
-            runs,
-            engine,
-            crash_images,
-            traced_secs,
-            pmlab,
-            traced_bin,
-        } => crash_image_config(crash_images, traced_secs, pmlab, traced_bin).and_then(|ci| {
-            faults(
-                seed,
-                nodes,
-                safety_secs,
-                liveness_secs,
-                clients,
-                keys,
-                dir,
-                runs,
-                engine,
-                ci,
-            )
-        }),
+        Cmd::Bench(a) => bench(a),
+        Cmd::Faults(a) => faults(a),
+        Cmd::Lincheck(a) => check_history(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
