@@ -54,7 +54,8 @@
 //!   (stored or not). After a restart the applied index is the purged one
 //!   (all committed) and openraft re-applies up to the saved committed id.
 //! * Snapshot = the engine's snapshot iterator at the applied index
-//!   (reserved keys left out); installing one either finds the snapshot's
+//!   (reserved keys left out; while openraft starts, only the metadata is
+//!   handed out, the data being built when a follower needs it); installing one either finds the snapshot's
 //!   last entry already in the local log (nothing to change but the
 //!   applied index) or replaces the whole engine with `restore` at version
 //!   *S + 1*, the membership record included. `restore` is atomic: a crash
