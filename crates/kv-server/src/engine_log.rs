@@ -54,7 +54,8 @@
 //!   (stored or not). After a restart the applied index is the purged one
 //!   (all committed) and openraft re-applies up to the saved committed id.
 //! * Snapshot = the engine's snapshot iterator at the applied index
-//!   (reserved keys left out); installing one either finds the snapshot's
+//!   (reserved keys left out; while openraft starts, only the metadata is
+//!   handed out, the data being built when a follower needs it); installing one either finds the snapshot's
 //!   last entry already in the local log (nothing to change but the
 //!   applied index) or replaces the whole engine with `restore` at version
 //!   *S + 1*, the membership record included. `restore` is atomic: a crash
@@ -189,6 +190,9 @@ struct Inner {
     pending_purge: Option<LogId>,
     snapshot: Option<Cached>,
     built: u64,
+    /// Set until openraft has started: its start-up asks for the current
+    /// snapshot only for the metadata, so none is built then.
+    opening: bool,
 }
 
 #[allow(clippy::result_large_err)]
@@ -504,6 +508,7 @@ pub fn open(dir: &Path, engine: Box<dyn KvEngine>) -> io::Result<(EngineLog, Eng
         pending_purge: None,
         snapshot: None,
         built: 0,
+        opening: true,
     };
     let e = |e: EngineError| invalid(format!("{}: {e}", dir.display()));
     if last > 0 {
@@ -740,6 +745,11 @@ impl EngineSm {
         lock(&self.inner).applied.map_or(0, |l| l.index)
     }
 
+    /// openraft has started: from now on a snapshot asked for is built.
+    pub fn opened(&self) {
+        lock(&self.inner).opening = false;
+    }
+
     /// The engine's name.
     pub fn engine_name(&self) -> &'static str {
         lock(&self.inner).engine.name()
@@ -767,8 +777,21 @@ impl EngineSm {
     ) -> Result<Option<Snapshot<crate::types::TypeConfig>>, StorageError> {
         let mut g = lock(&self.inner);
         if g.snapshot.is_none() {
-            if g.applied.is_none() {
+            let Some(applied) = g.applied else {
                 return Ok(None);
+            };
+            if g.opening {
+                // openraft's start-up keeps only the metadata: building
+                // the data (a copy of the whole state) is left to the
+                // first follower that needs it.
+                return Ok(Some(Snapshot {
+                    meta: SnapshotMeta {
+                        last_log_id: Some(applied),
+                        last_membership: g.membership.clone(),
+                        snapshot_id: format!("{}-0", applied.index),
+                    },
+                    snapshot: Box::new(Cursor::new(Vec::new())),
+                }));
             }
             let c = g
                 .build()

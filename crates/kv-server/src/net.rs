@@ -1,50 +1,76 @@
-//! Raft RPC between nodes: length-prefixed JSON frames over TCP.
+//! Raft RPC between nodes: length-prefixed binary frames over TCP.
 //!
-//! A frame is a 4-byte big-endian length and that many bytes of JSON; a
-//! length above [`MAX_FRAME`] closes the connection. One request is in
-//! flight per connection; a failed call drops the connection and the next
-//! call dials again.
+//! A frame is a 4-byte big-endian length and that many bytes: the format
+//! byte [`codec::VERSION`], a message kind, and the message in the compact
+//! binary encoding of [`crate::types::codec`] (values and snapshot data as
+//! raw bytes). A length above [`MAX_FRAME`] closes the connection, as does
+//! a frame of another format (the JSON frames of older versions start
+//! with `{`): the node says so once on stderr. One request is in flight per
+//! connection; a failed call drops the connection and the next call dials
+//! again. Both ends set `TCP_NODELAY` and write each frame with one call.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::types::codec::{self, DResult, Dec, DecodeError, Enc};
 use crate::types::{NodeAddr, NodeId, Raft, TypeConfig};
 
-/// Largest frame accepted, in bytes (an append batch of 32 entries with
-/// 1 MiB values fits, as does a 1 MiB snapshot chunk in JSON).
-pub const MAX_FRAME: usize = 80 << 20;
+/// Largest frame accepted, in bytes: an append batch is cut at
+/// [`MAX_BATCH_BYTES`] (a single entry of up to 2 MiB, a CAS of two 1 MiB
+/// values, still fits), a snapshot chunk is 4 MiB.
+pub const MAX_FRAME: usize = 32 << 20;
+/// An append batch whose entries take more than this many bytes is sent
+/// in smaller batches (openraft retries with the number of entries that
+/// fit, see [`PayloadTooLarge`]).
+pub const MAX_BATCH_BYTES: usize = 8 << 20;
 /// Most Raft connections a node serves at once.
 pub const MAX_RAFT_CONNS: usize = 64;
 
-/// Write one frame.
-pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -> io::Result<()> {
-    if body.len() > MAX_FRAME {
+const KIND_APPEND: u8 = 1;
+const KIND_VOTE: u8 = 2;
+const KIND_SNAPSHOT: u8 = 3;
+
+/// Write one frame (the body of `enc` after its 4 reserved bytes) with one
+/// write call.
+async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, mut enc: Enc) -> io::Result<()> {
+    let n = enc.buf.len() - 4;
+    if n > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("frame of {} bytes over the cap", body.len()),
+            format!("frame of {n} bytes over the {MAX_FRAME}-byte cap"),
         ));
     }
-    w.write_all(&(body.len() as u32).to_be_bytes()).await?;
-    w.write_all(body).await?;
-    w.flush().await
+    enc.buf[..4].copy_from_slice(&(n as u32).to_be_bytes());
+    w.write_all(&enc.buf).await
 }
 
-/// Read one frame; a length over [`MAX_FRAME`] is an error.
-pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Vec<u8>> {
+/// A frame buffer: 4 bytes for the length, the format byte and `kind`.
+fn frame(kind: u8, capacity: usize) -> Enc {
+    let mut e = Enc::with_capacity(capacity + 6);
+    e.buf.extend_from_slice(&[0; 4]);
+    e.u8(codec::VERSION);
+    e.u8(kind);
+    e
+}
+
+/// Read one frame; a length over [`MAX_FRAME`] is an error. The buffer
+/// grows as bytes arrive, so a bogus length allocates nothing up front.
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
     let n = u32::from_be_bytes(len) as usize;
@@ -54,13 +80,51 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Vec<u8>> 
             format!("frame of {n} bytes over the {MAX_FRAME}-byte cap"),
         ));
     }
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body).await?;
+    let mut body = Vec::with_capacity(n.min(1 << 20));
+    (&mut *r).take(n as u64).read_to_end(&mut body).await?;
+    if body.len() != n {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(body)
 }
 
+static WARNED_FORMAT: AtomicBool = AtomicBool::new(false);
+
+/// Check a frame's format byte and return its kind and the message. A
+/// frame of another format is reported once on stderr (one line naming
+/// the fix) and refused.
+fn open_frame<'a>(body: &'a [u8], peer: &str) -> io::Result<(u8, Dec<'a>)> {
+    match body {
+        [codec::VERSION, kind, rest @ ..] => Ok((*kind, Dec::new(rest))),
+        _ => {
+            let what = match body.first() {
+                Some(b'{') => "the JSON frames of an older pmkv-server".to_string(),
+                Some(b) => format!("format byte {b:#04x}"),
+                None => "an empty frame".to_string(),
+            };
+            let msg = format!(
+                "raft peer {peer} speaks another wire format ({what}, this node speaks {:#04x}): run the same pmkv-server version on every node",
+                codec::VERSION
+            );
+            if !WARNED_FORMAT.swap(true, Ordering::Relaxed) {
+                eprintln!("pmkv-server: {msg}");
+            }
+            Err(io::Error::new(io::ErrorKind::InvalidData, msg))
+        }
+    }
+}
+
+fn done<T>(r: &Dec<'_>, x: T) -> DResult<T> {
+    if r.remaining() != 0 {
+        return Err(DecodeError(format!(
+            "{} trailing bytes after a message",
+            r.remaining()
+        )));
+    }
+    Ok(x)
+}
+
 /// A Raft RPC.
-#[derive(Serialize, Deserialize)]
 pub enum RpcRequest {
     /// AppendEntries (also heartbeats).
     Append(AppendEntriesRequest<TypeConfig>),
@@ -71,7 +135,6 @@ pub enum RpcRequest {
 }
 
 /// The answer to an [`RpcRequest`].
-#[derive(Serialize, Deserialize)]
 pub enum RpcResponse {
     /// AppendEntries.
     Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
@@ -79,6 +142,185 @@ pub enum RpcResponse {
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// Snapshot chunk.
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+}
+
+impl RpcRequest {
+    /// The whole frame (length, format byte, kind, message).
+    pub fn encode(&self) -> Enc {
+        match self {
+            RpcRequest::Append(q) => {
+                let size: usize = q.entries.iter().map(codec::entry_size_hint).sum();
+                let mut e = frame(KIND_APPEND, 64 + size + 40 * q.entries.len());
+                e.vote(&q.vote);
+                e.opt_log_id(&q.prev_log_id);
+                e.opt_log_id(&q.leader_commit);
+                e.u64(q.entries.len() as u64);
+                for x in &q.entries {
+                    e.entry(x);
+                }
+                e
+            }
+            RpcRequest::Vote(q) => {
+                let mut e = frame(KIND_VOTE, 64);
+                e.vote(&q.vote);
+                e.opt_log_id(&q.last_log_id);
+                e
+            }
+            RpcRequest::Snapshot(q) => {
+                let mut e = frame(KIND_SNAPSHOT, 512 + q.data.len());
+                e.vote(&q.vote);
+                e.json(&q.meta);
+                e.u64(q.offset);
+                e.u8(q.done as u8);
+                e.bytes(&q.data);
+                e
+            }
+        }
+    }
+
+    /// Decode a request message of `kind`.
+    pub fn decode(kind: u8, mut r: Dec<'_>) -> DResult<RpcRequest> {
+        match kind {
+            KIND_APPEND => {
+                let vote = r.vote()?;
+                let prev_log_id = r.opt_log_id()?;
+                let leader_commit = r.opt_log_id()?;
+                let n = r.u64()? as usize;
+                // Every entry takes at least 25 bytes: a bogus count
+                // cannot reserve much.
+                let mut entries = Vec::with_capacity(n.min(r.remaining() / 25));
+                for _ in 0..n {
+                    entries.push(r.entry()?);
+                }
+                done(
+                    &r,
+                    RpcRequest::Append(AppendEntriesRequest {
+                        vote,
+                        prev_log_id,
+                        entries,
+                        leader_commit,
+                    }),
+                )
+            }
+            KIND_VOTE => {
+                let vote = r.vote()?;
+                let last_log_id = r.opt_log_id()?;
+                done(&r, RpcRequest::Vote(VoteRequest { vote, last_log_id }))
+            }
+            KIND_SNAPSHOT => {
+                let vote = r.vote()?;
+                let meta = r.json()?;
+                let offset = r.u64()?;
+                let done_flag = r.bool()?;
+                let data = r.bytes()?;
+                done(
+                    &r,
+                    RpcRequest::Snapshot(InstallSnapshotRequest {
+                        vote,
+                        meta,
+                        offset,
+                        data,
+                        done: done_flag,
+                    }),
+                )
+            }
+            k => Err(DecodeError(format!("unknown request kind {k}"))),
+        }
+    }
+}
+
+/// `Ok`: a 0 byte and the value; `Err`: a 1 byte and the error as JSON.
+fn enc_result<T, E: serde::Serialize>(
+    e: &mut Enc,
+    r: &Result<T, E>,
+    ok: impl FnOnce(&mut Enc, &T),
+) {
+    match r {
+        Ok(x) => {
+            e.u8(0);
+            ok(e, x);
+        }
+        Err(err) => {
+            e.u8(1);
+            e.json(err);
+        }
+    }
+}
+
+fn dec_result<T, E: serde::de::DeserializeOwned>(
+    r: &mut Dec<'_>,
+    ok: impl FnOnce(&mut Dec<'_>) -> DResult<T>,
+) -> DResult<Result<T, E>> {
+    Ok(if r.bool()? {
+        Err(r.json()?)
+    } else {
+        Ok(ok(r)?)
+    })
+}
+
+impl RpcResponse {
+    /// The whole frame (length, format byte, kind, message).
+    pub fn encode(&self) -> Enc {
+        match self {
+            RpcResponse::Append(res) => {
+                let mut e = frame(KIND_APPEND, 64);
+                enc_result(&mut e, res, |e, a| match a {
+                    AppendEntriesResponse::Success => e.u8(0),
+                    AppendEntriesResponse::PartialSuccess(l) => {
+                        e.u8(1);
+                        e.opt_log_id(l);
+                    }
+                    AppendEntriesResponse::Conflict => e.u8(2),
+                    AppendEntriesResponse::HigherVote(v) => {
+                        e.u8(3);
+                        e.vote(v);
+                    }
+                });
+                e
+            }
+            RpcResponse::Vote(res) => {
+                let mut e = frame(KIND_VOTE, 64);
+                enc_result(&mut e, res, |e, v| {
+                    e.vote(&v.vote);
+                    e.u8(v.vote_granted as u8);
+                    e.opt_log_id(&v.last_log_id);
+                });
+                e
+            }
+            RpcResponse::Snapshot(res) => {
+                let mut e = frame(KIND_SNAPSHOT, 64);
+                enc_result(&mut e, res, |e, s| e.vote(&s.vote));
+                e
+            }
+        }
+    }
+
+    /// Decode a response message of `kind`.
+    pub fn decode(kind: u8, mut r: Dec<'_>) -> DResult<RpcResponse> {
+        let resp = match kind {
+            KIND_APPEND => RpcResponse::Append(dec_result(&mut r, |r| {
+                Ok(match r.u8()? {
+                    0 => AppendEntriesResponse::Success,
+                    1 => AppendEntriesResponse::PartialSuccess(r.opt_log_id()?),
+                    2 => AppendEntriesResponse::Conflict,
+                    3 => AppendEntriesResponse::HigherVote(r.vote()?),
+                    t => return Err(DecodeError(format!("unknown append response {t}"))),
+                })
+            })?),
+            KIND_VOTE => RpcResponse::Vote(dec_result(&mut r, |r| {
+                Ok(VoteResponse {
+                    vote: r.vote()?,
+                    vote_granted: r.bool()?,
+                    last_log_id: r.opt_log_id()?,
+                })
+            })?),
+            KIND_SNAPSHOT => RpcResponse::Snapshot(dec_result(&mut r, |r| {
+                Ok(InstallSnapshotResponse { vote: r.vote()? })
+            })?),
+            k => return Err(DecodeError(format!("unknown response kind {k}"))),
+        };
+        done(&r, resp)
+    }
 }
 
 /// Serve Raft RPCs on `listener` until the task is dropped.
@@ -99,13 +341,19 @@ pub async fn serve_raft(listener: TcpListener, raft: Raft) {
         conns.spawn(async move {
             let _permit = permit;
             let _ = sock.set_nodelay(true);
-            let (r, w) = sock.into_split();
-            let mut r = BufReader::new(r);
-            let mut w = BufWriter::new(w);
+            let peer = sock
+                .peer_addr()
+                .map_or_else(|_| "?".to_string(), |a| a.to_string());
+            let (r, mut w) = sock.into_split();
+            let mut r = BufReader::with_capacity(64 * 1024, r);
             while let Ok(body) = read_frame(&mut r).await {
-                let Ok(req) = serde_json::from_slice::<RpcRequest>(&body) else {
+                let Ok((kind, msg)) = open_frame(&body, &peer) else {
                     break;
                 };
+                let Ok(req) = RpcRequest::decode(kind, msg) else {
+                    break;
+                };
+                drop(body);
                 let resp = match req {
                     RpcRequest::Append(q) => RpcResponse::Append(raft.append_entries(q).await),
                     RpcRequest::Vote(q) => RpcResponse::Vote(raft.vote(q).await),
@@ -113,10 +361,7 @@ pub async fn serve_raft(listener: TcpListener, raft: Raft) {
                         RpcResponse::Snapshot(raft.install_snapshot(q).await)
                     }
                 };
-                let Ok(out) = serde_json::to_vec(&resp) else {
-                    break;
-                };
-                if write_frame(&mut w, &out).await.is_err() {
+                if write_frame(&mut w, resp.encode()).await.is_err() {
                     break;
                 }
             }
@@ -151,7 +396,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
 type Stream = (
     BufReader<tokio::net::tcp::OwnedReadHalf>,
-    BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
 );
 
 /// A client connection to one node.
@@ -181,16 +426,20 @@ impl Connection {
             };
             let _ = sock.set_nodelay(true);
             let (r, w) = sock.into_split();
-            self.conn = Some((BufReader::new(r), BufWriter::new(w)));
+            self.conn = Some((BufReader::with_capacity(16 * 1024, r), w));
         }
-        let body = serde_json::to_vec(req).map_err(|e| CallError::Network(io::Error::other(e)))?;
+        let frame = req.encode();
         let (r, w) = self.conn.as_mut().unwrap();
         let exchange = async {
-            write_frame(w, &body).await?;
+            write_frame(w, frame).await?;
             read_frame(r).await
         };
+        let addr = &self.addr;
         let res = match tokio::time::timeout(ttl, exchange).await {
-            Ok(Ok(b)) => serde_json::from_slice::<RpcResponse>(&b).map_err(io::Error::other),
+            Ok(Ok(b)) => open_frame(&b, addr).and_then(|(kind, msg)| {
+                RpcResponse::decode(kind, msg)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "rpc timed out")),
         };
@@ -219,6 +468,15 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeAddr, RaftError<NodeId>>> {
+        // Cut a batch whose entries exceed the byte budget: openraft
+        // resends the number of entries that fit.
+        let mut bytes = 0;
+        for (i, e) in rpc.entries.iter().enumerate() {
+            bytes += codec::entry_size_hint(e) + 40;
+            if bytes > MAX_BATCH_BYTES && i > 0 {
+                return Err(PayloadTooLarge::new_entries_hint(i as u64).into());
+            }
+        }
         match self
             .call(&RpcRequest::Append(rpc), option.hard_ttl())
             .await
@@ -268,7 +526,165 @@ impl RaftNetwork<TypeConfig> for Connection {
         }
     }
 
+    /// Retry an unreachable node every 20 ms: a dial on loopback or a LAN
+    /// fails at once, and a restarted replica is found sooner (this wait
+    /// was most of its recovery time at 100 ms).
     fn backoff(&self) -> openraft::network::Backoff {
-        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(100)))
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(20)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Cmd, Entry, LogId};
+    use openraft::{CommittedLeaderId, EntryPayload, SnapshotMeta, Vote};
+
+    fn lid(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    /// A frame's body (after its length, which must match).
+    fn body(e: Enc) -> Vec<u8> {
+        let n = u32::from_be_bytes(e.buf[..4].try_into().unwrap()) as usize;
+        assert_eq!(n, 0, "frame() leaves the length to write_frame");
+        e.buf[4..].to_vec()
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let entries: Vec<Entry> = (0..3)
+            .map(|i| Entry {
+                log_id: lid(2, i),
+                payload: EntryPayload::Normal(Cmd::Set {
+                    key: vec![i as u8],
+                    value: vec![7; 4096],
+                }),
+            })
+            .collect();
+        let q = RpcRequest::Append(AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: Some(lid(1, 0)),
+            entries: entries.clone(),
+            leader_commit: None,
+        });
+        let b = body(q.encode());
+        // Values travel as raw bytes: 3 x 4 KiB and little else.
+        assert!(b.len() < 3 * 4096 + 256, "{} bytes", b.len());
+        let (kind, msg) = open_frame(&b, "test").unwrap();
+        match RpcRequest::decode(kind, msg).unwrap() {
+            RpcRequest::Append(a) => {
+                assert_eq!(a.entries, entries);
+                assert_eq!(a.prev_log_id, Some(lid(1, 0)));
+                assert_eq!(a.leader_commit, None);
+                assert_eq!(a.vote, Vote::new_committed(2, 1));
+            }
+            _ => panic!("another kind"),
+        }
+        let q = RpcRequest::Snapshot(InstallSnapshotRequest {
+            vote: Vote::new(3, 2),
+            meta: SnapshotMeta {
+                last_log_id: Some(lid(3, 9)),
+                last_membership: Default::default(),
+                snapshot_id: "9-1".into(),
+            },
+            offset: 4 << 20,
+            data: vec![1, 2, 3],
+            done: true,
+        });
+        let b = body(q.encode());
+        let (kind, msg) = open_frame(&b, "test").unwrap();
+        match RpcRequest::decode(kind, msg).unwrap() {
+            RpcRequest::Snapshot(s) => {
+                assert_eq!(s.data, vec![1, 2, 3]);
+                assert_eq!(s.offset, 4 << 20);
+                assert!(s.done);
+                assert_eq!(s.meta.snapshot_id, "9-1");
+            }
+            _ => panic!("another kind"),
+        }
+        let q = RpcRequest::Vote(VoteRequest {
+            vote: Vote::new(5, 3),
+            last_log_id: Some(lid(4, 8)),
+        });
+        let b = body(q.encode());
+        let (kind, msg) = open_frame(&b, "test").unwrap();
+        match RpcRequest::decode(kind, msg).unwrap() {
+            RpcRequest::Vote(v) => {
+                assert_eq!(v.vote, Vote::new(5, 3));
+                assert_eq!(v.last_log_id, Some(lid(4, 8)));
+            }
+            _ => panic!("another kind"),
+        }
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let all = || {
+            [
+                AppendEntriesResponse::Success,
+                AppendEntriesResponse::PartialSuccess(Some(lid(2, 5))),
+                AppendEntriesResponse::PartialSuccess(None),
+                AppendEntriesResponse::Conflict,
+                AppendEntriesResponse::HigherVote(Vote::new(8, 2)),
+            ]
+        };
+        for (a, want) in all().into_iter().zip(all()) {
+            let b = body(RpcResponse::Append(Ok(a)).encode());
+            let (kind, msg) = open_frame(&b, "test").unwrap();
+            match RpcResponse::decode(kind, msg).unwrap() {
+                RpcResponse::Append(Ok(got)) => assert_eq!(got, want),
+                _ => panic!("another answer"),
+            }
+        }
+        let v = VoteResponse {
+            vote: Vote::new(3, 3),
+            vote_granted: true,
+            last_log_id: None,
+        };
+        let b = body(RpcResponse::Vote(Ok(v.clone())).encode());
+        let (kind, msg) = open_frame(&b, "test").unwrap();
+        match RpcResponse::decode(kind, msg).unwrap() {
+            RpcResponse::Vote(Ok(got)) => assert_eq!(got, v),
+            _ => panic!("another answer"),
+        }
+    }
+
+    #[test]
+    fn other_formats_and_garbage_are_refused() {
+        let json = br#"{"Vote":{"vote":{}}}"#;
+        let err = open_frame(json, "127.0.0.1:1").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("JSON frames of an older pmkv-server"),
+            "{err}"
+        );
+        assert!(open_frame(&[], "x").is_err());
+        // Truncated or trailing bytes, unknown kinds: errors, not panics.
+        let b = body(
+            RpcRequest::Vote(VoteRequest {
+                vote: Vote::new(1, 1),
+                last_log_id: None,
+            })
+            .encode(),
+        );
+        for cut in 2..b.len() {
+            let (kind, msg) = open_frame(&b[..cut], "x").unwrap();
+            assert!(RpcRequest::decode(kind, msg).is_err());
+        }
+        let mut long = b.clone();
+        long.push(0);
+        let (kind, msg) = open_frame(&long, "x").unwrap();
+        assert!(RpcRequest::decode(kind, msg).is_err());
+        assert!(RpcRequest::decode(99, Dec::new(&[])).is_err());
+        // An entry count far beyond the bytes does not reserve memory.
+        let mut e = frame(KIND_APPEND, 0);
+        e.vote(&Vote::new(1, 1));
+        e.opt_log_id(&None);
+        e.opt_log_id(&None);
+        e.u64(u64::MAX);
+        let b = body(e);
+        let (kind, msg) = open_frame(&b, "x").unwrap();
+        assert!(RpcRequest::decode(kind, msg).is_err());
     }
 }

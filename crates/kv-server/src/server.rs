@@ -94,8 +94,10 @@ impl NodeConfig {
             election_timeout_max: self.election_ms.1,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.keep_logs,
-            snapshot_max_chunk_size: 256 * 1024,
-            max_payload_entries: 32,
+            // Snapshots travel in 4 MiB chunks of raw bytes; append
+            // batches are cut at `net::MAX_BATCH_BYTES` as well.
+            snapshot_max_chunk_size: 4 << 20,
+            max_payload_entries: 512,
             install_snapshot_timeout: 2000,
             ..Default::default()
         };
@@ -152,6 +154,7 @@ impl Node {
         )
         .await
         .map_err(|e| Error(format!("start raft: {e}")))?;
+        sm.opened();
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),

@@ -7,7 +7,9 @@
 //! is given either way.
 //!
 //! Files of the separate placement in a node's directory:
-//! * `raft.log`: records `[u32 length][u64 checksum][JSON entry]`, appended
+//! * `raft.log`: records `[u32 length][u64 checksum][entry]`, the entry in
+//!   the binary encoding of [`crate::types::codec`] (a record of older
+//!   versions, JSON, is still read), appended
 //!   and fsync'd once per `append` call (one flush per batch), truncated by
 //!   `set_len`; a torn tail is cut on open.
 //! * `raft-meta.json`: vote, last purged log id, committed log id; written
@@ -110,7 +112,7 @@ impl LogInner {
     }
 
     fn record(entry: &Entry) -> io::Result<Vec<u8>> {
-        let body = serde_json::to_vec(entry).map_err(io::Error::other)?;
+        let body = crate::types::codec::encode_entry(entry);
         let mut rec = Vec::with_capacity(body.len() + 12);
         rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
         rec.extend_from_slice(&checksum(&body).to_le_bytes());
@@ -199,7 +201,7 @@ impl FileLog {
             if checksum(body) != sum {
                 break;
             }
-            let Ok(entry) = serde_json::from_slice::<Entry>(body) else {
+            let Ok(entry) = crate::types::codec::decode_entry(body) else {
                 break;
             };
             let idx = entry.log_id.index;
@@ -396,6 +398,8 @@ struct SmState {
     snapshot: Option<StoredSnapshot>,
     since_meta: u64,
     built: u64,
+    /// Set until openraft has started (see `get_current_snapshot`).
+    opening: bool,
 }
 
 impl SmState {
@@ -548,6 +552,7 @@ impl FileSm {
             membership: StoredMembership::default(),
             snapshot: None,
             since_meta: 0,
+            opening: true,
             built: 0,
             engine: Box::new(crate::engine::MemEngine::new()),
         };
@@ -704,8 +709,20 @@ impl RaftStateMachine<TypeConfig> for FileSm {
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let mut g = self.lock();
         if g.snapshot.is_none() {
-            if g.applied.is_none() {
+            let Some(applied) = g.applied else {
                 return Ok(None);
+            };
+            if g.opening {
+                // openraft's start-up keeps only the metadata (see
+                // `engine_log`): the data is built when a follower needs it.
+                return Ok(Some(Snapshot {
+                    meta: SnapshotMeta {
+                        last_log_id: Some(applied),
+                        last_membership: g.membership.clone(),
+                        snapshot_id: format!("{}-0", applied.index),
+                    },
+                    snapshot: Box::new(Cursor::new(Vec::new())),
+                }));
             }
             let snap = g.build()?;
             g.snapshot = Some(snap);
@@ -941,6 +958,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 impl StateMachine {
+    /// openraft has started: a snapshot asked for from now on is built
+    /// (during its start-up only the metadata is handed out).
+    pub fn opened(&self) {
+        match self {
+            StateMachine::File(s) => s.lock().opening = false,
+            StateMachine::Engine(s) => s.opened(),
+        }
+    }
+
     /// The current (committed) value of `key` (call after the read index
     /// is applied).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
