@@ -444,10 +444,11 @@ pub fn instr_llc_setting(c: &Calibration) -> Option<String> {
 
 /// The size of a random-replacement model whose cyclic chase misses half
 /// of its loads at a region of `knee` bytes, as the machine's does at its
-/// effective LLC: `knee / (2 ln 2)` (the runtime's compact model evicts
-/// a random way: `CompactCache::set_random_replacement`).
+/// effective LLC: `knee / half_hit_ratio(16)`, about `knee / 1.29` (the
+/// runtime's compact model evicts a random way among a set's older ones:
+/// `CompactCache::set_random_replacement`).
 pub fn random_model_bytes(knee: u64) -> u64 {
-    (knee as f64 / (2.0 * std::f64::consts::LN_2)) as u64
+    (knee as f64 / pmlab_model::cache::half_hit_ratio(16)) as u64
 }
 
 /// The level-2 cache of cpu0 (data or unified), bytes (0 if unknown).
@@ -729,11 +730,11 @@ mod tests {
             measured_at: 0,
         };
         assert_eq!(instr_llc_setting(&c), None);
-        // A knee at 12 MiB: a random-replacement model of 12 / (2 ln 2) =
-        // 8.66 MiB, the nearest geometry 16384 sets of 9 ways.
+        // A knee at 12 MiB: a random-replacement model of 12 / 1.29 =
+        // 9.30 MiB, the nearest geometry 16384 sets of 9 ways.
         c.effective_llc_bytes = 12 * MIB;
         assert_eq!(instr_llc_setting(&c).as_deref(), Some("9437184:9"));
-        assert_eq!(random_model_bytes(12 * MIB), 9_076_652);
+        assert_eq!(random_model_bytes(12 * MIB), 9_756_307);
         // A cache written before the field existed still reads.
         let mut v = serde_json::to_value(&c).unwrap();
         v.as_object_mut().unwrap().remove("effective_llc_bytes");
