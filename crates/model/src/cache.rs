@@ -479,9 +479,10 @@ pub const fn protected_ways(ways: usize) -> usize {
 /// of its set (hits of older lines push it down too); from there each
 /// miss of the set evicts it with the probability `1 / (w - p)`. A cycle
 /// over `N` lines brings `N / sets` accesses to a set between two uses of
-/// a line, a share `1 - h` of them misses, so `h = exp(-(1 - h)(N / sets
-/// - p) / (w - p))`, and `h = 1/2` at `N / C = (p + 2 (w - p) ln 2) / w`
-/// (1.29 at 16 ways; 2 ln 2 = 1.39 with no way protected).
+/// a line, a share `1 - h` of them misses, so
+/// `h = exp(-(1 - h)(N / sets - p) / (w - p))`, and `h = 1/2` at
+/// `N / C = (p + 2 (w - p) ln 2) / w` (1.29 at 16 ways; 2 ln 2 = 1.39
+/// with no way protected).
 pub fn half_hit_ratio(ways: usize) -> f64 {
     let p = protected_ways(ways) as f64;
     let w = ways.max(1) as f64;
