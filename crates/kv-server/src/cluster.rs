@@ -126,12 +126,33 @@ pub fn loopback_members(nodes: u64, base: u16) -> Result<BTreeMap<NodeId, NodeAd
         .collect())
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port free right now, below the kernel's usual ephemeral
+/// range (32768 and up), so that no outgoing connection can take it
+/// between now and the node's bind (port 0 hands out ephemeral ports,
+/// which a client socket may hold a moment later: "Address already in
+/// use"). Ports are handed out in order from an offset chosen by the
+/// process id, never twice in one process.
 pub fn free_port() -> Result<u16, Error> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Error(format!("find a free loopback port: {e}")))
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(Error(format!(
+        "no free loopback port in {LOW}..{}: free some, or give the ports explicitly",
+        LOW + SPAN
+    )))
 }
 
 /// How to start one node process.

@@ -11,13 +11,10 @@ use pmlab_kv_server::faults::FaultConfig;
 use pmlab_kv_server::server::Node;
 use pmlab_kv_server::types::{NodeAddr, NodeId};
 
-/// A loopback port free right now.
+/// A loopback port free right now (`cluster::free_port`: below the
+/// ephemeral range, never twice in one process).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    pmlab_kv_server::cluster::free_port().unwrap()
 }
 
 /// `n` members on free loopback ports.
