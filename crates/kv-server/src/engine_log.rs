@@ -77,7 +77,7 @@ use openraft::{CommittedLeaderId, EntryPayload, ErrorSubject, ErrorVerb, Vote};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineError, KvEngine};
-use crate::store::{decode_snapshot, encode_snapshot, write_atomic};
+use crate::store::{decode_snapshot, encode_snapshot, metadata_only_snapshot, write_atomic};
 use crate::types::{
     Cmd, Entry, LogId, NodeId, Reply, SnapshotMeta, StorageError, StoredMembership,
 };
@@ -781,17 +781,7 @@ impl EngineSm {
                 return Ok(None);
             };
             if g.opening {
-                // openraft's start-up keeps only the metadata: building
-                // the data (a copy of the whole state) is left to the
-                // first follower that needs it.
-                return Ok(Some(Snapshot {
-                    meta: SnapshotMeta {
-                        last_log_id: Some(applied),
-                        last_membership: g.membership.clone(),
-                        snapshot_id: format!("{}-0", applied.index),
-                    },
-                    snapshot: Box::new(Cursor::new(Vec::new())),
-                }));
+                return Ok(Some(metadata_only_snapshot(applied, &g.membership)));
             }
             let c = g
                 .build()

@@ -37,6 +37,24 @@ use crate::types::{
     Cmd, Entry, LogId, NodeId, Reply, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
+/// The snapshot a state machine hands openraft while it starts: the
+/// metadata of the applied state with no data. openraft's start-up keeps
+/// only the metadata, so building the data (a copy of the whole state) is
+/// left to the first follower that needs it.
+pub(crate) fn metadata_only_snapshot(
+    applied: LogId,
+    membership: &StoredMembership,
+) -> Snapshot<TypeConfig> {
+    Snapshot {
+        meta: SnapshotMeta {
+            last_log_id: Some(applied),
+            last_membership: membership.clone(),
+            snapshot_id: format!("{}-0", applied.index),
+        },
+        snapshot: Box::new(Cursor::new(Vec::new())),
+    }
+}
+
 /// Largest log record accepted when reading the log back.
 const MAX_RECORD: usize = 256 << 20;
 /// Rewrite the log file when this many purged records precede the live ones.
@@ -713,16 +731,7 @@ impl RaftStateMachine<TypeConfig> for FileSm {
                 return Ok(None);
             };
             if g.opening {
-                // openraft's start-up keeps only the metadata (see
-                // `engine_log`): the data is built when a follower needs it.
-                return Ok(Some(Snapshot {
-                    meta: SnapshotMeta {
-                        last_log_id: Some(applied),
-                        last_membership: g.membership.clone(),
-                        snapshot_id: format!("{}-0", applied.index),
-                    },
-                    snapshot: Box::new(Cursor::new(Vec::new())),
-                }));
+                return Ok(Some(metadata_only_snapshot(applied, &g.membership)));
             }
             let snap = g.build()?;
             g.snapshot = Some(snap);
