@@ -1054,6 +1054,19 @@ fn modelling_inline_is_reported_with_its_share() {
     );
 }
 
+/// `workloads/stream.c` built by `pmlab cc -O2` into `dir`.
+fn build_stream(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/stream.c");
+    let exe = dir.join("stream");
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lpthread")
+        .current_dir(dir));
+    exe
+}
+
 /// The memory-traffic bandwidth (`mem_gbps`) `workloads/stream.c` reports
 /// for a `pmlab run` of its instrumented build `exe` with `flags`, and the
 /// run's statistics.
@@ -1102,14 +1115,7 @@ fn a_sampled_run_charges_the_traffic_the_program_moves() {
     // windows fall on fixed checks, and the bytes do not depend on load.
     runtime_dir();
     let t = TempDir::new("streamsampled");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/stream.c");
-    let exe = t.0.join("stream");
-    run(Command::new(PMLAB)
-        .args(["cc", "-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-lpthread")
-        .current_dir(&t.0));
+    let exe = build_stream(&t.0);
     for (kernel, arrays) in [("triad", 6.0 + 3.0 * 4.0), ("sum", 6.0 + 3.0)] {
         let stats = t.0.join(format!("{kernel}.json"));
         run(Command::new(PMLAB)
@@ -1138,14 +1144,7 @@ fn a_sampled_run_charges_the_traffic_the_program_moves() {
 fn a_bandwidth_target_slows_a_copy_to_it_for_all_threads_together() {
     runtime_dir();
     let t = TempDir::new("streambw");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workloads/stream.c");
-    let exe = t.0.join("stream");
-    run(Command::new(PMLAB)
-        .args(["cc", "-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-lpthread")
-        .current_dir(&t.0));
+    let exe = build_stream(&t.0);
     // 0.1 GB/s of memory traffic, well below what the instrumented copy
     // moves even on a loaded machine (0.5 GB/s and more): one thread, then
     // two sharing the device. Loose bounds: the point is the factor (a
