@@ -254,6 +254,7 @@ impl Report {
             self.main_run_delay_ns,
             esc(&self.advice()),
             crate::source::instrumented::counters::device_json()
+                + &crate::source::instrumented::counters::hooks_json()
                 + &crate::source::instrumented::sample::json()
         );
         t.json(&mut o);

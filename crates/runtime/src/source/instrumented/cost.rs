@@ -1,9 +1,10 @@
 //! Cost calibration: the hooks' own cost per call (a filter hit, a logged
-//! miss) measured on the calling thread when the source opens, and the
-//! accounting of a stretch of calls and batches in ns, which the source
-//! reports as overhead for the delays to absorb.
+//! miss, a compare callback and a logged compare) measured on the calling
+//! thread when the source opens, and the accounting of a stretch of calls
+//! and batches in ns, which the source reports as overhead for the delays
+//! to absorb.
 
-use super::hooks::on_access;
+use super::hooks::{on_access, on_cmp};
 use super::model::ThreadTotals;
 use super::thread::{totals, tsc, tsc_after, Ran};
 
@@ -15,6 +16,12 @@ pub struct HookCosts {
     /// ns per access that misses the filter and is logged (the whole call,
     /// not the batch that later processes it, which is timed).
     pub miss_ns: f64,
+    /// ns per compare callback (clang's `trace-cmp`) that logs nothing:
+    /// most of them (a loop bound, a compare of a value no miss loaded).
+    pub cmp_ns: f64,
+    /// ns per compare callback that logs the compare (one side is the value
+    /// the last logged load read).
+    pub cmp_logged_ns: f64,
     /// TSC ticks per ns.
     pub tsc_ghz: f64,
     /// ns of the two fenced TSC reads around a batch.
@@ -30,12 +37,21 @@ impl HookCosts {
     }
 
     /// The calls between two totals at their calibrated costs, in ns (what
-    /// they cost when nothing else is in flight).
+    /// they cost when nothing else is in flight): the access callbacks
+    /// (filter hits and logged misses) and the compare callbacks (those
+    /// that log nothing and those that log the compare). The log entries
+    /// the model ran (`slow_calls`) include the logged compares.
     pub fn calls_ns(&self, from: &ThreadTotals, to: &ThreadTotals) -> f64 {
         let calls = to.accesses.saturating_sub(from.accesses) as f64;
-        let logged = to.slow_calls.saturating_sub(from.slow_calls) as f64;
+        let cmps = to.compares.saturating_sub(from.compares) as f64;
+        let cmps_logged = to.compares_logged.saturating_sub(from.compares_logged) as f64;
+        let entries = to.slow_calls.saturating_sub(from.slow_calls) as f64;
+        let logged = (entries - cmps_logged).max(0.0);
         let hits = (calls - logged).max(0.0);
-        hits * self.fast_ns + logged * self.miss_ns
+        hits * self.fast_ns
+            + logged * self.miss_ns
+            + (cmps - cmps_logged).max(0.0) * self.cmp_ns
+            + cmps_logged * self.cmp_logged_ns
     }
 
     /// The batches the thread ran itself between two totals, as timed
@@ -125,10 +141,51 @@ pub fn calibrate() -> HookCosts {
         };
         miss = miss.min((ns - batch_ns - batches * tsc_pair_ns) / N as f64);
     }
+    let miss = miss.max(fast);
+    // Compares that log nothing: after one logged load (the hook then
+    // compares both operands with its value), operands that never equal
+    // it, as a loop bound's compare after a chase's load.
+    let cmp: extern "C" fn(u64, u64) = std::hint::black_box(hook_cmp8);
+    // Line 1 of `big` left the filter during the walk above (its slot
+    // holds a later line): this load is logged, and arms the compares.
+    // SAFETY: in bounds of `big`.
+    load(unsafe { q.add(8) });
+    let mut cmp_ns = f64::INFINITY;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for i in 0..N as u64 {
+            cmp(i | 1 << 40, i + 1);
+        }
+        cmp_ns = cmp_ns.min(t.elapsed().as_nanos() as f64 / N as f64);
+    }
+    // Logged compares: each after a logged load, of the value it read (the
+    // region is zeroed), less the load's cost measured above; the batches
+    // (twice the entries per access) taken out as above.
+    let mut pair = f64::INFINITY;
+    for _ in 0..3 {
+        let a = totals();
+        let t = std::time::Instant::now();
+        for i in 0..N / 2 {
+            // SAFETY: in bounds of `big`.
+            load(unsafe { q.add((i % lines) * 8) });
+            cmp(0, 1);
+        }
+        let b = totals();
+        let ns = t.elapsed().as_nanos() as f64;
+        let batches = b.batches.saturating_sub(a.batches) as f64;
+        let batch_ns = if tsc_ghz > 0.0 {
+            b.slow_cycles.saturating_sub(a.slow_cycles) as f64 / tsc_ghz
+        } else {
+            0.0
+        };
+        pair = pair.min((ns - batch_ns - batches * tsc_pair_ns) / (N / 2) as f64);
+    }
     drop(big);
     HookCosts {
         fast_ns: fast,
-        miss_ns: miss.max(fast),
+        miss_ns: miss,
+        cmp_ns,
+        cmp_logged_ns: (pair - miss).max(cmp_ns),
         tsc_ghz,
         tsc_pair_ns,
     }
@@ -138,4 +195,10 @@ pub fn calibrate() -> HookCosts {
 /// program calls the callback.
 extern "C" fn hook_load8(addr: *const u64) {
     on_access(addr as usize, 8, false, Some(addr));
+}
+
+/// What `__sanitizer_cov_trace_cmp8` does (its site: this function),
+/// called through a pointer as the program calls the callback.
+extern "C" fn hook_cmp8(a: u64, b: u64) {
+    on_cmp(a, b, hook_cmp8 as *const () as usize);
 }

@@ -42,6 +42,7 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
     }
     hooks::activate(cfg);
     let costs = cost::calibrate();
+    note_costs(&costs);
     let lat = match crate::config::get() {
         Ok(c) => Some((c.dram_latency_ns, c.pm_latency_ns)),
         Err(_) => None,
@@ -479,6 +480,166 @@ pub fn device_json() -> String {
     o
 }
 
+/// What an epoch was charged for the hooks (see
+/// [`InstrumentedCounters::charge`]), ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Charge {
+    /// The calls at their calibrated costs ([`HookCosts::calls_ns`]).
+    pub calls: f64,
+    /// The part of `calls` not hidden in the epoch's stalls.
+    pub exposed_calls: f64,
+    /// The window loss charged ([`LossWindow::charge`]).
+    pub loss: f64,
+    /// The batches the thread ran, less the one the epoch's end ran.
+    pub batches: f64,
+    /// The overhead reported for the delay to absorb (absorbed now), and
+    /// what is carried to later epochs.
+    pub overhead: f64,
+    pub carried: f64,
+}
+
+impl InstrumentedCounters {
+    /// Charge the epoch from the last totals to `now` (`epoch_ns` long, of
+    /// which `batches` ns were batches the thread ran outside the epoch
+    /// end) for the hooks, given its `delay` (None: no latencies known or
+    /// no access counts): the calls at their calibrated costs, less the
+    /// share hidden in the epoch's stalls ([`stall_share`], [`mlp`]), or
+    /// the window loss where larger, plus the batches; what the delay
+    /// cannot absorb is carried. Sets the overhead the runtime reads and
+    /// the carry.
+    pub fn charge(
+        &mut self,
+        now: &ThreadTotals,
+        epoch_ns: f64,
+        batches: f64,
+        delay: Option<f64>,
+    ) -> Charge {
+        let calls = self.costs.calls_ns(&self.last, now);
+        let mut c = Charge {
+            calls,
+            exposed_calls: calls,
+            batches,
+            ..Charge::default()
+        };
+        (c.overhead, c.carried) = match (self.lat, delay) {
+            (Some((dram, _)), Some(delay)) => {
+                let serial =
+                    (now.serial.pm + now.serial.dram - self.last.serial.pm - self.last.serial.dram)
+                        .max(0.0);
+                let misses = (now.serial.pm_misses + now.serial.dram_misses)
+                    .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
+                    as f64;
+                let own_ns = epoch_ns - batches;
+                let hidden = stall_share(serial * dram, own_ns) / mlp(misses, serial);
+                let hooked = (now.hooked_serial - self.last.hooked_serial).max(0.0);
+                // The calls and the window stalls overlap: while the core
+                // waits on a miss that a native run would have overlapped,
+                // it runs the hooks that filled its window.
+                c.exposed_calls = calls * (1.0 - hidden);
+                let loss =
+                    self.window
+                        .charge(own_ns, serial * dram, window_loss_ns(hooked, serial, dram));
+                if loss > c.exposed_calls {
+                    add_ns(&self.shared.window_loss_ns, loss);
+                }
+                c.loss = loss;
+                let exposed = c.exposed_calls.max(loss);
+                absorb(exposed + batches, self.carried_ns, delay)
+            }
+            _ => (calls + batches + self.carried_ns, 0.0),
+        };
+        (self.last_overhead_ns, self.carried_ns) = (c.overhead, c.carried);
+        c
+    }
+}
+
+/// The hooks' counts and charges of every thread's epochs, for the
+/// statistics ([`hooks_json`]).
+static HOOK_COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+const HOOK_NAMES: [&str; 9] = [
+    "accesses",
+    "logged",
+    "compares",
+    "compares_logged",
+    "misses",
+    "serial_milli",
+    "calls_ns",
+    "exposed_calls_ns",
+    "window_loss_ns",
+];
+
+/// The costs the source calibrated, for [`hooks_json`] (f64 bits).
+static HOOK_COSTS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+fn note_costs(c: &HookCosts) {
+    for (slot, v) in HOOK_COSTS
+        .iter()
+        .zip([c.fast_ns, c.miss_ns, c.cmp_ns, c.cmp_logged_ns])
+    {
+        slot.store(v.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Add one epoch's counts (between two totals) and charge to the
+/// process's.
+fn note_hooks(a: &ThreadTotals, b: &ThreadTotals, c: &Charge) {
+    let serial = b.serial.pm + b.serial.dram - a.serial.pm - a.serial.dram;
+    let v = [
+        b.accesses.saturating_sub(a.accesses),
+        // The model's entries include the logged compares.
+        b.slow_calls
+            .saturating_sub(a.slow_calls)
+            .saturating_sub(b.compares_logged.saturating_sub(a.compares_logged)),
+        b.compares.saturating_sub(a.compares),
+        b.compares_logged.saturating_sub(a.compares_logged),
+        (b.serial.pm_misses + b.serial.dram_misses)
+            .saturating_sub(a.serial.pm_misses + a.serial.dram_misses),
+        (serial.max(0.0) * 1000.0) as u64,
+        c.calls.max(0.0) as u64,
+        c.exposed_calls.max(0.0) as u64,
+        c.loss.max(0.0) as u64,
+    ];
+    for (total, x) in HOOK_COUNTS.iter().zip(v) {
+        total.fetch_add(x, Ordering::Relaxed);
+    }
+}
+
+/// The hooks' statistics as a JSON member (`"hooks":{...},`), empty
+/// outside the instrumented source: the calibrated costs per call (ns:
+/// `hit_ns`, `logged_miss_ns`, `cmp_ns`, `cmp_logged_ns`) and, over every
+/// thread's epochs so far, the calls of each kind, the model's misses and
+/// serial accesses (`serial`), and what the epochs were charged for the
+/// calls (`calls_ns` at their calibrated costs, `exposed_calls_ns` after
+/// the share hidden in stalls) and for the window loss. Dividing by the
+/// program's own count of accesses gives, e.g., the serial accesses and
+/// the hook time charged per access.
+pub fn hooks_json() -> String {
+    if HOOK_COSTS[0].load(Ordering::Relaxed) == 0 {
+        return String::new();
+    }
+    let v: Vec<u64> = HOOK_COUNTS
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect();
+    let costs: Vec<f64> = HOOK_COSTS
+        .iter()
+        .map(|c| f64::from_bits(c.load(Ordering::Relaxed)))
+        .collect();
+    let mut o = format!(
+        "\"hooks\":{{\"hit_ns\":{:.3},\"logged_miss_ns\":{:.3},\"cmp_ns\":{:.3},\"cmp_logged_ns\":{:.3}",
+        costs[0], costs[1], costs[2], costs[3]
+    );
+    for (n, x) in HOOK_NAMES.iter().zip(&v) {
+        if *n == "serial_milli" {
+            o.push_str(&format!(",\"serial\":{:.3}", *x as f64 / 1000.0));
+        } else {
+            o.push_str(&format!(",\"{n}\":{x}"));
+        }
+    }
+    o.push_str("},");
+    o
+}
+
 impl ThreadCounters for InstrumentedCounters {
     fn start(&mut self) -> Result<(), Error> {
         // Also called in a forked child: the totals carry on from the
@@ -522,7 +683,6 @@ impl ThreadCounters for InstrumentedCounters {
                 })
             })
             .flatten();
-        let calls = self.costs.calls_ns(&self.last, &now);
         // The batch this reading ran is in the runtime's own timing of the
         // epoch end, which counts it as overhead already.
         let inline_ns = self.costs.batches_ns(&self.last, &now);
@@ -533,38 +693,15 @@ impl ThreadCounters for InstrumentedCounters {
             now.batches.saturating_sub(self.last.batches),
             Ordering::Relaxed,
         );
-        (self.last_overhead_ns, self.carried_ns) = match (self.lat, raw.reading) {
-            (
-                Some((dram, pm)),
-                Reading::Accesses {
-                    pm_serial,
-                    dram_serial,
-                },
-            ) => {
-                let delay = device
-                    .unwrap_or_else(|| quartz::delay_from_serial_accesses(pm_serial * f, dram, pm));
-                let serial = pm_serial + dram_serial;
-                let misses = (now.serial.pm_misses + now.serial.dram_misses)
-                    .saturating_sub(self.last.serial.pm_misses + self.last.serial.dram_misses)
-                    as f64;
-                let own_ns = epoch_ns - batches;
-                let hidden = stall_share(serial * dram, own_ns) / mlp(misses, serial);
-                let hooked = (now.hooked_serial - self.last.hooked_serial).max(0.0);
-                // The calls and the window stalls overlap: while the core
-                // waits on a miss that a native run would have overlapped,
-                // it runs the hooks that filled its window.
-                let exposed_calls = calls * (1.0 - hidden);
-                let loss =
-                    self.window
-                        .charge(own_ns, serial * dram, window_loss_ns(hooked, serial, dram));
-                if loss > exposed_calls {
-                    add_ns(&self.shared.window_loss_ns, loss);
-                }
-                let exposed = exposed_calls.max(loss);
-                absorb(exposed + batches, self.carried_ns, delay)
-            }
-            _ => (calls + batches + self.carried_ns, 0.0),
+        let delay = match (self.lat, raw.reading) {
+            (Some((dram, pm)), Reading::Accesses { pm_serial, .. }) => Some(
+                device
+                    .unwrap_or_else(|| quartz::delay_from_serial_accesses(pm_serial * f, dram, pm)),
+            ),
+            _ => None,
         };
+        let c = self.charge(&now, epoch_ns, batches, delay);
+        note_hooks(&self.last, &now, &c);
         if let (Some(d), Some((dram, pm))) = (device, self.lat) {
             // The runtime charges (pm - dram) per serial PM access: the
             // device's delay in those units (pm is the device's slowest
@@ -781,6 +918,75 @@ mod tests {
         // evictions counted, 5, are not what the bandwidth model charges).
         assert_eq!(r.pm_bytes, (30 + 8) * 64);
         assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 8 * 64));
+    }
+
+    fn counters_with(costs: HookCosts, lat: Option<(f64, f64)>) -> InstrumentedCounters {
+        InstrumentedCounters {
+            costs,
+            lat,
+            shared: Arc::default(),
+            last: ThreadTotals::default(),
+            last_overhead_ns: 0.0,
+            carried_ns: 0.0,
+            window: LossWindow::default(),
+            owner: 0,
+            checks: (0, 0),
+            gaps: gap_rate(),
+        }
+    }
+
+    #[test]
+    fn each_kind_of_hook_call_is_charged_and_hidden_in_the_stalls() {
+        let costs = HookCosts {
+            fast_ns: 1.5,
+            miss_ns: 20.0,
+            cmp_ns: 1.0,
+            cmp_logged_ns: 5.0,
+            ..HookCosts::default()
+        };
+        // 3,000 access callbacks (1,000 logged), 2,000 compares (100
+        // logged; the model ran 1,100 entries): 2,000 x 1.5 + 1,000 x 20
+        // + 1,900 x 1 + 100 x 5.
+        let calls = 25_400.0;
+        let step = ThreadTotals {
+            accesses: 3_000,
+            slow_calls: 1_100,
+            compares: 2_000,
+            compares_logged: 100,
+            ..Default::default()
+        };
+        // Compute only (no miss): every call is paid, and what the delay
+        // cannot absorb is carried.
+        let mut c = counters_with(costs, Some((150.0, 400.0)));
+        let ch = c.charge(&step, 1e6, 0.0, Some(10_000.0));
+        assert_eq!(ch.calls, calls);
+        assert_eq!(ch.exposed_calls, calls);
+        assert_eq!((ch.overhead, ch.carried), (10_000.0, calls - 10_000.0));
+        assert_eq!(c.overhead_ns(), 10_000.0);
+        // The same calls in a chase that waited on its 1,000 serial misses
+        // for the whole epoch: hidden, nothing charged; the carry is paid.
+        let mut now = step;
+        now.serial.pm = 1_000.0;
+        now.serial.pm_misses = 1_000;
+        now.hooked_serial = 1_000.0;
+        let mut c = counters_with(costs, Some((150.0, 400.0)));
+        let ch = c.charge(&now, 150_000.0, 0.0, Some(250_000.0));
+        assert_eq!((ch.exposed_calls, ch.loss, ch.overhead), (0.0, 0.0, 0.0));
+        // Waiting half the epoch: half the calls are exposed; 2,000 ns of
+        // batches are charged on top.
+        let mut c = counters_with(costs, Some((150.0, 400.0)));
+        let ch = c.charge(&now, 302_000.0, 2_000.0, Some(250_000.0));
+        assert!((ch.exposed_calls - calls / 2.0).abs() < 1e-6, "{ch:?}");
+        assert!((ch.overhead - (calls / 2.0 + 2_000.0)).abs() < 1e-6);
+        // No latencies (or no counts): the calls and batches as they are.
+        let mut c = counters_with(costs, None);
+        let ch = c.charge(&step, 1e6, 300.0, None);
+        assert_eq!((ch.overhead, ch.carried), (calls + 300.0, 0.0));
+        // The charge is counted against the epoch's start: a second
+        // epoch with nothing new costs nothing.
+        let mut c = counters_with(costs, None);
+        c.last = step;
+        assert_eq!(c.charge(&step, 1e6, 0.0, None).calls, 0.0);
     }
 
     #[test]

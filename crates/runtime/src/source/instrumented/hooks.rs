@@ -193,7 +193,9 @@ unsafe extern "C" fn log_miss(
 /// load, when one side is the value the thread's last logged load read,
 /// for the overlap estimator's control-dependence rule
 /// ([`pmlab_model::mlp::OverlapEstimator::branch`]); otherwise a TLS
-/// lookup and two compares.
+/// lookup and two compares. Every call is counted (`Tls::compares`,
+/// `compares_logged`), so that its cost is accounted like an access's
+/// ([`super::cost::HookCosts::calls_ns`]).
 #[inline(always)]
 pub fn on_cmp(a: u64, b: u64, site: usize) {
     if ACTIVE.load(Ordering::Relaxed) & ON == 0 {
@@ -202,6 +204,7 @@ pub fn on_cmp(a: u64, b: u64, site: usize) {
     let t = tls();
     // SAFETY: the calling thread's own state, as in `on_access`.
     unsafe {
+        (*t).compares += 1;
         if !(*t).cmp_armed || (a != (*t).cmp_value && b != (*t).cmp_value) {
             return;
         }
@@ -229,6 +232,7 @@ unsafe fn log_branch(t: *mut Tls, site: usize, outcome: usize) {
     });
     compiler_fence(Ordering::SeqCst);
     std::ptr::write_volatile(&mut (*t).logged, n + 1);
+    (*t).compares_logged += 1;
 }
 
 /// Make room in the log: create the thread's model on its first miss, or

@@ -102,6 +102,11 @@ pub(super) struct Tls {
     /// is still to be logged ([`super::hooks::on_cmp`]).
     pub(super) cmp_value: u64,
     pub(super) cmp_armed: bool,
+    /// Compare callbacks seen while the hooks count, and those of them
+    /// logged ([`super::hooks::on_cmp`]): their cost is accounted as the
+    /// accesses' is ([`super::cost::HookCosts::calls_ns`]).
+    pub(super) compares: u64,
+    pub(super) compares_logged: u64,
 }
 
 // The thread's `Tls` lives in this library's static TLS block, reached with
@@ -170,6 +175,8 @@ thread_local! {
                     dependent: 0,
                 },
                 hooked_serial: 0.0,
+                compares: 0,
+                compares_logged: 0,
                 pm_writebacks: 0,
                 pm_dirtied: 0,
                 dram_writebacks: 0,
@@ -179,6 +186,8 @@ thread_local! {
             retired: false,
             cmp_value: 0,
             cmp_armed: false,
+            compares: 0,
+            compares_logged: 0,
         })
     };
 }

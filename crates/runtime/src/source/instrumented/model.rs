@@ -47,6 +47,11 @@ pub struct ThreadTotals {
     /// At least `serial`'s total: the difference, at DRAM latency, is time
     /// the program loses to the hooks.
     pub hooked_serial: f64,
+    /// Compare callbacks (clang's `trace-cmp`) seen, and those logged
+    /// (read from the hook's state with `accesses`).
+    pub compares: u64,
+    /// See `compares`.
+    pub compares_logged: u64,
     /// Dirty lines written back to PM.
     pub pm_writebacks: u64,
     /// PM lines a store made dirty (clean or absent before): each owes PM

@@ -2,7 +2,7 @@
 //! calibration on real threads.
 
 use super::cost::{calibrate, HookCosts};
-use super::hooks::{activate, deactivate, on_access};
+use super::hooks::{activate, deactivate, on_access, on_cmp};
 use super::log::LOG_ENTRIES;
 use super::model::ThreadTotals;
 use super::pm::add_pm_range;
@@ -173,26 +173,103 @@ fn calibration_gives_positive_costs() {
     deactivate();
     assert!(c.fast_ns > 0.0 && c.tsc_ghz > 0.0, "{c:?}");
     assert!(c.miss_ns >= c.fast_ns, "{c:?}");
+    assert!(c.cmp_ns > 0.0 && c.cmp_logged_ns >= c.cmp_ns, "{c:?}");
     let a = ThreadTotals::default();
     // 100 calls, 16 of them logged and processed in 2 batches that took
-    // 400 ticks in all.
+    // 400 ticks in all; 30 compares, 5 of them logged (the model's entries,
+    // `slow_calls`, include them).
     let b = ThreadTotals {
         accesses: 100,
-        slow_calls: 16,
+        slow_calls: 21,
         batches: 2,
         slow_cycles: 400,
+        compares: 30,
+        compares_logged: 5,
         ..Default::default()
     };
-    // At 2 ns a hit, 10 ns a logged miss, 15 ns per batch timing and a
-    // 2 GHz TSC: 84 x 2 + 16 x 10 + 2 x 15 + 400 / 2 = 558 ns.
+    // At 2 ns a hit, 10 ns a logged miss, 1 ns a compare, 4 ns a logged
+    // one, 15 ns per batch timing and a 2 GHz TSC:
+    // 84 x 2 + 16 x 10 + 25 x 1 + 5 x 4 + 2 x 15 + 400 / 2 = 603 ns.
     let c = HookCosts {
         fast_ns: 2.0,
         miss_ns: 10.0,
+        cmp_ns: 1.0,
+        cmp_logged_ns: 4.0,
         tsc_ghz: 2.0,
         tsc_pair_ns: 15.0,
     };
     let o = c.overhead_ns(&a, &b);
-    assert!((o - 558.0).abs() < 1e-9, "{o}");
+    assert!((o - 603.0).abs() < 1e-9, "{o}");
+    // Each kind of call is charged at its own cost.
+    let only = |t: ThreadTotals| c.calls_ns(&a, &t);
+    let hits = ThreadTotals {
+        accesses: 7,
+        ..Default::default()
+    };
+    assert_eq!(only(hits), 14.0);
+    let logged = ThreadTotals {
+        accesses: 7,
+        slow_calls: 7,
+        ..Default::default()
+    };
+    assert_eq!(only(logged), 70.0);
+    let cmps = ThreadTotals {
+        compares: 7,
+        ..Default::default()
+    };
+    assert_eq!(only(cmps), 7.0);
+    let cmps_logged = ThreadTotals {
+        slow_calls: 7,
+        compares: 7,
+        compares_logged: 7,
+        ..Default::default()
+    };
+    assert_eq!(only(cmps_logged), 28.0);
+}
+
+#[test]
+fn compare_callbacks_are_counted_by_kind() {
+    let _g = LOCK.lock().unwrap();
+    activate(cfg(PmMode::All));
+    let (a, b) = on_thread(|| {
+        let v = vec![7u64; 64 * 8];
+        let a = totals();
+        for i in 0..64 {
+            // A logged load of 7 arms the compares: 10 of other values
+            // log nothing, the one of 7 is logged, the next (disarmed)
+            // logs nothing either.
+            load8(&v[i * 8]);
+            for k in 0..10 {
+                on_cmp(100 + k, 200, 0x1000);
+            }
+            on_cmp(7, 9, 0x2000);
+            on_cmp(7, 9, 0x2000);
+        }
+        let b = totals();
+        thread_exit();
+        (a, b)
+    });
+    deactivate();
+    assert_eq!(b.accesses - a.accesses, 64);
+    assert_eq!(b.compares - a.compares, 64 * 12);
+    assert_eq!(b.compares_logged - a.compares_logged, 64);
+    // The model ran every logged entry, accesses and compares.
+    assert_eq!(b.slow_calls - a.slow_calls, 64 + 64);
+    let c = HookCosts {
+        fast_ns: 2.0,
+        miss_ns: 10.0,
+        cmp_ns: 1.0,
+        cmp_logged_ns: 4.0,
+        ..HookCosts::default()
+    };
+    // 64 logged loads, 704 compares logging nothing, 64 logged.
+    assert_eq!(c.calls_ns(&a, &b), 64.0 * 10.0 + 704.0 + 64.0 * 4.0);
+    // Inactive hooks count no compare.
+    let t = on_thread(|| {
+        on_cmp(1, 2, 0x1000);
+        totals()
+    });
+    assert_eq!(t.compares, 0);
 }
 
 /// A chase over `chains` interleaved random cycles of lines in an

@@ -232,6 +232,8 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
             }
         }
         out.accesses = std::ptr::read_volatile(&(*t).accesses);
+        out.compares = std::ptr::read_volatile(&(*t).compares);
+        out.compares_logged = std::ptr::read_volatile(&(*t).compares_logged);
         std::ptr::write_volatile(&mut (*t).last, out);
         (out, ran)
     }
