@@ -161,11 +161,12 @@ pub fn calibrate() -> HookCosts {
     // Logged compares: each after a logged load, of the value it read (the
     // region is zeroed), less the load's cost measured above; the batches
     // (twice the entries per access) taken out as above.
+    const PAIRS: usize = N / 4;
     let mut pair = f64::INFINITY;
     for _ in 0..3 {
         let a = totals();
         let t = std::time::Instant::now();
-        for i in 0..N / 2 {
+        for i in 0..PAIRS {
             // SAFETY: in bounds of `big`.
             load(unsafe { q.add((i % lines) * 8) });
             cmp(0, 1);
@@ -178,7 +179,7 @@ pub fn calibrate() -> HookCosts {
         } else {
             0.0
         };
-        pair = pair.min((ns - batch_ns - batches * tsc_pair_ns) / (N / 2) as f64);
+        pair = pair.min((ns - batch_ns - batches * tsc_pair_ns) / PAIRS as f64);
     }
     drop(big);
     HookCosts {

@@ -7,7 +7,7 @@
 use super::busy::{self, Sched};
 use super::cost::{self, HookCosts};
 use super::model::ThreadTotals;
-use super::settings::{self, HookConfig};
+use super::settings::{self, HookConfig, LOGGED_WEIGHT};
 use super::{hooks, offload, thread};
 use crate::error::Error;
 use crate::source::{EpochReading, Reading, Source, SourceKind, SourceStats, ThreadCounters};
@@ -306,6 +306,40 @@ pub fn window_loss_ns(hooked_serial: f64, serial: f64, dram_ns: f64) -> f64 {
     (hooked_serial - serial).max(0.0) * dram_ns.max(0.0)
 }
 
+/// The hooked-window units of the access callbacks between two totals:
+/// one per access, [`LOGGED_WEIGHT`] per logged one (the model's
+/// entries less the logged compares), as the model counts them.
+pub fn window_units(a: &ThreadTotals, b: &ThreadTotals) -> f64 {
+    let accesses = b.accesses.saturating_sub(a.accesses) as f64;
+    let logged =
+        b.slow_calls
+            .saturating_sub(a.slow_calls)
+            .saturating_sub(b.compares_logged.saturating_sub(a.compares_logged)) as f64;
+    accesses + logged * (LOGGED_WEIGHT - 1) as f64
+}
+
+/// An epoch's serial count in the hooked window (`hooked`, as the model
+/// counted it from the access callbacks' `units`) with its `compares`
+/// callbacks in the window too: each takes about the reorder-buffer room
+/// of a filter hit, so the misses that the window overlapped sit
+/// `1 + compares / units` times further apart and overlap that much less
+/// (memlat's 8 chains: 3 access callbacks and 0.375 compares per access,
+/// 3.25 misses at a time without the compares, 2.97 with them). A count
+/// at the native `serial` one (a chase, or misses further apart than the
+/// window) is left alone; the result is at most the epoch's `misses`.
+pub fn hooked_with_compares(
+    hooked: f64,
+    serial: f64,
+    misses: f64,
+    units: f64,
+    compares: f64,
+) -> f64 {
+    if units <= 0.0 || compares <= 0.0 || hooked <= serial * (1.0 + 1e-9) {
+        return hooked;
+    }
+    (hooked * (1.0 + compares / units)).min(misses.max(hooked))
+}
+
 /// The reading between two totals of one thread. The PM traffic it
 /// reports to the bandwidth model is the lines read (every PM miss, a
 /// store's write-allocate read included) and one write-back per line a
@@ -531,7 +565,13 @@ impl InstrumentedCounters {
                     as f64;
                 let own_ns = epoch_ns - batches;
                 let hidden = stall_share(serial * dram, own_ns) / mlp(misses, serial);
-                let hooked = (now.hooked_serial - self.last.hooked_serial).max(0.0);
+                let hooked = hooked_with_compares(
+                    (now.hooked_serial - self.last.hooked_serial).max(0.0),
+                    serial,
+                    misses,
+                    window_units(&self.last, now),
+                    now.compares.saturating_sub(self.last.compares) as f64,
+                );
                 // The calls and the window stalls overlap: while the core
                 // waits on a miss that a native run would have overlapped,
                 // it runs the hooks that filled its window.
@@ -918,6 +958,48 @@ mod tests {
         // evictions counted, 5, are not what the bandwidth model charges).
         assert_eq!(r.pm_bytes, (30 + 8) * 64);
         assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 8 * 64));
+    }
+
+    #[test]
+    fn compares_take_window_room_as_filter_hits_do() {
+        // memlat's 8 chains, per 8,000 accesses: 8,000 misses, 1,000
+        // serial natively, 8,000 / 3.25 in the hooked window; 24,000
+        // access callbacks of which 8,000 logged (32,000 units) and 3,000
+        // compares: 8,000 / 2.97 serial.
+        let a = ThreadTotals::default();
+        let b = ThreadTotals {
+            accesses: 24_000,
+            slow_calls: 8_000,
+            compares: 3_000,
+            ..Default::default()
+        };
+        let units = window_units(&a, &b);
+        assert_eq!(units, 32_000.0);
+        let h = hooked_with_compares(8_000.0 / 3.25, 1_000.0, 8_000.0, units, 3_000.0);
+        assert!((h - 8_000.0 / 3.25 * 35.0 / 32.0).abs() < 1e-9, "{h}");
+        assert!((8_000.0 / h - 2.971).abs() < 0.001, "{h}");
+        // Logged compares are entries of the model, not access units.
+        let c = ThreadTotals {
+            slow_calls: 8_500,
+            compares_logged: 500,
+            ..b
+        };
+        assert_eq!(window_units(&a, &c), 32_000.0);
+        // A chase (hooked = native serial) loses nothing to compares.
+        assert_eq!(
+            hooked_with_compares(1_000.0, 1_000.0, 1_000.0, 4_000.0, 2_000.0),
+            1_000.0
+        );
+        // At most one serial access per miss.
+        assert_eq!(
+            hooked_with_compares(900.0, 500.0, 1_000.0, 1_000.0, 5_000.0),
+            1_000.0
+        );
+        // No compares: the model's count as it is.
+        assert_eq!(
+            hooked_with_compares(800.0, 100.0, 1_000.0, 4_000.0, 0.0),
+            800.0
+        );
     }
 
     fn counters_with(costs: HookCosts, lat: Option<(f64, f64)>) -> InstrumentedCounters {
