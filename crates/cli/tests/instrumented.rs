@@ -1180,3 +1180,77 @@ fn a_bandwidth_target_slows_a_copy_to_it_for_all_threads_together() {
         );
     }
 }
+
+// ---- the compare callbacks' counts and cost in the statistics ----
+
+/// A walk through a cache-resident table: each step an 8-byte load whose
+/// value the program then compares (an 8-byte compare per step besides
+/// the loop's own).
+const CMP_WALK_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv)
+{
+	long n = atol(argv[1]), target = atol(argv[2]);
+	long *a = malloc(64 * sizeof(long));
+	for (long k = 0; k < 64; k++)
+		a[k] = (k * 7 + 1) & 63;
+	long j = 0, hits = 0;
+	for (long i = 0; i < n; i++) {
+		j = a[j];
+		if (j == target)
+			hits++;
+	}
+	printf("%ld\n", hits);
+	return 0;
+}
+"#;
+
+/// The `hooks` object of the statistics of a `--no-inject` run of the
+/// walk over `steps` steps.
+fn walk_hooks(dir: &Path, steps: u64) -> serde_json::Value {
+    let stats = dir.join(format!("walk-{steps}.json"));
+    run(Command::new(PMLAB)
+        .args(["run", "--quiet", "--source", "instrumented", "--no-inject"])
+        .args(["--pm-latency", "400ns", "--dram-latency", "100ns"])
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(dir.join("walk"))
+        .args([steps.to_string(), "5".to_string()]));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    v["hooks"].clone()
+}
+
+#[test]
+fn compare_callbacks_are_counted_and_charged_in_the_statistics() {
+    runtime_dir();
+    let t = TempDir::new("cmpwalk");
+    std::fs::write(t.0.join("walk.c"), CMP_WALK_C).unwrap();
+    run(Command::new(PMLAB)
+        .args(["cc", "-O2", "-o", "walk", "walk.c"])
+        .current_dir(&t.0));
+    let (a, b) = (walk_hooks(&t.0, 100_000), walk_hooks(&t.0, 1_100_000));
+    let d = |k: &str| b[k].as_f64().unwrap() - a[k].as_f64().unwrap();
+    let steps = 1_000_000.0;
+    // At least the compare of the loaded value per step, at most that,
+    // the loop's own and one more.
+    let cmps = d("compares");
+    assert!(
+        cmps >= steps && cmps <= 3.0 * steps,
+        "{cmps} compares over {steps} steps: {a} / {b}"
+    );
+    // Cache-resident: no access is logged, so no compare either.
+    assert!(d("compares_logged") < 100.0, "{a} / {b}");
+    // Every call is charged at its calibrated cost: the access callbacks
+    // (filter hits) and the compares.
+    let (hit, cmp) = (b["hit_ns"].as_f64().unwrap(), b["cmp_ns"].as_f64().unwrap());
+    assert!(hit > 0.0 && cmp > 0.0, "{b}");
+    let want = d("accesses") * hit + cmps * cmp;
+    let got = d("calls_ns");
+    assert!(
+        got > 0.95 * want && got < 1.05 * want + 1e5,
+        "calls charged {got} ns, want about {want}: {a} / {b}"
+    );
+}
