@@ -266,6 +266,7 @@ pub struct Point {
     /// multilat points: the error of the median against the reference's
     /// median, a diagnostic beside `error_pct`: what the emulator adds on
     /// this machine to what the machine itself does with the same waits.
+    /// memlat points: the error against [`memlat_paired_expectation`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference_error_pct: Option<f64>,
     /// multilat points: the reference's median against `expected`: how far
@@ -273,7 +274,8 @@ pub struct Point {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference_formula_pct: Option<f64>,
     /// multilat points: the native run of each repetition, made just
-    /// before that repetition's reference and emulated runs; bandwidth
+    /// before that repetition's reference and emulated runs; memlat
+    /// points: the same, made just before each emulated run; bandwidth
     /// points: the native build's bandwidth.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub native_runs: Vec<f64>,
@@ -851,13 +853,16 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         ctx.say(&format!("memlat, 1 chain, {lat} ns"));
         let mut drams = Vec::new();
         let mut afters = Vec::new();
+        let mut natives = Vec::new();
         let runs = ctx.reps(|| {
+            natives.push(need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY)?);
             let (o, dram) = ctx.emulated("memlat", &args, lat, false)?;
             drams.push(dram);
             afters.push(ctx.dram_now());
             need("memlat", &o, MEMLAT_KEY)
         })?;
         let m = summarize(&runs);
+        let paired = memlat_paired_expectation(&natives, &drams, lat);
         let adjusted: Vec<f64> = runs
             .iter()
             .zip(drams.iter().zip(&afters))
@@ -879,11 +884,28 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                 dram_runs: drams,
                 dram_after_runs: afters,
                 drift_adjusted_error_pct: Some(error_pct(summarize(&adjusted).median, lat)),
+                reference_error_pct: Some(error_pct(m.median, paired)),
+                native_runs: natives,
                 ..Default::default()
             },
         );
     }
     Ok(())
+}
+
+/// A memlat point's paired expectation, a diagnostic beside the target:
+/// the median over repetitions of the native run's ns per access plus
+/// the latency the emulator adds (`target - DRAM`, the DRAM latency
+/// measured just before the emulated run), i.e. what a perfect emulator
+/// given that DRAM figure reads. Against it the emulated run's error
+/// leaves out the gap between that figure and memlat's own native cost.
+pub fn memlat_paired_expectation(natives: &[f64], drams: &[f64], target: f64) -> f64 {
+    let v: Vec<f64> = natives
+        .iter()
+        .zip(drams)
+        .map(|(n, d)| n + target - d)
+        .collect();
+    summarize(&v).median
 }
 
 /// What [`scaled_point`] measures: `prog` with `args` at target latency
@@ -1697,6 +1719,14 @@ mod tests {
         assert_eq!(p.reference_runs.len(), 3);
         assert_eq!(p.native_runs.len(), 3);
         assert!(p.detail.contains("576.30 ms"), "{}", p.detail);
+    }
+
+    #[test]
+    fn memlat_paired_expectation_adds_the_latency_to_each_native_run() {
+        // Native 150, 154, 160 ns with DRAM measured at 148, 150, 151:
+        // 402, 404, 409 at 400 ns; the median 404.
+        let e = memlat_paired_expectation(&[150.0, 154.0, 160.0], &[148.0, 150.0, 151.0], 400.0);
+        assert_eq!(e, 404.0);
     }
 
     #[test]
