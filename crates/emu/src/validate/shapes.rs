@@ -31,7 +31,7 @@
 //!   formula `t + s x (L - DRAM)`, with `t` the native ns per lookup and
 //!   `s = (t - t_hot) / DRAM` the serial misses per lookup measured
 //!   natively, `t_hot` the same table and code with the lookups confined
-//!   to [`HOT_KEYS`] keys (`-w`: their lines stay in L2; a 1 MiB table
+//!   to 4096 keys (`-w`: their lines stay in L2; a 1 MiB table
 //!   instead outgrows L2 and hits the LLC). The formula read 0.94 serial
 //!   misses per lookup (with a 1 MiB table) where `-d` says the lookups
 //!   are serial: `t - t_cache` is not memory wait alone (the likely part:
