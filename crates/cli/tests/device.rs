@@ -117,9 +117,10 @@ fn a_small_chase_under_the_device_reports_its_levels() {
         .arg("--")
         .arg(&exe)
         .args(["-r", "65536", "-b", "64", "-n", "8192"])
-        // The native cost of a flushed line's re-read, given rather than
-        // measured at start-up, so that the expected delay is exact.
-        .env("PMLAB_DEVICE_FLUSHED_NS", "80")
+        // The native costs of a near and a following miss, given rather
+        // than measured at start-up, so that the expected delay is exact.
+        .env("PMLAB_DEVICE_NEAR_NS", "80")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "80")
         .output()
         .unwrap();
     assert!(
@@ -148,11 +149,12 @@ fn a_small_chase_under_the_device_reports_its_levels() {
     assert!(field(&v, "writebacks") >= 1024.0);
     assert_eq!(field(&v, "write_amplification"), 1.0);
     // The requested delay is each level's latency less the native cost of
-    // re-reading a flushed line (80 ns as given; the chain's 1024 cold
-    // store misses at set-up, at the DRAM's 100 ns, are 10% of the misses
-    // and 20 ns apart: well inside the bound).
-    assert_eq!(field(&v, "native_flushed_ns"), 80.0);
-    assert_eq!(field(&v, "native_cold_ns"), 100.0);
+    // a near miss (80 ns as given: the region's 16 pages are near after
+    // their first miss; those 16 far misses, at the DRAM's 100 ns, are
+    // 20 ns apart: well inside the bound).
+    assert_eq!(field(&v, "native_near_ns"), 80.0);
+    assert_eq!(field(&v, "native_far_ns"), 100.0);
+    assert_eq!(field(&v, "native_follow_ns"), 80.0);
     let requested = v["stats"]["total"]["requested_delay_ns"].as_f64().unwrap();
     let want = rmw * (field(&v, "rmw_ns") - 80.0)
         + ait * (field(&v, "ait_ns") - 80.0)
@@ -198,9 +200,11 @@ fn the_overwrite_migrates_every_threshold_writes_and_charges_the_stall() {
         .arg("--")
         .arg(&exe)
         .args(["-o", "5000"])
-        // A flushed line's re-read natively as slow as the device's slowest
-        // level: the reads add nothing, the stalls are the whole delay.
-        .env("PMLAB_DEVICE_FLUSHED_NS", "400")
+        // Near and following misses natively as slow as the device's
+        // slowest level: the reads add nothing, the stalls are the whole
+        // delay.
+        .env("PMLAB_DEVICE_NEAR_NS", "400")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "400")
         .output()
         .unwrap();
     assert!(
