@@ -39,7 +39,7 @@
  *   lenschase: mode=overwrite iterations=... median_ns=... tails=...
  *              tail_period=... tail_ns=... slow_at=I,J,...
  *
- * slow_at lists the first 256 slow iterations as ITERATION:NS (pmlab
+ * slow_at lists the first 4096 slow iterations as ITERATION:NS (pmlab
  * validate --device keeps those as long as a wear-leveling stall before
  * it applies the same rule, tested there).
  *
@@ -253,7 +253,7 @@ static int overwrite(long long iterations)
 			"tail_period=%llu tail_ns=%llu slow_at=", iterations,
 			(unsigned long long)median, tails, (unsigned long long)period,
 			(unsigned long long)(tails ? tail_sum / (uint64_t)tails : 0));
-	for (long long i = 0; i < tails && i < 256; i++)
+	for (long long i = 0; i < tails && i < 4096; i++)
 		printf("%s%lld:%llu", i ? "," : "", idx[i], (unsigned long long)t[idx[i]]);
 	printf("\n");
 	return 0;

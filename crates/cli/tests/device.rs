@@ -165,6 +165,65 @@ fn a_small_chase_under_the_device_reports_its_levels() {
     );
 }
 
+/// A chase of 256 B blocks: each block's first line is a near (or, first,
+/// far) miss, its three others follow the miss before them and cost
+/// natively what the prefetchers leave (given: 20 ns against 80), so the
+/// requested delay is their level's latency less 20 ns each.
+#[test]
+fn lines_that_follow_the_previous_miss_are_charged_from_their_own_native_cost() {
+    runtime_dir();
+    let t = TempDir::new("device-follow");
+    let exe = build_lenschase(&t);
+    let stats = t.path("stats.json");
+    let out = Command::new(PMLAB)
+        .args([
+            "run",
+            "--quiet",
+            "--no-inject",
+            "--device",
+            "optane-1dimm",
+            "--dram-latency",
+            "100ns",
+            "--json",
+        ])
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe)
+        .args(["-r", "65536", "-b", "256", "-n", "8192"])
+        .env("PMLAB_DEVICE_NEAR_NS", "80")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "20")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(field(&v, "native_follow_ns"), 20.0);
+    let (rmw, ait, media) = (
+        field(&v, "rmw_hits"),
+        field(&v, "ait_hits"),
+        field(&v, "media_reads"),
+    );
+    // Three lines of four are in their XPLine's RMW entry already: the
+    // following ones.
+    let share = rmw / (rmw + ait + media);
+    assert!((0.7..0.8).contains(&share), "RMW share {share}");
+    let requested = v["stats"]["total"]["requested_delay_ns"].as_f64().unwrap();
+    let want = rmw * (field(&v, "rmw_ns") - 20.0)
+        + ait * (field(&v, "ait_ns") - 80.0)
+        + media * (field(&v, "media_ns") - 80.0);
+    // Charged as near misses, the following lines would ask for 60 ns
+    // less each: a quarter less in all.
+    let as_near = want - rmw * 60.0;
+    assert!(
+        (requested - want).abs() <= 0.08 * want && requested > as_near + 0.5 * (want - as_near),
+        "requested {requested} ns, levels say {want} ns (as near misses {as_near} ns)"
+    );
+}
+
 /// The overwrite probe (one 256 B block written, flushed and fenced each
 /// iteration) on a device whose wear leveling migrates an XPLine every
 /// 500 writes: every flush of the block's four lines is one whole-XPLine
