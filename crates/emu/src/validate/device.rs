@@ -290,8 +290,10 @@ const MAX_SLOW: usize = 512;
 
 /// The wear-leveling period of an overwrite run: of its slow iterations
 /// (iteration, ns), those whose time lies in `band`; of the distances
-/// between any two of them, the one the most of them repeat ([`repeats`]),
-/// among equal counts the shortest. Stalls every P iterations make every
+/// between any two of them, the one the most of them repeat (another one
+/// that distance later, give or take `max(distance / 100, 128)`
+/// iterations: the emulator charges a stall up to a log late), among
+/// equal counts the shortest. Stalls every P iterations make every
 /// stall but the last repeat P; stray slow iterations (a preemption, an
 /// emulator's hiccup) at random places rarely repeat a distance, where
 /// the median distance between neighbours halves at each one. With no
