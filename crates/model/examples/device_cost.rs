@@ -16,6 +16,7 @@ const NATIVE: NativeCosts = NativeCosts {
     near_ns: 100.0,
     far_ns: 100.0,
     follow_ns: 40.0,
+    fresh_ns: 130.0,
 };
 
 fn stream(n: usize, span: u64, seed: u64) -> Vec<u64> {

@@ -985,7 +985,9 @@ simulator gives:
   not on the flush: a miss in one of the last 2048 pages of 4 KiB missed
   in (a chase over 256 KiB, measured when the runtime starts), the line
   right after the previous miss (the same chase in 256 B blocks: the
-  prefetchers have it on its way), or any other miss (the DRAM latency);
+  prefetchers have it on its way), a line flushed fewer than 256 flushes
+  before (the chase's first 8 KiB alone), or any other miss (the DRAM
+  latency);
   so the emulated latency is the level's when those match the program's
   own costs;
 * the expectation is `pmlab probe ptrchase --target sim:optane-1dimm` at

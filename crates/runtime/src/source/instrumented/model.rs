@@ -209,6 +209,7 @@ impl ModelState {
                     near_ns: 0.0,
                     far_ns: 0.0,
                     follow_ns: 0.0,
+                    fresh_ns: 0.0,
                 });
                 Some(Box::new(DeviceState {
                     model: DeviceModel::new(p),
@@ -378,6 +379,9 @@ impl ModelState {
                     .is_some_and(|v| v.dirty && v.pm),
                 Model::Full(h) => h.invalidate(line) && is_pm(addr),
             };
+            if is_pm(addr) {
+                dev.locality.flush(line);
+            }
             if dirty {
                 self.totals.pm_writebacks += 1;
                 dev.model.write_back(addr as u64);
@@ -405,8 +409,8 @@ impl ModelState {
         );
         totals.pm_dirtied += dirtied as u64;
         // The delay of a PM miss: the level that served it, less what
-        // this kind of access (near, far, following the one before)
-        // already costs natively.
+        // this kind of access (near, far, following the one before,
+        // flushed just before) already costs natively.
         let delay = if miss && pm {
             let level = dev.model.read(addr as u64);
             let access = dev.locality.classify(line);
@@ -543,6 +547,9 @@ impl Drop for HugeTable {
 const REREAD_LINES: usize = 4096;
 /// Lines per block of its second chase (256 B blocks).
 const FOLLOW_BLOCK: usize = 4;
+/// Lines of its third chase (8 KiB: each line re-read right after its
+/// flush, [`pmlab_model::device::Access::Fresh`]).
+const FRESH_LINES: usize = 128;
 
 /// A number from the environment variable `key`, when set to one (>= 0).
 fn env_ns(key: &str) -> Option<f64> {
@@ -558,16 +565,18 @@ fn env_ns(key: &str) -> Option<f64> {
 /// uses ([`super::pm::evicting_flush`]) before each pass, the median of
 /// five passes after a first untimed one: one line by one (the near
 /// cost), and in 256 B blocks read in order (the following lines' cost,
-/// [`NativeCosts::follow_from`]). `PMLAB_DEVICE_NEAR_NS` and
-/// `PMLAB_DEVICE_FOLLOW_NS` give the values instead (tests, or a
+/// [`NativeCosts::follow_from`]); and the first 8 KiB of it alone, each
+/// line re-read right after its flush (the fresh cost; 25 passes). `PMLAB_DEVICE_NEAR_NS`, `PMLAB_DEVICE_FOLLOW_NS` and
+/// `PMLAB_DEVICE_FRESH_NS` give the values instead (tests, or a
 /// measurement made elsewhere). Without memory to measure in, `far_ns`
-/// for both.
+/// for all.
 pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
-    let (near, follow) = (
+    let (near, follow, fresh) = (
         env_ns("PMLAB_DEVICE_NEAR_NS"),
         env_ns("PMLAB_DEVICE_FOLLOW_NS"),
+        env_ns("PMLAB_DEVICE_FRESH_NS"),
     );
-    let measured = if near.is_none() || follow.is_none() {
+    let measured = if near.is_none() || follow.is_none() || fresh.is_none() {
         measure_chases()
     } else {
         None
@@ -576,17 +585,19 @@ pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
     let follow_ns = follow
         .or(measured.map(|m| NativeCosts::follow_from(m.0, m.1, FOLLOW_BLOCK as u32)))
         .unwrap_or(near_ns);
+    let fresh_ns = fresh.or(measured.map(|m| m.2)).unwrap_or(near_ns);
     NativeCosts {
         near_ns,
         far_ns,
         follow_ns,
+        fresh_ns,
     }
 }
 
-/// The two chases of [`measure_native_costs`]: ns per line one line by
-/// one, and in blocks of [`FOLLOW_BLOCK`] lines. `None` when the memory
-/// cannot be mapped.
-fn measure_chases() -> Option<(f64, f64)> {
+/// The three chases of [`measure_native_costs`]: ns per line one line by
+/// one, in blocks of [`FOLLOW_BLOCK`] lines, and one line by one over the
+/// first [`FRESH_LINES`]. `None` when the memory cannot be mapped.
+fn measure_chases() -> Option<(f64, f64, f64)> {
     let bytes = REREAD_LINES * 64;
     // SAFETY: a fresh private anonymous mapping, unmapped below.
     let base = unsafe {
@@ -604,9 +615,18 @@ fn measure_chases() -> Option<(f64, f64)> {
     }
     let b = base as *mut u8;
     let op = super::pm::evicting_flush(crate::persist::cpu_flush_op());
-    let mut out = [0f64; 2];
-    for (k, block) in [1usize, FOLLOW_BLOCK].into_iter().enumerate() {
-        let blocks = REREAD_LINES / block;
+    let mut out = [0f64; 3];
+    // (lines per block, lines, timed passes): the short chase's passes
+    // are 30x shorter, and noisier.
+    for (k, (block, lines, n)) in [
+        (1usize, REREAD_LINES, 5usize),
+        (FOLLOW_BLOCK, REREAD_LINES, 5),
+        (1, FRESH_LINES, 25),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let blocks = lines / block;
         // A random cyclic order of the blocks (Fisher-Yates, xorshift);
         // inside a block the lines in order.
         let mut order: Vec<usize> = (0..blocks).collect();
@@ -621,25 +641,26 @@ fn measure_chases() -> Option<(f64, f64)> {
             .iter()
             .flat_map(|&o| (0..block).map(move |l| o * block + l))
             .collect();
-        let mut passes = [0f64; 5];
+        let mut passes = [0f64; 25];
+        let passes = &mut passes[..n];
         // SAFETY: every address is inside the mapping; each line holds the
         // address of the next one.
         unsafe {
-            for i in 0..REREAD_LINES {
-                let next = b.add(seq[(i + 1) % REREAD_LINES] * 64) as usize;
+            for i in 0..lines {
+                let next = b.add(seq[(i + 1) % lines] * 64) as usize;
                 std::ptr::write_volatile(b.add(seq[i] * 64) as *mut usize, next);
             }
             let mut p = b.add(seq[0] * 64) as usize;
             for pass in 0..=passes.len() {
-                for l in 0..REREAD_LINES {
+                for l in 0..lines {
                     crate::persist::flush_line(b.add(l * 64), op);
                 }
                 crate::persist::sfence();
                 let t = std::time::Instant::now();
-                for _ in 0..REREAD_LINES {
+                for _ in 0..lines {
                     p = std::ptr::read_volatile(p as *const usize);
                 }
-                let ns = t.elapsed().as_nanos() as f64 / REREAD_LINES as f64;
+                let ns = t.elapsed().as_nanos() as f64 / lines as f64;
                 if pass > 0 {
                     passes[pass - 1] = ns;
                 }
@@ -651,7 +672,7 @@ fn measure_chases() -> Option<(f64, f64)> {
     }
     // SAFETY: our own mapping, unmapped once.
     unsafe { libc::munmap(base, bytes) };
-    Some((out[0], out[1]))
+    Some((out[0], out[1], out[2]))
 }
 
 #[cfg(test)]
@@ -673,11 +694,15 @@ mod tests {
     #[test]
     fn the_native_costs_are_measured() {
         // Plausible latencies, whatever the environment gives.
-        let (near, block) = measure_chases().expect("256 KiB mapped");
+        let (near, block, fresh) = measure_chases().expect("256 KiB mapped");
         assert!(near > 1.0 && near < 100_000.0, "{near}");
         assert!(block > 0.1 && block < 100_000.0, "{block}");
+        assert!(fresh > 1.0 && fresh < 100_000.0, "{fresh}");
         let n = measure_native_costs(150.0);
         assert_eq!(n.far_ns, 150.0);
-        assert!(n.near_ns > 0.0 && n.follow_ns >= 0.0, "{n:?}");
+        assert!(
+            n.near_ns > 0.0 && n.follow_ns >= 0.0 && n.fresh_ns > 0.0,
+            "{n:?}"
+        );
     }
 }
