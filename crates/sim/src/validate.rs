@@ -995,7 +995,7 @@ simulator gives:
   blocks (held out: nothing was tuned on them) are judged the same way;
 * the overwrite point compares the period of the slow iterations of
   `lenschase -o N` (one 256 B block written, flushed and fenced N times)
-  that last as long as the simulator's tails (0.75 to 1.5 times): the
+  that last as long as the simulator's tails (0.9 to 1.3 times): the
   distance between two of them that the most of them repeat, so that
   stray slow iterations do not split it; with the period of the long
   tails of the simulator's overwrite probe, within 10%; the emulator
