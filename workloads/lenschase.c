@@ -15,9 +15,8 @@
  * Prints one line:
  *
  *   lenschase: mode=chase region=... block=... lines=... passes=...
- *              elapsed_ns=... ns_per_line=...
- *
- *              chase_ns_per_line=...
+ *              elapsed_ns=... ns_per_line=... chase_ns_per_line=...
+ *              clock=wall|cpu
  *
  * elapsed_ns covers the timed passes with their flushes: the flushes cost
  * the same with and without emulation, so the difference between an
@@ -31,17 +30,31 @@
  * flushed and fenced ITERATIONS times, each iteration timed on its own
  * (LENS's overwrite probe). Prints the iterations slower than 10x the
  * median and than 20 us (a wear-leveling stall is ~50 us; the floor keeps
- * a busy machine's shorter hiccups out), and the median distance between
- * them:
+ * a busy machine's shorter hiccups out), and their period: the distance
+ * between two slow iterations that the most slow iterations repeat (see
+ * tail_period; stray slow iterations, a preemption or an emulator's
+ * hiccup, rarely repeat one, where the median distance would halve at
+ * each of them):
  *
  *   lenschase: mode=overwrite iterations=... median_ns=... tails=...
- *              tail_period=... tail_ns=...
+ *              tail_period=... tail_ns=... slow_at=I,J,...
+ *
+ * slow_at lists the first 4096 slow iterations as ITERATION:NS (pmlab
+ * validate --device keeps those as long as a wear-leveling stall before
+ * it applies the same rule, tested there).
  *
  * -F skips the flushes (regions far larger than the last-level cache miss
  * it anyway; flushing them costs more than the chase).
  *
+ * -c times the chase's passes on the thread's CPU clock instead of the
+ * monotonic one: time the thread spent switched out (another task on its
+ * CPU) is not memory latency (pmlab's calibration times its chase the
+ * same way; an emulated run also needs a CPU for the emulator's modeller
+ * thread, which on a small machine leaves the program none to spare).
+ * A delay the emulator injects is spun on the thread's CPU and counts.
+ *
  * Usage: lenschase [-r REGION_BYTES] [-b BLOCK_BYTES] [-n MIN_LINES]
- *                  [-s SEED] [-F] [-o ITERATIONS]
+ *                  [-s SEED] [-F] [-c] [-o ITERATIONS]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -103,7 +116,7 @@ static void usage(const char *why)
 {
 	fprintf(stderr, "lenschase: error: %s\nusage: lenschase [-r REGION_BYTES] "
 			"[-b BLOCK_BYTES (64..REGION, a multiple of 64)] [-n MIN_LINES] "
-			"[-s SEED] [-F] [-o ITERATIONS]\n", why);
+			"[-s SEED] [-F] [-c] [-o ITERATIONS]\n", why);
 	exit(2);
 }
 
@@ -122,7 +135,78 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int no_flush;
+static int no_flush, cpu_clock;
+
+/* Now, ns: the monotonic clock, or with -c the thread's CPU clock. */
+static uint64_t chase_now_ns(void)
+{
+	struct timespec ts;
+	if (!cpu_clock)
+		return wl_now_ns();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The first slow iteration at or after iteration `at` in idx[0..n)
+ * (sorted), as an index into idx; n when none. */
+static long long first_from(const long long *idx, long long n, long long at)
+{
+	long long lo = 0, hi = n;
+	while (lo < hi) {
+		long long mid = lo + (hi - lo) / 2;
+		if (idx[mid] < at)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* How many of the slow iterations idx[0..n) (sorted) have another one
+ * `gap` iterations later, give or take max(gap / 50, 64) (an emulator
+ * charges a stall up to a log's worth of iterations late). */
+static long long repeats(const long long *idx, long long n, long long gap)
+{
+	long long tol = gap / 50 > 64 ? gap / 50 : 64, count = 0;
+	for (long long i = 0; i < n; i++) {
+		long long j = first_from(idx, n, idx[i] + gap - tol);
+		if (j < n && idx[j] <= idx[i] + gap + tol && j != i)
+			count++;
+	}
+	return count;
+}
+
+/* The period of the slow iterations idx[0..n) (sorted): of the distances
+ * between any two of them, the one the most of them repeat ([repeats]);
+ * among equal counts the shortest. A wear-leveling stall every P
+ * iterations makes every stall but the last repeat P; stray slow
+ * iterations at random places rarely repeat any distance. With no
+ * distance repeated twice, the median distance between neighbours. 0
+ * with fewer than two. Only the first 256 slow iterations are looked at
+ * (a run with more is too noisy to show a period). */
+static uint64_t tail_period(const long long *idx, long long n, uint64_t *scratch)
+{
+	if (n > 256)
+		n = 256;
+	if (n < 2)
+		return 0;
+	long long best = 0, best_count = 0;
+	for (long long a = 0; a < n; a++)
+		for (long long b = a + 1; b < n; b++) {
+			long long gap = idx[b] - idx[a];
+			long long c = repeats(idx, n, gap);
+			if (c > best_count || (c == best_count && gap < best)) {
+				best = gap;
+				best_count = c;
+			}
+		}
+	if (best_count >= 2)
+		return (uint64_t)best;
+	for (long long i = 1; i < n; i++)
+		scratch[i - 1] = (uint64_t)(idx[i] - idx[i - 1]);
+	qsort(scratch, (size_t)(n - 1), sizeof *scratch, cmp_u64);
+	return scratch[(n - 1) / 2];
+}
 
 static void flush_region(char *base, size_t region)
 {
@@ -153,28 +237,25 @@ static int overwrite(long long iterations)
 	memcpy(sorted, t, (size_t)iterations * sizeof *t);
 	qsort(sorted, (size_t)iterations, sizeof *sorted, cmp_u64);
 	uint64_t median = sorted[iterations / 2];
-	long long tails = 0, last = -1;
+	long long tails = 0;
 	uint64_t tail_sum = 0;
-	uint64_t *gaps = sorted; /* reused */
-	long long ngaps = 0;
+	long long *idx = (long long *)sorted; /* reused: the slow iterations */
 	for (long long i = 0; i < iterations; i++) {
 		if (t[i] > 10 * median && t[i] > 20000) {
-			tails++;
+			idx[tails++] = i;
 			tail_sum += t[i];
-			if (last >= 0)
-				gaps[ngaps++] = (uint64_t)(i - last);
-			last = i;
 		}
 	}
-	uint64_t period = 0;
-	if (ngaps > 0) {
-		qsort(gaps, (size_t)ngaps, sizeof *gaps, cmp_u64);
-		period = gaps[ngaps / 2];
-	}
+	uint64_t *scratch = malloc((size_t)(tails > 1 ? tails : 1) * sizeof *scratch);
+	uint64_t period = scratch ? tail_period(idx, tails, scratch) : 0;
+	free(scratch);
 	printf("lenschase: mode=overwrite iterations=%lld median_ns=%llu tails=%lld "
-			"tail_period=%llu tail_ns=%llu\n", iterations,
+			"tail_period=%llu tail_ns=%llu slow_at=", iterations,
 			(unsigned long long)median, tails, (unsigned long long)period,
 			(unsigned long long)(tails ? tail_sum / (uint64_t)tails : 0));
+	for (long long i = 0; i < tails && i < 4096; i++)
+		printf("%s%lld:%llu", i ? "," : "", idx[i], (unsigned long long)t[idx[i]]);
+	printf("\n");
 	return 0;
 }
 
@@ -183,7 +264,7 @@ int main(int argc, char **argv)
 	long long region = 1 << 20, block = 64, min_lines = 1 << 16, seed = 0x1E45;
 	long long iterations = 0;
 	int opt;
-	while ((opt = getopt(argc, argv, "r:b:n:s:o:F")) != -1) {
+	while ((opt = getopt(argc, argv, "r:b:n:s:o:Fc")) != -1) {
 		switch (opt) {
 		case 'r': region = arg_ll(optarg, LINE, 1LL << 40, "bad -r"); break;
 		case 'b': block = arg_ll(optarg, LINE, 1 << 20, "bad -b"); break;
@@ -191,6 +272,7 @@ int main(int argc, char **argv)
 		case 's': seed = arg_ll(optarg, 1, 1LL << 62, "bad -s"); break;
 		case 'o': iterations = arg_ll(optarg, 2, 1LL << 32, "bad -o"); break;
 		case 'F': no_flush = 1; break;
+		case 'c': cpu_clock = 1; break;
 		default: usage("unknown option");
 		}
 	}
@@ -244,21 +326,22 @@ int main(int argc, char **argv)
 	flush_region(base, (size_t)region);
 	for (size_t k = 0; k < lines; k++)
 		p = (void **)*p;
-	uint64_t t0 = wl_now_ns(), chase = 0;
+	uint64_t t0 = chase_now_ns(), chase = 0;
 	for (long long r = 0; r < passes; r++) {
 		flush_region(base, (size_t)region);
-		uint64_t c0 = wl_now_ns();
+		uint64_t c0 = chase_now_ns();
 		for (size_t k = 0; k < lines; k++)
 			p = (void **)*p;
-		chase += wl_now_ns() - c0;
+		chase += chase_now_ns() - c0;
 	}
-	uint64_t elapsed = wl_now_ns() - t0;
+	uint64_t elapsed = chase_now_ns() - t0;
 	if (p == NULL)
 		puts("unreachable");
 	double total = (double)lines * (double)passes;
 	printf("lenschase: mode=chase region=%lld block=%lld lines=%zu passes=%lld "
-			"elapsed_ns=%llu ns_per_line=%.2f chase_ns_per_line=%.2f\n", region,
-			block, lines, passes, (unsigned long long)elapsed,
-			(double)elapsed / total, (double)chase / total);
+			"elapsed_ns=%llu ns_per_line=%.2f chase_ns_per_line=%.2f clock=%s\n",
+			region, block, lines, passes, (unsigned long long)elapsed,
+			(double)elapsed / total, (double)chase / total,
+			cpu_clock ? "cpu" : "wall");
 	return 0;
 }

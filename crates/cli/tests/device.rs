@@ -117,9 +117,12 @@ fn a_small_chase_under_the_device_reports_its_levels() {
         .arg("--")
         .arg(&exe)
         .args(["-r", "65536", "-b", "64", "-n", "8192"])
-        // The native cost of a flushed line's re-read, given rather than
-        // measured at start-up, so that the expected delay is exact.
-        .env("PMLAB_DEVICE_FLUSHED_NS", "80")
+        // The native costs of a near, a following and a fresh miss,
+        // given rather than measured at start-up, so that the expected
+        // delay is exact.
+        .env("PMLAB_DEVICE_NEAR_NS", "80")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "80")
+        .env("PMLAB_DEVICE_FRESH_NS", "80")
         .output()
         .unwrap();
     assert!(
@@ -148,11 +151,12 @@ fn a_small_chase_under_the_device_reports_its_levels() {
     assert!(field(&v, "writebacks") >= 1024.0);
     assert_eq!(field(&v, "write_amplification"), 1.0);
     // The requested delay is each level's latency less the native cost of
-    // re-reading a flushed line (80 ns as given; the chain's 1024 cold
-    // store misses at set-up, at the DRAM's 100 ns, are 10% of the misses
-    // and 20 ns apart: well inside the bound).
-    assert_eq!(field(&v, "native_flushed_ns"), 80.0);
-    assert_eq!(field(&v, "native_cold_ns"), 100.0);
+    // a near miss (80 ns as given: the region's 16 pages are near after
+    // their first miss; those 16 far misses, at the DRAM's 100 ns, are
+    // 20 ns apart: well inside the bound).
+    assert_eq!(field(&v, "native_near_ns"), 80.0);
+    assert_eq!(field(&v, "native_far_ns"), 100.0);
+    assert_eq!(field(&v, "native_follow_ns"), 80.0);
     let requested = v["stats"]["total"]["requested_delay_ns"].as_f64().unwrap();
     let want = rmw * (field(&v, "rmw_ns") - 80.0)
         + ait * (field(&v, "ait_ns") - 80.0)
@@ -160,6 +164,68 @@ fn a_small_chase_under_the_device_reports_its_levels() {
     assert!(
         (requested - want).abs() <= 0.1 * want,
         "requested {requested} ns, levels say {want} ns"
+    );
+}
+
+/// A chase of 256 B blocks: each block's first line is a near (or, first,
+/// far) miss, its three others follow the miss before them and cost
+/// natively what the prefetchers leave (given: 20 ns against 80), so the
+/// requested delay is their level's latency less 20 ns each.
+#[test]
+fn lines_that_follow_the_previous_miss_are_charged_from_their_own_native_cost() {
+    runtime_dir();
+    let t = TempDir::new("device-follow");
+    let exe = build_lenschase(&t);
+    let stats = t.path("stats.json");
+    let out = Command::new(PMLAB)
+        .args([
+            "run",
+            "--quiet",
+            "--no-inject",
+            "--device",
+            "optane-1dimm",
+            "--dram-latency",
+            "100ns",
+            "--json",
+        ])
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe)
+        .args(["-r", "65536", "-b", "256", "-n", "8192"])
+        .env("PMLAB_DEVICE_NEAR_NS", "80")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "20")
+        // The quarter of the lines re-read right after their flush: as
+        // the following ones (a 2% error on the first lines).
+        .env("PMLAB_DEVICE_FRESH_NS", "20")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(field(&v, "native_follow_ns"), 20.0);
+    let (rmw, ait, media) = (
+        field(&v, "rmw_hits"),
+        field(&v, "ait_hits"),
+        field(&v, "media_reads"),
+    );
+    // Three lines of four are in their XPLine's RMW entry already: the
+    // following ones.
+    let share = rmw / (rmw + ait + media);
+    assert!((0.7..0.8).contains(&share), "RMW share {share}");
+    let requested = v["stats"]["total"]["requested_delay_ns"].as_f64().unwrap();
+    let want = rmw * (field(&v, "rmw_ns") - 20.0)
+        + ait * (field(&v, "ait_ns") - 80.0)
+        + media * (field(&v, "media_ns") - 80.0);
+    // Charged as near misses, the following lines would ask for 60 ns
+    // less each: a quarter less in all.
+    let as_near = want - rmw * 60.0;
+    assert!(
+        (requested - want).abs() <= 0.08 * want && requested > as_near + 0.5 * (want - as_near),
+        "requested {requested} ns, levels say {want} ns (as near misses {as_near} ns)"
     );
 }
 
@@ -198,9 +264,12 @@ fn the_overwrite_migrates_every_threshold_writes_and_charges_the_stall() {
         .arg("--")
         .arg(&exe)
         .args(["-o", "5000"])
-        // A flushed line's re-read natively as slow as the device's slowest
-        // level: the reads add nothing, the stalls are the whole delay.
-        .env("PMLAB_DEVICE_FLUSHED_NS", "400")
+        // Near, following and fresh misses natively as slow as the
+        // device's slowest level: the reads add nothing, the stalls are the
+        // whole delay.
+        .env("PMLAB_DEVICE_NEAR_NS", "400")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "400")
+        .env("PMLAB_DEVICE_FRESH_NS", "400")
         .output()
         .unwrap();
     assert!(

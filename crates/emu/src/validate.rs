@@ -454,7 +454,8 @@ impl Ctx<'_> {
 
     /// The instrumented build under `pmlab run --source instrumented`
     /// with the DRAM latency `dram` and `flags` (`--device ...`), no PM
-    /// latency (the device gives it); the output.
+    /// latency (the device gives it), the effective LLC as the other
+    /// studies' runs; the output.
     fn device_run(
         &self,
         prog: &str,
@@ -462,11 +463,15 @@ impl Ctx<'_> {
         dram: f64,
         flags: &[String],
     ) -> Result<String> {
-        let out = Command::new(&self.pmlab)
-            .args(["run", "--quiet", "--source", "instrumented"])
+        let mut cmd = Command::new(&self.pmlab);
+        cmd.args(["run", "--quiet", "--source", "instrumented"])
             .arg("--dram-latency")
             .arg(format!("{dram:.2}ns"))
-            .args(flags)
+            .args(flags);
+        if let Some(v) = self.llc_now.borrow().as_ref().or(self.instr_llc.as_ref()) {
+            cmd.env("PMLAB_INSTR_LLC", v);
+        }
+        let out = cmd
             .arg("--")
             .arg(self.exe(true, prog))
             .args(args)

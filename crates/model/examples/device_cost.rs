@@ -1,20 +1,22 @@
 //! Cost of the functional device model (`pmlab run --device`) per modelled
 //! access, against the delay each access injects: random reads that each
 //! level serves, random and sequential write-backs, on one and six DIMMs;
-//! the flushed-line table (a flush and a miss's look-up); and the compact
+//! the locality tracker that picks each miss's native cost; and the compact
 //! cache model with and without the slot names device mode keeps. Run by
 //! `bench/device-cost.sh`.
 
 use pmlab_model::cache::{CacheConfig, CompactCache};
-use pmlab_model::device::{Access, DeviceModel, DeviceParams, FlushedLines, NativeCosts};
+use pmlab_model::device::{Access, DeviceModel, DeviceParams, NativeCosts, NativeTracker};
 use std::time::Instant;
 
 /// Native costs typical of the machines pmlab runs on, ns (the delay a
 /// read injects is its level's latency less the native cost of the
-/// access; the streams below are cold misses).
+/// access; the streams below are far misses).
 const NATIVE: NativeCosts = NativeCosts {
-    flushed_ns: 100.0,
-    cold_ns: 100.0,
+    near_ns: 100.0,
+    far_ns: 100.0,
+    follow_ns: 40.0,
+    fresh_ns: 130.0,
 };
 
 fn stream(n: usize, span: u64, seed: u64) -> Vec<u64> {
@@ -50,7 +52,7 @@ fn main() {
                 let t = Instant::now();
                 delay = 0.0;
                 for &a in &addrs {
-                    delay += NATIVE.delay_ns(p, d.read(a), Access::Cold);
+                    delay += NATIVE.delay_ns(p, d.read(a), Access::Far);
                 }
                 ns = t.elapsed().as_nanos() as f64 / n as f64;
             }
@@ -81,20 +83,19 @@ fn main() {
             );
         }
     }
-    // The flushed-line table: each line flushed, then its miss looked up
-    // (random lines over 1 GiB, the runtime's 2^22-bit table).
+    // The locality tracker: each miss classified (random lines over
+    // 1 GiB).
     let lines: Vec<u64> = stream(n, 1 << 30, 11).iter().map(|a| a >> 6).collect();
-    let mut f = FlushedLines::new(1 << 22);
+    let mut tr = NativeTracker::new();
     let t = Instant::now();
-    let mut flushed = 0u64;
+    let mut near = 0u64;
     for &l in &lines {
-        f.flush(l);
-        flushed += (f.take(l) == Access::Flushed) as u64;
+        near += (tr.classify(l) == Access::Near) as u64;
     }
     let ns = t.elapsed().as_nanos() as f64 / n as f64;
     println!(
-        "flushed-line table: {ns:.1} ns per flush and look-up ({:.1}% found flushed)",
-        100.0 * flushed as f64 / n as f64
+        "locality tracker: {ns:.1} ns per miss ({:.1}% near)",
+        100.0 * near as f64 / n as f64
     );
     // The cache model's extra cost in device mode: slot names kept beside
     // the tags.

@@ -975,23 +975,32 @@ simulator gives:
   cache); in device mode `pflush` evicts (`clflushopt`), and so does the
   plain build's fallback;
 * each point runs the plain build natively and the `pmlab cc` build under
-  `pmlab run --device`; the emulated latency per line is the native
-  build's own chase cost per line (flushes left out) plus the difference
-  of the two runs' ns per line (the delay injected per line);
+  `pmlab run --device`, both timing the chase on the thread's CPU clock
+  (`-c`: time switched out is not latency); the emulated latency per line
+  is the native build's own chase cost per line (flushes left out) plus
+  the difference of the two runs' ns per line (the delay injected per
+  line);
 * the emulator charges a PM miss served by level X the latency of X less
-  what that kind of access costs natively: a re-read of a flushed line
-  (measured when the runtime starts: a chase over 256 KiB flushed before
-  each pass) or a cold miss (the DRAM latency); so the emulated latency is
-  the level's when the runtime's measurement matches the program's own;
+  what that kind of access costs natively, which depends on its locality,
+  not on the flush: a miss in one of the last 2048 pages of 4 KiB missed
+  in (a chase over 256 KiB, measured when the runtime starts), the line
+  right after the previous miss (the same chase in 256 B blocks: the
+  prefetchers have it on its way), a line flushed fewer than 256 flushes
+  before (the chase's first 8 KiB alone), or any other miss (the DRAM
+  latency);
+  so the emulated latency is the level's when those match the program's
+  own costs;
 * the expectation is `pmlab probe ptrchase --target sim:optane-1dimm` at
   the same region and block; the bound is 10% at every region; 4 KiB
   blocks (held out: nothing was tuned on them) are judged the same way;
-* the overwrite point compares the median distance between the slow
-  iterations of `lenschase -o N` (one 256 B block written, flushed and
-  fenced N times) with the period of the long tails of the simulator's
-  overwrite probe, within 10%; the emulator charges a wear-leveling
-  migration at the first durability point (`pm_drain`) after the model
-  has seen the write that caused it;
+* the overwrite point compares the period of the slow iterations of
+  `lenschase -o N` (one 256 B block written, flushed and fenced N times)
+  that last as long as the simulator's tails (0.9 to 1.3 times): the
+  distance between two of them that the most of them repeat, so that
+  stray slow iterations do not split it; with the period of the long
+  tails of the simulator's overwrite probe, within 10%; the emulator
+  charges a wear-leveling migration at the first durability point
+  (`pm_drain`) after the model has seen the write that caused it;
 * `--quick` (3 regions, both blocks, the overwrite) is the CI variant;
   `--plot DIR` draws both curves in `device-ptrchase.svg`/`.png`, and
   `--write docs/validation.md` replaces this section with the results.

@@ -35,10 +35,7 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
         let cold = crate::config::get()
             .as_ref()
             .map_or(0.0, |c| c.dram_latency_ns);
-        super::model::set_native_costs(pmlab_model::device::NativeCosts {
-            flushed_ns: super::model::measure_flushed_reread_ns().unwrap_or(cold),
-            cold_ns: cold,
-        });
+        super::model::set_native_costs(super::model::measure_native_costs(cold));
     }
     hooks::activate(cfg);
     let costs = cost::calibrate();
@@ -506,8 +503,8 @@ pub fn device_json() -> String {
     ));
     if let Some(n) = super::model::native_costs() {
         o.push_str(&format!(
-            ",\"native_flushed_ns\":{:.1},\"native_cold_ns\":{:.1}",
-            n.flushed_ns, n.cold_ns
+            ",\"native_near_ns\":{:.1},\"native_far_ns\":{:.1},\"native_follow_ns\":{:.1},\"native_fresh_ns\":{:.1}",
+            n.near_ns, n.far_ns, n.follow_ns, n.fresh_ns
         ));
     }
     o.push_str("},");

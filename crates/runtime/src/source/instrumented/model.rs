@@ -7,7 +7,7 @@
 use super::pm::is_pm;
 use super::settings::{self, LOGGED_WEIGHT};
 use pmlab_model::cache::{CompactCache, Hierarchy};
-use pmlab_model::device::{DeviceCounts, DeviceModel, FlushedLines, NativeCosts};
+use pmlab_model::device::{DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
 /// Entries ahead of the one being processed whose model set is prefetched.
@@ -140,18 +140,13 @@ struct DeviceState {
     /// The full line number of each slot of the compact cache (its
     /// victims' addresses).
     names: Vec<u64>,
-    /// The PM lines flushed and not touched since, to tell a flushed
-    /// line's re-read from a cold miss.
-    flushed: FlushedLines,
+    /// The locality of the thread's PM misses, for their native cost.
+    locality: NativeTracker,
     native: NativeCosts,
 }
 
-/// Bits of the flushed-line table: exact for the flushes of any 256 MiB
-/// window (512 KiB per thread).
-const FLUSHED_LINES: u64 = 1 << 22;
-
-/// This machine's native costs of a flushed line's re-read and of a cold
-/// miss ([`set_native_costs`]).
+/// This machine's native costs of a near, a far and a following miss
+/// ([`set_native_costs`]).
 static NATIVE: std::sync::OnceLock<NativeCosts> = std::sync::OnceLock::new();
 
 /// Device mode: the native costs the delays are corrected by (set once
@@ -213,17 +208,18 @@ impl ModelState {
                     Model::Compact(_) => CompactCache::table_len(llc).ok()?,
                     Model::Full(_) => 0,
                 };
-                // Without a measurement, every miss is taken to cost what
-                // the slowest level costs less nothing natively is known
-                // to be cheaper than: the DRAM latency.
+                // Without a measurement, nothing is taken to be paid
+                // natively.
                 let native = native_costs().unwrap_or(NativeCosts {
-                    flushed_ns: 0.0,
-                    cold_ns: 0.0,
+                    near_ns: 0.0,
+                    far_ns: 0.0,
+                    follow_ns: 0.0,
+                    fresh_ns: 0.0,
                 });
                 Some(Box::new(DeviceState {
                     model: DeviceModel::new(p),
                     names: vec![0u64; n],
-                    flushed: FlushedLines::new(FLUSHED_LINES),
+                    locality: NativeTracker::new(),
                     native,
                 }))
             }
@@ -256,7 +252,7 @@ impl ModelState {
         if let Some(d) = &mut self.device {
             d.model = DeviceModel::new(d.model.params());
             d.names.fill(0);
-            d.flushed = FlushedLines::new(FLUSHED_LINES);
+            d.locality = NativeTracker::new();
         }
     }
 
@@ -389,7 +385,7 @@ impl ModelState {
                 Model::Full(h) => h.invalidate(line) && is_pm(addr),
             };
             if is_pm(addr) {
-                dev.flushed.flush(line);
+                dev.locality.flush(line);
             }
             if dirty {
                 self.totals.pm_writebacks += 1;
@@ -418,11 +414,11 @@ impl ModelState {
         );
         totals.pm_dirtied += dirtied as u64;
         // The delay of a PM miss: the level that served it, less what
-        // this kind of access (a flushed line's re-read, a cold miss)
-        // already costs natively.
+        // this kind of access (near, far, following the one before,
+        // flushed just before) already costs natively.
         let delay = if miss && pm {
             let level = dev.model.read(addr as u64);
-            let access = dev.flushed.take(line);
+            let access = dev.locality.classify(line);
             dev.native.delay_ns(dev.model.params(), level, access)
         } else {
             0.0
@@ -552,23 +548,61 @@ impl Drop for HugeTable {
     }
 }
 
-/// Lines of the chase [`measure_flushed_reread_ns`] follows (256 KiB).
+/// Lines of the chases [`measure_native_costs`] follows (256 KiB).
 const REREAD_LINES: usize = 4096;
+/// Lines per block of its second chase (256 B blocks).
+const FOLLOW_BLOCK: usize = 4;
+/// Lines of its third chase (8 KiB: each line re-read right after its
+/// flush, [`pmlab_model::device::Access::Fresh`]).
+const FRESH_LINES: usize = 128;
 
-/// This machine's native cost of re-reading a line the program flushed,
-/// ns: a random dependent chase over 256 KiB, the region flushed with the
-/// evicting flush device mode's `pflush` uses ([`super::pm::evicting_flush`])
-/// before each pass; the median of five passes after a first untimed one.
-/// `PMLAB_DEVICE_FLUSHED_NS` gives the value instead (tests, or a
-/// measurement made elsewhere). `None` when the memory cannot be mapped.
-pub(super) fn measure_flushed_reread_ns() -> Option<f64> {
-    if let Some(v) = std::env::var("PMLAB_DEVICE_FLUSHED_NS")
+/// A number from the environment variable `key`, when set to one (>= 0).
+fn env_ns(key: &str) -> Option<f64> {
+    std::env::var(key)
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
-    {
-        return Some(v);
+}
+
+/// This machine's native costs for device mode's delays, `far_ns` (the
+/// calibrated DRAM latency) given: two random dependent chases over the
+/// same 256 KiB, flushed with the evicting flush device mode's `pflush`
+/// uses ([`super::pm::evicting_flush`]) before each pass, the median of
+/// five passes after a first untimed one: one line by one (the near
+/// cost), and in 256 B blocks read in order (the following lines' cost,
+/// [`NativeCosts::follow_from`]); and the first 8 KiB of it alone, each
+/// line re-read right after its flush (the fresh cost; 25 passes). `PMLAB_DEVICE_NEAR_NS`, `PMLAB_DEVICE_FOLLOW_NS` and
+/// `PMLAB_DEVICE_FRESH_NS` give the values instead (tests, or a
+/// measurement made elsewhere). Without memory to measure in, `far_ns`
+/// for all.
+pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
+    let (near, follow, fresh) = (
+        env_ns("PMLAB_DEVICE_NEAR_NS"),
+        env_ns("PMLAB_DEVICE_FOLLOW_NS"),
+        env_ns("PMLAB_DEVICE_FRESH_NS"),
+    );
+    let measured = if near.is_none() || follow.is_none() || fresh.is_none() {
+        measure_chases()
+    } else {
+        None
+    };
+    let near_ns = near.or(measured.map(|m| m.0)).unwrap_or(far_ns);
+    let follow_ns = follow
+        .or(measured.map(|m| NativeCosts::follow_from(m.0, m.1, FOLLOW_BLOCK as u32)))
+        .unwrap_or(near_ns);
+    let fresh_ns = fresh.or(measured.map(|m| m.2)).unwrap_or(near_ns);
+    NativeCosts {
+        near_ns,
+        far_ns,
+        follow_ns,
+        fresh_ns,
     }
+}
+
+/// The three chases of [`measure_native_costs`]: ns per line one line by
+/// one, in blocks of [`FOLLOW_BLOCK`] lines, and one line by one over the
+/// first [`FRESH_LINES`]. `None` when the memory cannot be mapped.
+fn measure_chases() -> Option<(f64, f64, f64)> {
     let bytes = REREAD_LINES * 64;
     // SAFETY: a fresh private anonymous mapping, unmapped below.
     let base = unsafe {
@@ -585,44 +619,65 @@ pub(super) fn measure_flushed_reread_ns() -> Option<f64> {
         return None;
     }
     let b = base as *mut u8;
-    // A random cyclic order of the lines (Fisher-Yates, xorshift).
-    let mut order: Vec<usize> = (0..REREAD_LINES).collect();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for i in (1..REREAD_LINES).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
     let op = super::pm::evicting_flush(crate::persist::cpu_flush_op());
-    let mut passes = [0f64; 5];
-    // SAFETY: every address is inside the mapping; each line holds the
-    // address of the next one.
-    unsafe {
-        for i in 0..REREAD_LINES {
-            let next = b.add(order[(i + 1) % REREAD_LINES] * 64) as usize;
-            std::ptr::write_volatile(b.add(order[i] * 64) as *mut usize, next);
+    let mut out = [0f64; 3];
+    // (lines per block, lines, timed passes): the short chase's passes
+    // are 30x shorter, and noisier.
+    for (k, (block, lines, n)) in [
+        (1usize, REREAD_LINES, 5usize),
+        (FOLLOW_BLOCK, REREAD_LINES, 5),
+        (1, FRESH_LINES, 25),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let blocks = lines / block;
+        // A random cyclic order of the blocks (Fisher-Yates, xorshift);
+        // inside a block the lines in order.
+        let mut order: Vec<usize> = (0..blocks).collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..blocks).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let mut p = b.add(order[0] * 64) as usize;
-        for pass in 0..=passes.len() {
-            for l in 0..REREAD_LINES {
-                crate::persist::flush_line(b.add(l * 64), op);
+        let seq: Vec<usize> = order
+            .iter()
+            .flat_map(|&o| (0..block).map(move |l| o * block + l))
+            .collect();
+        let mut passes = [0f64; 25];
+        let passes = &mut passes[..n];
+        // SAFETY: every address is inside the mapping; each line holds the
+        // address of the next one.
+        unsafe {
+            for i in 0..lines {
+                let next = b.add(seq[(i + 1) % lines] * 64) as usize;
+                std::ptr::write_volatile(b.add(seq[i] * 64) as *mut usize, next);
             }
-            crate::persist::sfence();
-            let t = std::time::Instant::now();
-            for _ in 0..REREAD_LINES {
-                p = std::ptr::read_volatile(p as *const usize);
+            let mut p = b.add(seq[0] * 64) as usize;
+            for pass in 0..=passes.len() {
+                for l in 0..lines {
+                    crate::persist::flush_line(b.add(l * 64), op);
+                }
+                crate::persist::sfence();
+                let t = std::time::Instant::now();
+                for _ in 0..lines {
+                    p = std::ptr::read_volatile(p as *const usize);
+                }
+                let ns = t.elapsed().as_nanos() as f64 / lines as f64;
+                if pass > 0 {
+                    passes[pass - 1] = ns;
+                }
             }
-            let ns = t.elapsed().as_nanos() as f64 / REREAD_LINES as f64;
-            if pass > 0 {
-                passes[pass - 1] = ns;
-            }
+            std::hint::black_box(p);
         }
-        std::hint::black_box(p);
-        libc::munmap(base, bytes);
+        passes.sort_by(f64::total_cmp);
+        out[k] = passes[passes.len() / 2];
     }
-    passes.sort_by(f64::total_cmp);
-    Some(passes[passes.len() / 2])
+    // SAFETY: our own mapping, unmapped once.
+    unsafe { libc::munmap(base, bytes) };
+    Some((out[0], out[1], out[2]))
 }
 
 #[cfg(test)]
@@ -642,9 +697,17 @@ mod tests {
     }
 
     #[test]
-    fn the_native_cost_of_a_flushed_line_re_read_is_measured() {
-        // The measurement (or the value given) is a plausible latency.
-        let ns = measure_flushed_reread_ns().expect("256 KiB mapped");
-        assert!(ns > 1.0 && ns < 100_000.0, "{ns}");
+    fn the_native_costs_are_measured() {
+        // Plausible latencies, whatever the environment gives.
+        let (near, block, fresh) = measure_chases().expect("256 KiB mapped");
+        assert!(near > 1.0 && near < 100_000.0, "{near}");
+        assert!(block > 0.1 && block < 100_000.0, "{block}");
+        assert!(fresh > 1.0 && fresh < 100_000.0, "{fresh}");
+        let n = measure_native_costs(150.0);
+        assert_eq!(n.far_ns, 150.0);
+        assert!(
+            n.near_ns > 0.0 && n.follow_ns >= 0.0 && n.fresh_ns > 0.0,
+            "{n:?}"
+        );
     }
 }
