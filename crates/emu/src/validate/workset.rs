@@ -4,11 +4,14 @@
 //! each against its native run, and the one-chain curves against their
 //! `--no-inject` runs (the hooks' cost does not depend on the chains).
 //!
-//! The emulated runs are sampled ([`SAMPLE`]): with every access hooked,
-//! an in-cache access costs about twice its native time, which no
-//! injection takes back; the sampled model charges a window's miss on a
-//! line it never saw by the first-sight rule
-//! (`runtime::source::instrumented::sample::FirstSight`).
+//! Below half the LLC the emulated runs are sampled ([`SAMPLE`],
+//! [`sample_flags`]): with every access hooked, an in-cache access costs
+//! about twice its native time, which no injection takes back; the
+//! sampled model charges a window's miss on a line it never saw by the
+//! first-sight rule (`runtime::source::instrumented::sample::FirstSight`).
+//! From half the LLC up every access is hooked: the misses hide the
+//! hooks there, and a sampled model near its own size misses less than a
+//! fully fed one.
 //!
 //! The machine's effective LLC moves with its neighbours, and with it
 //! the native curve near the knee. So regions are the outer loop: before
@@ -68,11 +71,23 @@
 
 use super::*;
 
-/// The sampling of the emulated runs (`--sample`): with every access
-/// hooked an in-cache access costs about twice its native time, which no
-/// injection takes back; sampled, the hooks add about 5% (see
-/// `docs/emulator.md`, "Sampled instrumentation").
+/// The sampling of the emulated runs at regions below half the LLC
+/// (`--sample`): with every access hooked an in-cache access costs about
+/// twice its native time, which no injection takes back; sampled, the
+/// hooks add about 5% (see `docs/emulator.md`, "Sampled
+/// instrumentation"). From half the LLC up every access is hooked: there
+/// the misses hide the hooks, and a sampled model near its own size
+/// misses less than a fully fed one.
 pub const SAMPLE: &str = "auto";
+
+/// The `pmlab run` flags of a region's emulated runs: sampled ([`SAMPLE`])
+/// below half the LLC, none (every access hooked) from there up.
+pub fn sample_flags(cls: Class) -> Vec<String> {
+    match cls {
+        Class::Near => vec![s("--sample"), s(SAMPLE)],
+        Class::Mid | Class::Far => Vec::new(),
+    }
+}
 
 /// The miss share of a chase curve (region bytes, ns per load; regions
 /// ascending) at `region` bytes, interpolated on log(region):
@@ -265,7 +280,7 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
         None
     };
     ctx.say(&format!(
-        "workset: regions {:?} MiB ({:?} with 4 chains), {reps} repetition(s) each: {}each curve's native run, then sampled (--sample {SAMPLE}) --no-inject (1 chain) and {:?} ns",
+        "workset: regions {:?} MiB ({:?} with 4 chains), {reps} repetition(s) each: {}each curve's native run, --no-inject (1 chain) and {:?} ns (sampled, --sample {SAMPLE}, below half the LLC)",
         p.regions,
         p.regions_multi,
         if probe.is_some() { "a knee probe (the model's LLC), then " } else { "" },
@@ -276,7 +291,7 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
     // Per region, the probe's miss share there and the model size fitted.
     let mut probe_m: Vec<Vec<f64>> = vec![Vec::new(); p.regions.len()];
     let mut models: Vec<Vec<u64>> = vec![Vec::new(); p.regions.len()];
-    let sample = [s("--sample"), s(SAMPLE)];
+    let mut sampled: Vec<Vec<bool>> = vec![Vec::new(); p.regions.len()];
     for (ri, &r) in p.regions.iter().enumerate() {
         for _ in 0..reps {
             let dram = ctx.dram_now();
@@ -294,6 +309,10 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                     .and_then(calibrate::instr_llc_model)
                     .or_else(|| calibrate::instr_llc_for(knee));
             }
+            // Sampled below half the LLC as measured now.
+            let llc_now = knees[ri].last().copied().filter(|&k| k > 0);
+            let sample = sample_flags(class(r << 20, llc_now.unwrap_or(ctx.llc_bytes)));
+            sampled[ri].push(!sample.is_empty());
             for (ci, &(prog, k)) in curves.iter().enumerate() {
                 if !p.has(k, r) {
                     continue;
@@ -390,11 +409,16 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                     .map(|&k| (k as f64 / 1048576.0 * 10.0).round() / 10.0)
                     .collect::<Vec<_>>()
             };
+            let n_sampled = sampled[ri].iter().filter(|&&x| x).count();
+            let sample_note = format!(
+                "; sampled (--sample {SAMPLE}) in {n_sampled} of {} repetition(s)",
+                sampled[ri].len()
+            );
             let knee_note = if knees[ri].is_empty() {
-                String::new()
+                sample_note
             } else {
                 format!(
-                    "; knee before each repetition {:?} MiB, model fitted to the probe's ramp {:?} MiB, the probe's miss share here {:?}",
+                    "{sample_note}; knee before each repetition {:?} MiB, model fitted to the probe's ramp {:?} MiB, the probe's miss share here {:?}",
                     mib(&knees[ri]),
                     mib(&models[ri]),
                     probe_m[ri]
@@ -665,6 +689,13 @@ mod tests {
         assert!(p.has(1, 24) && p.has(1, 1024));
         assert!(p.has(4, 16) && !p.has(4, 24) && !p.has(4, 1024));
         assert!(Plan::new(true).regions_multi.is_empty());
+    }
+
+    #[test]
+    fn only_regions_below_half_the_llc_run_sampled() {
+        assert_eq!(sample_flags(Class::Near), vec![s("--sample"), s(SAMPLE)]);
+        assert!(sample_flags(Class::Mid).is_empty());
+        assert!(sample_flags(Class::Far).is_empty());
     }
 
     #[test]
