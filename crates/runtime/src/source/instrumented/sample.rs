@@ -638,7 +638,7 @@ pub type Serial = [f64; 4];
 ///   lines), the miss ratio of its re-sights since (accesses to lines it
 ///   saw before: its verdict on the program's reuse);
 /// * before, that of a random cycle over the program's footprint in a
-///   cache of the model's size ([`random_cycle_miss`]), the footprint
+///   cache of the model's size ([`random_cycle_miss`](pmlab_model::cache::random_cycle_miss)), the footprint
 ///   estimated from the windows' sightings: `W` sightings of `D` distinct
 ///   lines, uniformly spread over `N` lines, give `D = N (1 - e^(-W/N))`
 ///   (a capture-recapture estimate);
