@@ -342,7 +342,11 @@ impl ModelState {
         let addr = e.addr & !FLAGS;
         let pm = is_pm(addr);
         let line = (addr >> LINE_SHIFT) as u64;
-        let seen = self.first.as_deref_mut().is_none_or(|f| f.seen(line));
+        // (seen before, seen just before)
+        let (seen, recent) = self
+            .first
+            .as_deref_mut()
+            .map_or((true, true), |f| (f.seen(line), f.recent(line)));
         let totals = &mut self.totals;
         let (miss, dirtied) =
             cache_access(&mut self.cache, None, filter, line, write, pm, |_, pm| {
@@ -352,7 +356,7 @@ impl ModelState {
         let Some(f) = self.first.as_deref_mut() else {
             return self.count_miss(e, addr, pm, miss);
         };
-        if seen {
+        if seen && !recent {
             f.resight(miss);
         }
         let raw = self.est.counts();

@@ -613,6 +613,14 @@ pub fn thread_epoch_factor() -> f64 {
 /// to a few hundred MiB; past that most lines read as seen, and a window's
 /// misses count as the capacity misses they are at such sizes.
 pub const SEEN_BITS: usize = 1 << 23;
+/// Lines of [`FirstSight`]'s table of recent sightings (direct-mapped).
+pub const RECENT_LINES: usize = 256;
+/// A re-sight within this many sightings of the line's last one (found in
+/// the table of recent sightings) is a reuse inside a window (a stream's
+/// next access to its line, a loop's own variables), which says nothing
+/// about the lines the gaps used.
+pub const RECENT_SIGHTINGS: u64 = 64;
+
 /// Re-sights after the model filled needed before their miss ratio
 /// settles the first sights ([`FirstSight::settle`]).
 pub const MIN_RESIGHTS: f64 = 32.0;
@@ -646,6 +654,11 @@ pub type Serial = [f64; 4];
 ///   lines: a window that has seen 100 lines and none twice charges
 ///   nothing, one that has seen 20 000 of a 1 GiB chase charges them all).
 ///
+/// Re-sights of a line sighted just before ([`recent`](Self::recent): a
+/// stream's or a loop's own reuse) are left out of the sightings and the
+/// ratio: they say nothing about the lines the gaps used (a triad's
+/// windows re-sight each line 2-8 times in a row, all hits).
+///
 /// The footprint estimate assumes a random cycle (a chase): a program
 /// whose reuse is skewed (a few hot lines among many cold ones) reads
 /// high before the model fills. Only under sampling (with full
@@ -654,6 +667,11 @@ pub type Serial = [f64; 4];
 /// hashed bit per line: a collision reads a first sight as a re-sight.
 pub struct FirstSight {
     seen: Vec<u64>,
+    /// Recent sightings by hashed slot: `line + 1` and the sighting's
+    /// number.
+    recent: Vec<[u64; 2]>,
+    /// Sightings so far, recent re-sights included.
+    clock: u64,
     /// Sightings (accesses run through the model) and first sights.
     sightings: f64,
     firsts: f64,
@@ -685,6 +703,8 @@ impl FirstSight {
     pub fn with_bits(bits: usize, capacity: u64, ways: usize) -> FirstSight {
         FirstSight {
             seen: vec![0; bits.next_power_of_two().max(64) / 64],
+            recent: vec![[0; 2]; RECENT_LINES],
+            clock: 0,
             sightings: 0.0,
             firsts: 0.0,
             inserted: 0.0,
@@ -695,6 +715,20 @@ impl FirstSight {
             capacity: capacity.max(1) as f64,
             ways,
         }
+    }
+
+    /// Whether the model saw `line` within the last [`RECENT_SIGHTINGS`]
+    /// sightings (as far as the table of [`RECENT_LINES`] recalls); counts
+    /// this sighting. Such a re-sight is left out of the rule's
+    /// statistics: only [`seen`](Self::seen) and the model see it.
+    #[inline]
+    pub fn recent(&mut self, line: u64) -> bool {
+        self.clock += 1;
+        let h = line.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (h >> 40) as usize & (RECENT_LINES - 1);
+        let [l, at] = self.recent[slot];
+        self.recent[slot] = [line.wrapping_add(1), self.clock];
+        l == line.wrapping_add(1) && self.clock - at <= RECENT_SIGHTINGS
     }
 
     /// Whether the model saw `line` before; marks it seen.
@@ -1178,8 +1212,11 @@ mod tests {
             if in_window {
                 seen_accesses += chase as u64;
                 let seen = first.seen(x);
+                let recent = first.recent(x);
                 let miss = !sampled.access(x, !chase, false).hit;
-                if seen {
+                if seen && recent {
+                    // a reuse inside the window: the model's alone
+                } else if seen {
                     first.resight(miss);
                 } else {
                     first.first(miss, [miss as u8 as f64, 0.0, miss as u8 as f64, 0.0]);
@@ -1285,6 +1322,30 @@ mod tests {
         assert_eq!(f.ratio(), Some(0.0));
         f.settle();
         assert_eq!(f.charged([f.firsts, 0.0, f.firsts, 0.0]), [0.0; 4]);
+    }
+
+    #[test]
+    fn a_window_s_own_reuse_is_left_out() {
+        // A stream touching each line 4 times in a row (the hook filter
+        // missing it each time): the repeats are recent, not re-sights;
+        // the lines stay first sights of an unbounded footprint.
+        let mut f = FirstSight::with_bits(1 << 20, 1 << 10, 16);
+        for line in 0..4096u64 {
+            for k in 0..4 {
+                let seen = f.seen(line);
+                let recent = f.recent(line);
+                assert_eq!((seen, recent), (k > 0, k > 0), "line {line}, access {k}");
+                if !seen {
+                    f.first(true, [1.0, 0.0, 1.0, 0.0]);
+                }
+            }
+        }
+        assert_eq!(f.ratio(), Some(1.0));
+        // A line met again long after is no longer recent.
+        for line in 10_000..10_100u64 {
+            f.recent(line);
+        }
+        assert!(!f.recent(5));
     }
 
     #[test]
