@@ -306,10 +306,7 @@ impl KneeProbe {
 /// ([`model_geometry`]) nearest [`random_model_bytes`]; None for 0
 /// (unknown).
 pub fn instr_llc_for(bytes: u64) -> Option<String> {
-    (bytes > 0).then(|| {
-        let g = model_geometry(random_model_bytes(bytes));
-        format!("{}:{}", g.size_bytes, g.ways)
-    })
+    instr_llc_model(random_model_bytes(bytes))
 }
 
 /// The calling thread's CPU time, ns.
@@ -449,6 +446,76 @@ pub fn instr_llc_setting(c: &Calibration) -> Option<String> {
 /// `CompactCache::set_random_replacement`).
 pub fn random_model_bytes(knee: u64) -> u64 {
     (knee as f64 / pmlab_model::cache::half_hit_ratio(16)) as u64
+}
+
+/// The size of a random-replacement model whose miss curve on a cyclic
+/// chase fits a native chase curve (region bytes, ns per load; regions
+/// ascending) best: the native miss share of a region is
+/// `(t - in_cache) / (dram - in_cache)` (`dram` at least the largest
+/// region's figure, as in [`effective_llc`]), the model's
+/// [`random_cycle_miss`](pmlab_model::cache::random_cycle_miss)`(region /
+/// size)`, and the size minimises the sum of their absolute differences
+/// (one preempted point weighs no more than its own distance) over the
+/// curve's regions of at least `floor` bytes (past the level-2
+/// cache), searched on a fine logarithmic grid. A fit to every point of
+/// the ramp, not to its half-way crossing alone: a ramp gentler or
+/// steadier than the model's is met in the middle, and one noisy point
+/// moves it less. `None` when no point misses a quarter of its loads or
+/// none hits three quarters (no ramp within the curve), or DRAM is not
+/// slower than the cache.
+pub fn fit_model_bytes(curve: &[(u64, f64)], in_cache: f64, dram: f64, floor: u64) -> Option<u64> {
+    let dram = curve.last().map_or(dram, |&(_, t)| dram.max(t));
+    if dram.is_nan() || in_cache.is_nan() || dram <= in_cache * 1.2 {
+        return None;
+    }
+    let pts: Vec<(f64, f64)> = curve
+        .iter()
+        .filter(|&&(r, _)| r >= floor)
+        .map(|&(r, t)| {
+            (
+                r as f64,
+                ((t - in_cache) / (dram - in_cache)).clamp(0.0, 1.0),
+            )
+        })
+        .collect();
+    if !pts.iter().any(|p| p.1 >= 0.25) || !pts.iter().any(|p| p.1 <= 0.25) {
+        return None;
+    }
+    let err = |c: f64| -> f64 {
+        pts.iter()
+            .map(|&(r, m)| (pmlab_model::cache::random_cycle_miss(r / c, 16) - m).abs())
+            .sum()
+    };
+    let (lo, hi) = (pts[0].0 / 8.0, pts[pts.len() - 1].0 * 2.0);
+    let steps = 600;
+    let mut best = (f64::INFINITY, lo);
+    for i in 0..=steps {
+        let c = lo * (hi / lo).powf(i as f64 / steps as f64);
+        let e = err(c);
+        if e < best.0 {
+            best = (e, c);
+        }
+    }
+    Some(best.1.round() as u64)
+}
+
+/// `PMLAB_INSTR_LLC` for a model of about `bytes` (the geometry
+/// [`model_geometry`] makes of it); None for 0 (unknown).
+pub fn instr_llc_model(bytes: u64) -> Option<String> {
+    (bytes > 0).then(|| {
+        let g = model_geometry(bytes);
+        format!("{}:{}", g.size_bytes, g.ways)
+    })
+}
+
+/// Twice the level-2 cache of cpu0 (2 MiB when unknown): the smallest
+/// region a chase curve's ramp is read from (below, the chase hits the
+/// level-2 cache).
+pub fn l2_floor() -> u64 {
+    2 * match l2_bytes() {
+        0 => 1 << 20,
+        b => b,
+    }
 }
 
 /// The level-2 cache of cpu0 (data or unified), bytes (0 if unknown).
@@ -622,6 +689,41 @@ mod tests {
             .iter()
             .map(|&r| ((r * MIB as f64) as u64, in_cache + m(r) * (dram - in_cache)))
             .collect()
+    }
+
+    #[test]
+    fn the_model_size_is_fitted_to_the_whole_ramp() {
+        use pmlab_model::cache::random_cycle_miss;
+        let regions = [
+            1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0,
+        ];
+        // A machine whose cache behaves as a 10 MiB random-replacement
+        // model: the fit finds it (the grid's step is under 1%).
+        let c = curve(&regions, 40.0, 150.0, |r| random_cycle_miss(r / 10.0, 16));
+        let got = fit_model_bytes(&c, 40.0, 150.0, 2 * MIB).unwrap() as f64 / MIB as f64;
+        assert!((got - 10.0).abs() < 0.15, "{got}");
+        // One preempted point below the ramp (8 MiB read at DRAM) moves it
+        // by less than the half-way crossing would have.
+        let mut noisy = c.clone();
+        noisy[6].1 = 150.0;
+        let got = fit_model_bytes(&noisy, 40.0, 150.0, 2 * MIB).unwrap() as f64 / MIB as f64;
+        assert!((got - 10.0).abs() < 2.0, "{got}");
+        // A gentler ramp (hits falling as 12 MiB / region): the fitted
+        // model misses half of its loads within the ramp's middle.
+        let c = curve(&regions, 40.0, 150.0, |r| (1.0 - 12.0 / r).max(0.0));
+        let got = fit_model_bytes(&c, 40.0, 150.0, 2 * MIB).unwrap() as f64 / MIB as f64;
+        let half = got * pmlab_model::cache::half_hit_ratio(16);
+        assert!(
+            half > 16.0 && half < 32.0,
+            "model {got} MiB, half at {half}"
+        );
+        // No ramp (everything fits, or nothing does): no fit.
+        let flat = curve(&regions, 40.0, 150.0, |_| 0.0);
+        assert_eq!(fit_model_bytes(&flat, 40.0, 150.0, 2 * MIB), None);
+        let far = curve(&regions, 40.0, 150.0, |_| 1.0);
+        assert_eq!(fit_model_bytes(&far, 40.0, 150.0, 2 * MIB), None);
+        assert_eq!(instr_llc_model(0), None);
+        assert_eq!(instr_llc_model(8 * MIB).unwrap(), "8388608:16");
     }
 
     #[test]

@@ -489,6 +489,35 @@ pub fn half_hit_ratio(ways: usize) -> f64 {
     (p + 2.0 * (w - p) * std::f64::consts::LN_2) / w
 }
 
+/// Under random replacement ([`CompactCache::set_random_replacement`]),
+/// the share of a random cycle's accesses that miss in steady state, for
+/// a cycle of `ratio` times the cache's lines and `ways` ways: 0 while the
+/// cycle fits (`ratio <= 1`), else `1 - h` with `h` the root below 1 of
+/// `h = exp(-(1 - h) a)`, `a = (ratio w - p) / (w - p)` (see
+/// [`half_hit_ratio`]; one half at that ratio).
+pub fn random_cycle_miss(ratio: f64, ways: usize) -> f64 {
+    let p = protected_ways(ways) as f64;
+    let w = ways.max(1) as f64;
+    if !ratio.is_finite() {
+        return if ratio > 0.0 { 1.0 } else { 0.0 };
+    }
+    let a = (ratio * w - p) / (w - p);
+    if a <= 1.0 {
+        return 0.0;
+    }
+    // h - exp(-(1 - h) a) is negative at 0 and positive just below 1.
+    let (mut lo, mut hi) = (0.0f64, 1.0 - 1e-12);
+    for _ in 0..80 {
+        let h = 0.5 * (lo + hi);
+        if h - (-(1.0 - h) * a).exp() < 0.0 {
+            lo = h;
+        } else {
+            hi = h;
+        }
+    }
+    1.0 - 0.5 * (lo + hi)
+}
+
 impl CompactCache {
     /// An empty cache of the given geometry; the set count must be a
     /// power of two.
@@ -1084,6 +1113,26 @@ mod tests {
         assert!(h2 < h - 0.1 && h2 > 0.1, "{h2}");
         let h = cycle_hits(4 * c, c, true);
         assert!(h < 0.05, "{h}");
+    }
+
+    #[test]
+    fn the_random_cycle_miss_curve_matches_the_simulated_cache() {
+        let c = 4096;
+        assert_eq!(random_cycle_miss(0.5, 16), 0.0);
+        assert_eq!(random_cycle_miss(1.0, 16), 0.0);
+        assert!((random_cycle_miss(half_hit_ratio(16), 16) - 0.5).abs() < 1e-9);
+        assert_eq!(random_cycle_miss(f64::INFINITY, 16), 1.0);
+        let mut last = 0.0;
+        for r in [1.1, 1.29, 1.5, 2.0, 3.0] {
+            let m = random_cycle_miss(r, 16);
+            assert!(m > last, "{r}: {m} not above {last}");
+            last = m;
+            let sim = 1.0 - cycle_hits((c as f64 * r) as u64, c, true);
+            assert!(
+                (m - sim).abs() < 0.08,
+                "ratio {r}: formula {m}, simulated {sim}"
+            );
+        }
     }
 
     #[test]

@@ -4,11 +4,26 @@
 //! each against its native run, and the one-chain curves against their
 //! `--no-inject` runs (the hooks' cost does not depend on the chains).
 //!
+//! Below half the LLC the emulated runs are sampled ([`SAMPLE`],
+//! [`sample_flags`]): with every access hooked, an in-cache access costs
+//! about twice its native time, which no injection takes back; the
+//! sampled model charges a window's miss on a line it never saw by the
+//! first-sight rule (`runtime::source::instrumented::sample::FirstSight`).
+//! From half the LLC up every access is hooked: the misses hide the
+//! hooks there, and a sampled model near its own size misses less than a
+//! fully fed one.
+//!
 //! The machine's effective LLC moves with its neighbours, and with it
 //! the native curve near the knee. So regions are the outer loop: before
-//! each repetition of a region the DRAM latency and the knee
-//! ([`crate::calibrate::KneeProbe`]) are measured and the knee is modelled
-//! (`PMLAB_INSTR_LLC`) in that repetition's emulated runs; every curve
+//! each repetition of a region the DRAM latency and the chase curve
+//! ([`crate::calibrate::KneeProbe`]) are measured, and that repetition's
+//! emulated runs model (`PMLAB_INSTR_LLC`) the random-replacement cache
+//! whose miss curve fits the probe's ramp best
+//! ([`crate::calibrate::fit_model_bytes`]; the knee's
+//! [`crate::calibrate::random_model_bytes`] when the curve has no ramp).
+//! Each point's note gives the probe's own miss share at its region next
+//! to the native program's `m`: where they differ, the program's layout
+//! or its short run, not the model's size, is the difference. Every curve
 //! then runs natively, with `--no-inject` and emulated, and each
 //! repetition's expectation comes from its own native run. Points whose
 //! native reference moved are marked ([`unstable`]).
@@ -55,6 +70,47 @@
 //! `--no-inject` within 10% of native at every region.
 
 use super::*;
+
+/// The sampling of the emulated runs at regions below half the LLC
+/// (`--sample`): with every access hooked an in-cache access costs about
+/// twice its native time, which no injection takes back; sampled, the
+/// hooks add about 5% (see `docs/emulator.md`, "Sampled
+/// instrumentation"). From half the LLC up every access is hooked: there
+/// the misses hide the hooks, and a sampled model near its own size
+/// misses less than a fully fed one.
+pub const SAMPLE: &str = "auto";
+
+/// The `pmlab run` flags of a region's emulated runs: sampled ([`SAMPLE`])
+/// below half the LLC, none (every access hooked) from there up.
+pub fn sample_flags(cls: Class) -> Vec<String> {
+    match cls {
+        Class::Near => vec![s("--sample"), s(SAMPLE)],
+        Class::Mid | Class::Far => Vec::new(),
+    }
+}
+
+/// The miss share of a chase curve (region bytes, ns per load; regions
+/// ascending) at `region` bytes, interpolated on log(region):
+/// `(t - in_cache) / (dram - in_cache)` within [0, 1], `dram` at least the
+/// largest region's figure; None outside the curve or without a ramp.
+pub fn curve_miss(curve: &[(u64, f64)], in_cache: f64, dram: f64, region: u64) -> Option<f64> {
+    let dram = curve.last().map_or(dram, |&(_, t)| dram.max(t));
+    if dram.is_nan() || in_cache.is_nan() || dram <= in_cache {
+        return None;
+    }
+    let i = curve.iter().position(|&(r, _)| r >= region)?;
+    let t = if curve[i].0 == region || i == 0 {
+        if curve[i].0 != region {
+            return None;
+        }
+        curve[i].1
+    } else {
+        let ((r0, t0), (r1, t1)) = (curve[i - 1], curve[i]);
+        let f = ((region as f64).ln() - (r0 as f64).ln()) / ((r1 as f64).ln() - (r0 as f64).ln());
+        t0 + f * (t1 - t0)
+    };
+    Some(((t - in_cache) / (dram - in_cache)).clamp(0.0, 1.0))
+}
 
 /// Sizes of the working-set study.
 struct Plan {
@@ -224,7 +280,7 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
         None
     };
     ctx.say(&format!(
-        "workset: regions {:?} MiB ({:?} with 4 chains), {reps} repetition(s) each: {}each curve's native run, --no-inject (1 chain) and {:?} ns",
+        "workset: regions {:?} MiB ({:?} with 4 chains), {reps} repetition(s) each: {}each curve's native run, --no-inject (1 chain) and {:?} ns (sampled, --sample {SAMPLE}, below half the LLC)",
         p.regions,
         p.regions_multi,
         if probe.is_some() { "a knee probe (the model's LLC), then " } else { "" },
@@ -232,14 +288,31 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
     ));
     let mut all = vec![vec![Runs::default(); p.regions.len()]; curves.len()];
     let mut knees: Vec<Vec<u64>> = vec![Vec::new(); p.regions.len()];
+    // Per region, the probe's miss share there and the model size fitted.
+    let mut probe_m: Vec<Vec<f64>> = vec![Vec::new(); p.regions.len()];
+    let mut models: Vec<Vec<u64>> = vec![Vec::new(); p.regions.len()];
+    let mut sampled: Vec<Vec<bool>> = vec![Vec::new(); p.regions.len()];
     for (ri, &r) in p.regions.iter().enumerate() {
         for _ in 0..reps {
             let dram = ctx.dram_now();
             if let Some(pr) = probe.as_mut() {
-                let (knee, _) = pr.measure(dram);
+                let (knee, curve) = pr.measure(dram);
                 knees[ri].push(knee);
-                *ctx.llc_now.borrow_mut() = calibrate::instr_llc_for(knee);
+                let floor = calibrate::l2_floor();
+                let in_cache = calibrate::llc_in_cache(&curve, floor / 2);
+                let fit = calibrate::fit_model_bytes(&curve, in_cache, dram, floor);
+                if let Some(m) = curve_miss(&curve, in_cache, dram, r << 20) {
+                    probe_m[ri].push(m);
+                }
+                models[ri].push(fit.unwrap_or_else(|| calibrate::random_model_bytes(knee)));
+                *ctx.llc_now.borrow_mut() = fit
+                    .and_then(calibrate::instr_llc_model)
+                    .or_else(|| calibrate::instr_llc_for(knee));
             }
+            // Sampled below half the LLC as measured now.
+            let llc_now = knees[ri].last().copied().filter(|&k| k > 0);
+            let sample = sample_flags(class(r << 20, llc_now.unwrap_or(ctx.llc_bytes)));
+            sampled[ri].push(!sample.is_empty());
             for (ci, &(prog, k)) in curves.iter().enumerate() {
                 if !p.has(k, r) {
                     continue;
@@ -256,12 +329,12 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                 // --no-inject with one chain only: the hooks' cost does not
                 // depend on the chains.
                 if k == 1 {
-                    let o = ctx.emulated_given(prog, &args, p.lat[0], true, dram)?;
+                    let o = ctx.emulated_with(prog, &args, p.lat[0], true, dram, &sample)?;
                     runs.no_inject.push(need(prog, &o, MEMLAT_KEY)?);
                 }
                 runs.emulated.resize(p.lat.len(), Vec::new());
                 for (j, &lat) in p.lat.iter().enumerate() {
-                    let o = ctx.emulated_given(prog, &args, lat, false, dram)?;
+                    let o = ctx.emulated_with(prog, &args, lat, false, dram, &sample)?;
                     runs.emulated[j].push(need(prog, &o, MEMLAT_KEY)?);
                 }
                 runs.dram.push(dram);
@@ -331,14 +404,26 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             let cls = class(r << 20, llc_at(ri));
             let name = format!("{prog} chains={k} region={r}MiB");
             let shaky = unstable(&runs.native, &knees[ri], r << 20);
+            let mib = |v: &[u64]| {
+                v.iter()
+                    .map(|&k| (k as f64 / 1048576.0 * 10.0).round() / 10.0)
+                    .collect::<Vec<_>>()
+            };
+            let n_sampled = sampled[ri].iter().filter(|&&x| x).count();
+            let sample_note = format!(
+                "; sampled (--sample {SAMPLE}) in {n_sampled} of {} repetition(s)",
+                sampled[ri].len()
+            );
             let knee_note = if knees[ri].is_empty() {
-                String::new()
+                sample_note
             } else {
                 format!(
-                    "; effective LLC before each repetition {:?} MiB (modelled)",
-                    knees[ri]
+                    "{sample_note}; knee before each repetition {:?} MiB, model fitted to the probe's ramp {:?} MiB, the probe's miss share here {:?}",
+                    mib(&knees[ri]),
+                    mib(&models[ri]),
+                    probe_m[ri]
                         .iter()
-                        .map(|&k| (k as f64 / 1048576.0 * 10.0).round() / 10.0)
+                        .map(|m| (m * 100.0).round() / 100.0)
                         .collect::<Vec<_>>()
                 )
             };
@@ -604,6 +689,28 @@ mod tests {
         assert!(p.has(1, 24) && p.has(1, 1024));
         assert!(p.has(4, 16) && !p.has(4, 24) && !p.has(4, 1024));
         assert!(Plan::new(true).regions_multi.is_empty());
+    }
+
+    #[test]
+    fn only_regions_below_half_the_llc_run_sampled() {
+        assert_eq!(sample_flags(Class::Near), vec![s("--sample"), s(SAMPLE)]);
+        assert!(sample_flags(Class::Mid).is_empty());
+        assert!(sample_flags(Class::Far).is_empty());
+    }
+
+    #[test]
+    fn the_probe_curve_is_read_at_a_region() {
+        let mib = 1u64 << 20;
+        let c = [(8 * mib, 40.0), (16 * mib, 95.0), (32 * mib, 150.0)];
+        assert_eq!(curve_miss(&c, 40.0, 150.0, 8 * mib), Some(0.0));
+        assert_eq!(curve_miss(&c, 40.0, 150.0, 16 * mib), Some(0.5));
+        // Half-way on log(region) between 16 and 32 MiB.
+        let m = curve_miss(&c, 40.0, 150.0, (22.627 * mib as f64) as u64).unwrap();
+        assert!((m - 0.75).abs() < 0.01, "{m}");
+        // Outside the curve, or no ramp: nothing.
+        assert_eq!(curve_miss(&c, 40.0, 150.0, mib), None);
+        assert_eq!(curve_miss(&c, 40.0, 150.0, 64 * mib), None);
+        assert_eq!(curve_miss(&c, 200.0, 150.0, 16 * mib), None);
     }
 
     #[test]

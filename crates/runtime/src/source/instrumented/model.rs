@@ -5,6 +5,7 @@
 //! modeller thread, see [`super::offload`]) holds the model's lock.
 
 use super::pm::is_pm;
+use super::sample::{first_sight_rule, FirstSight, Serial};
 use super::settings::{self, LOGGED_WEIGHT};
 use pmlab_model::cache::{CompactCache, Hierarchy};
 use pmlab_model::device::{DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
@@ -128,10 +129,16 @@ pub(super) struct ModelState {
     last_miss_units: u64,
     /// Sum of the misses' [`window_share`]s.
     window_serial: f64,
+    /// The serial counts the current batch's misses added to the
+    /// estimator's (before the first-sight rule).
+    window_raw: f64,
     /// The thread's cumulative totals.
     pub(super) totals: ThreadTotals,
     /// Device mode: the device's functional model and what it needs.
     device: Option<Box<DeviceState>>,
+    /// Sampled runs: the first-sight rule (see [`FirstSight`]); made at
+    /// the first batch under sampling.
+    first: Option<Box<FirstSight>>,
 }
 
 /// A thread's device-mode state (`pmlab run --device`).
@@ -232,8 +239,10 @@ impl ModelState {
                 entries: 0,
                 last_miss_units: 0,
                 window_serial: 0.0,
+                window_raw: 0.0,
                 totals: ThreadTotals::default(),
                 device,
+                first: None,
             },
             compact,
         ))
@@ -248,7 +257,9 @@ impl ModelState {
         self.entries = 0;
         self.last_miss_units = 0;
         self.window_serial = 0.0;
+        self.window_raw = 0.0;
         self.totals = ThreadTotals::default();
+        self.first = None;
         if let Some(d) = &mut self.device {
             d.model = DeviceModel::new(d.model.params());
             d.names.fill(0);
@@ -274,6 +285,13 @@ impl ModelState {
         if entries.is_empty() {
             return;
         }
+        if self.first.is_none() && self.device.is_none() && first_sight_rule() {
+            let llc = settings::llc();
+            self.first = Some(Box::new(FirstSight::new(
+                llc.size_bytes >> LINE_SHIFT,
+                llc.ways as usize,
+            )));
+        }
         let (before, window_before) = (self.totals.serial, self.window_serial);
         if let Model::Compact(c) = &self.cache {
             for e in &entries[..entries.len().min(PREFETCH_AHEAD)] {
@@ -289,12 +307,24 @@ impl ModelState {
             }
             self.process_one(filter, entries[i]);
         }
+        if let Some(f) = self.first.as_deref_mut() {
+            f.settle();
+            self.totals.serial = charged(f, self.est.counts());
+        }
         // The batch as the instrumented program ran it: never more overlap
         // than natively (a chase stays a chase), less where the hooked window
         // cannot hold the misses the native window does.
         let after = self.totals.serial;
         let serial = (after.dram - before.dram) + (after.pm - before.pm);
-        self.totals.hooked_serial += serial.max(self.window_serial - window_before);
+        let mut window = self.window_serial - window_before;
+        if self.first.is_some() {
+            // The window's stalls of the misses charged, not of every
+            // miss of the model.
+            let raw = self.window_raw.max(f64::MIN_POSITIVE);
+            window *= (serial / raw).clamp(0.0, 1.0);
+            self.window_raw = 0.0;
+        }
+        self.totals.hooked_serial += serial.max(window);
     }
 
     /// One logged access through the model and the overlap estimator.
@@ -312,18 +342,33 @@ impl ModelState {
         let write = e.addr & STORE_BIT != 0;
         let addr = e.addr & !FLAGS;
         let pm = is_pm(addr);
+        let line = (addr >> LINE_SHIFT) as u64;
+        // (seen before, seen just before)
+        let (seen, recent) = self
+            .first
+            .as_deref_mut()
+            .map_or((true, true), |f| (f.seen(line), f.recent(line)));
         let totals = &mut self.totals;
-        let (miss, dirtied) = cache_access(
-            &mut self.cache,
-            None,
-            filter,
-            (addr >> LINE_SHIFT) as u64,
-            write,
-            pm,
-            |_, pm| count_writeback(totals, pm),
-        );
+        let (miss, dirtied) =
+            cache_access(&mut self.cache, None, filter, line, write, pm, |_, pm| {
+                count_writeback(totals, pm)
+            });
         totals.pm_dirtied += dirtied as u64;
+        let Some(f) = self.first.as_deref_mut() else {
+            return self.count_miss(e, addr, pm, miss);
+        };
+        if seen && !recent {
+            f.resight(miss);
+        }
+        let raw = self.est.counts();
         self.count_miss(e, addr, pm, miss);
+        let now = self.est.counts();
+        self.window_raw += (now.dram - raw.dram) + (now.pm - raw.pm);
+        let f = self.first.as_deref_mut().expect("checked above");
+        if !seen {
+            f.first(miss, serial_of(now, Some(raw)));
+        }
+        self.totals.serial = charged(f, now);
     }
 
     /// The overlap estimate and window position of one modelled access
@@ -428,6 +473,29 @@ impl ModelState {
         self.count_miss(e, addr, pm, miss);
         self.totals.device_read_delay_ns += (self.totals.serial.pm - before).max(0.0) * delay;
         self.totals.device = counts;
+    }
+}
+
+/// The serial counts `now`, less `before` if given, as [`Serial`].
+fn serial_of(now: SerialCounts, before: Option<SerialCounts>) -> Serial {
+    let b = before.unwrap_or_default();
+    [
+        now.dram - b.dram,
+        now.pm - b.pm,
+        now.dram_misses.saturating_sub(b.dram_misses) as f64,
+        now.pm_misses.saturating_sub(b.pm_misses) as f64,
+    ]
+}
+
+/// The estimator's counts `raw` as the first-sight rule charges them.
+fn charged(f: &FirstSight, raw: SerialCounts) -> SerialCounts {
+    let c = f.charged(serial_of(raw, None));
+    SerialCounts {
+        dram: c[0],
+        pm: c[1],
+        dram_misses: c[2].round() as u64,
+        pm_misses: c[3].round() as u64,
+        dependent: raw.dependent,
     }
 }
 

@@ -608,6 +608,237 @@ pub fn thread_epoch_factor() -> f64 {
     })
 }
 
+/// Lines of the [`FirstSight`] table (one bit each, hashed: 1 MiB per
+/// thread, touched only where lines land). Exact enough for footprints up
+/// to a few hundred MiB; past that most lines read as seen, and a window's
+/// misses count as the capacity misses they are at such sizes.
+pub const SEEN_BITS: usize = 1 << 23;
+/// Lines of [`FirstSight`]'s table of recent sightings (direct-mapped).
+pub const RECENT_LINES: usize = 256;
+/// A re-sight within this many sightings of the line's last one (found in
+/// the table of recent sightings) is a reuse inside a window (a stream's
+/// next access to its line, a loop's own variables), which says nothing
+/// about the lines the gaps used.
+pub const RECENT_SIGHTINGS: u64 = 64;
+
+/// Re-sights after the model filled needed before their miss ratio
+/// settles the first sights ([`FirstSight::settle`]).
+pub const MIN_RESIGHTS: f64 = 32.0;
+/// Re-sights after which the counts of [`FirstSight`]'s miss ratio are
+/// halved (a phase's ratio takes over within about this many).
+pub const RESIGHT_HORIZON: f64 = 65_536.0;
+
+/// Serial counts in f64: DRAM and PM latencies, DRAM and PM misses.
+pub type Serial = [f64; 4];
+
+/// The first-sight rule of sampled runs. The cache model is fed only in
+/// windows, so a line the program used in a gap is absent from it, and
+/// the model fills 1/share times later than the machine's cache: a line's
+/// first access in a window (a *first sight*) misses the model whatever
+/// the cache holds (a 1 MiB chase at a share of 4% missed on nearly every
+/// access the model saw, each extrapolated 25 times), and while the model
+/// has not filled, its re-sights hit whatever the footprint (a 16 MiB
+/// chase of 300 000 accesses at a share of 1/4 never fills a 10 MiB
+/// model). So first sights are kept aside ([`first`](Self::first)) and
+/// charged ([`settle`](Self::settle)) at a miss probability `r`:
+///
+/// * once the model has filled (it has taken as many misses as it holds
+///   lines), the miss ratio of its re-sights since (accesses to lines it
+///   saw before: its verdict on the program's reuse);
+/// * before, that of a random cycle over the program's footprint in a
+///   cache of the model's size ([`random_cycle_miss`](pmlab_model::cache::random_cycle_miss)), the footprint
+///   estimated from the windows' sightings: `W` sightings of `D` distinct
+///   lines, uniformly spread over `N` lines, give `D = N (1 - e^(-W/N))`
+///   (a capture-recapture estimate);
+///   with no re-sight yet, `D` is taken as `W - 1` (about `W^2 / 2`
+///   lines: a window that has seen 100 lines and none twice charges
+///   nothing, one that has seen 20 000 of a 1 GiB chase charges them all).
+///
+/// Re-sights of a line sighted just before ([`recent`](Self::recent): a
+/// stream's or a loop's own reuse) are left out of the sightings and the
+/// ratio: they say nothing about the lines the gaps used (a triad's
+/// windows re-sight each line 2-8 times in a row, all hits).
+///
+/// The footprint estimate assumes a random cycle (a chase): a program
+/// whose reuse is skewed (a few hot lines among many cold ones) reads
+/// high before the model fills. Only under sampling (with full
+/// instrumentation the model sees every access, and a first sight is the
+/// program's own first touch, a miss natively too). The line set is a
+/// hashed bit per line: a collision reads a first sight as a re-sight.
+pub struct FirstSight {
+    seen: Vec<u64>,
+    /// Recent sightings by hashed slot: `line + 1` and the sighting's
+    /// number.
+    recent: Vec<[u64; 2]>,
+    /// Sightings so far, recent re-sights included.
+    clock: u64,
+    /// Sightings (accesses run through the model) and first sights.
+    sightings: f64,
+    firsts: f64,
+    /// Misses the model has taken (it is full past `capacity`).
+    inserted: f64,
+    /// Re-sights after the model filled, and their misses (halved past
+    /// [`RESIGHT_HORIZON`]).
+    resights: f64,
+    resight_misses: f64,
+    /// First sights' serial counts not yet settled.
+    pending: Serial,
+    /// What the settled first sights take off the estimator's counts:
+    /// `(1 - r)` of their serial counts.
+    discount: Serial,
+    /// Lines and ways of the model.
+    capacity: f64,
+    ways: usize,
+}
+
+impl FirstSight {
+    /// An empty table of [`SEEN_BITS`] lines, for a model of `capacity`
+    /// lines in sets of `ways`.
+    pub fn new(capacity: u64, ways: usize) -> FirstSight {
+        FirstSight::with_bits(SEEN_BITS, capacity, ways)
+    }
+
+    /// An empty table of `bits` lines (a power of two), for a model of
+    /// `capacity` lines in sets of `ways`.
+    pub fn with_bits(bits: usize, capacity: u64, ways: usize) -> FirstSight {
+        FirstSight {
+            seen: vec![0; bits.next_power_of_two().max(64) / 64],
+            recent: vec![[0; 2]; RECENT_LINES],
+            clock: 0,
+            sightings: 0.0,
+            firsts: 0.0,
+            inserted: 0.0,
+            resights: 0.0,
+            resight_misses: 0.0,
+            pending: [0.0; 4],
+            discount: [0.0; 4],
+            capacity: capacity.max(1) as f64,
+            ways,
+        }
+    }
+
+    /// Whether the model saw `line` within the last [`RECENT_SIGHTINGS`]
+    /// sightings (as far as the table of [`RECENT_LINES`] recalls); counts
+    /// this sighting. Such a re-sight is left out of the rule's
+    /// statistics: only [`seen`](Self::seen) and the model see it.
+    #[inline]
+    pub fn recent(&mut self, line: u64) -> bool {
+        self.clock += 1;
+        let h = line.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (h >> 40) as usize & (RECENT_LINES - 1);
+        let [l, at] = self.recent[slot];
+        self.recent[slot] = [line.wrapping_add(1), self.clock];
+        l == line.wrapping_add(1) && self.clock - at <= RECENT_SIGHTINGS
+    }
+
+    /// Whether the model saw `line` before; marks it seen.
+    #[inline]
+    pub fn seen(&mut self, line: u64) -> bool {
+        let bits = self.seen.len() as u64 * 64;
+        let h = (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) & (bits - 1);
+        let (w, b) = ((h / 64) as usize, 1u64 << (h % 64));
+        let was = self.seen[w] & b != 0;
+        self.seen[w] |= b;
+        was
+    }
+
+    /// Whether the model has taken as many misses as it holds lines.
+    pub fn full(&self) -> bool {
+        self.inserted >= self.capacity
+    }
+
+    /// A re-sighted access and whether it missed the model.
+    #[inline]
+    pub fn resight(&mut self, miss: bool) {
+        self.sightings += 1.0;
+        if self.full() {
+            self.resights += 1.0;
+            self.resight_misses += miss as u8 as f64;
+            if self.resights > RESIGHT_HORIZON {
+                self.resights /= 2.0;
+                self.resight_misses /= 2.0;
+            }
+        }
+        self.inserted += miss as u8 as f64;
+    }
+
+    /// A first sight, and what it added to the estimator's serial counts
+    /// (all zero when it hit the model: a hashed-tag collision).
+    #[inline]
+    pub fn first(&mut self, miss: bool, added: Serial) {
+        self.sightings += 1.0;
+        self.firsts += 1.0;
+        if miss {
+            self.inserted += 1.0;
+            for (p, a) in self.pending.iter_mut().zip(added) {
+                *p += a;
+            }
+        }
+    }
+
+    /// The footprint, in lines, that the sightings so far suggest (see the
+    /// type's documentation); None before two sightings.
+    pub fn footprint(&self) -> Option<f64> {
+        let w = self.sightings;
+        let d = self.firsts.min(w - 1.0);
+        if w < 2.0 {
+            return None;
+        }
+        // N (1 - exp(-W/N)) rises from below D (at N = D) towards W.
+        let f = |n: f64| n * (1.0 - (-w / n).exp());
+        let (mut lo, mut hi) = (d.max(1.0).ln(), (w * w).max(2.0).ln());
+        for _ in 0..100 {
+            let mid = 0.5 * (lo + hi);
+            if f(mid.exp()) < d {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Some((0.5 * (lo + hi)).exp())
+    }
+
+    /// The miss probability of a first sight now, if known.
+    pub fn ratio(&self) -> Option<f64> {
+        if self.full() && self.resights >= MIN_RESIGHTS {
+            return Some(self.resight_misses / self.resights);
+        }
+        let n = self.footprint()?;
+        Some(pmlab_model::cache::random_cycle_miss(
+            n / self.capacity,
+            self.ways,
+        ))
+    }
+
+    /// Charge the waiting first sights at [`ratio`](Self::ratio); keep
+    /// them waiting while it is unknown.
+    pub fn settle(&mut self) {
+        let Some(r) = self.ratio() else {
+            return;
+        };
+        for (d, p) in self.discount.iter_mut().zip(&mut self.pending) {
+            *d += (1.0 - r) * *p;
+            *p = 0.0;
+        }
+    }
+
+    /// The estimator's counts `raw` as charged: less the settled first
+    /// sights' discount and the waiting ones.
+    pub fn charged(&self, raw: Serial) -> Serial {
+        let mut out = raw;
+        for i in 0..4 {
+            out[i] = (raw[i] - self.discount[i] - self.pending[i]).max(0.0);
+        }
+        out
+    }
+}
+
+/// Whether the first-sight rule applies: sampling on (a policy other than
+/// one endless window), and not tracing (which sees every access).
+pub fn first_sight_rule() -> bool {
+    policy() != Policy::Full && !super::hooks::tracing()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -929,5 +1160,258 @@ mod tests {
         set_policy(Policy::Full);
         assert_eq!(Policy::fixed(1.0), Policy::Full);
         assert_eq!(Policy::from_option(Sample::Off), Policy::Full);
+    }
+
+    /// A program that writes `n` lines in order (its set-up), then chases
+    /// them in a cycle (a power of two; a full-period LCG order) for
+    /// `accesses` accesses, through a random-replacement model of
+    /// `model_lines` lines (16 ways). Sampled: windows of `window`
+    /// accesses, each after a gap of 0 to `2 (period - window)` (the
+    /// model does not see them). Returns the chase's misses per access:
+    /// extrapolated with the first-sight rule, extrapolated without it,
+    /// and of the fully fed model.
+    fn chase_misses(n: u64, model_lines: u64, window: u64, period: u64, accesses: u64) -> [f64; 3] {
+        use pmlab_model::cache::{CacheConfig, CompactCache};
+        let cfg = CacheConfig::new(model_lines * 64, 16);
+        let mut sampled = CompactCache::new(cfg).unwrap();
+        let mut full = CompactCache::new(cfg).unwrap();
+        sampled.set_random_replacement(Some(7));
+        full.set_random_replacement(Some(7));
+        let mut first = FirstSight::with_bits(1 << 20, model_lines, 16);
+        let (mut raw, mut seen_accesses, mut full_misses) = (0.0, 0u64, 0u64);
+        let (mut x, mut rng, mut left) = (0u64, 0x2545_F491_4F6C_DD1Du64, window as i64);
+        let mut in_window = true;
+        let (mut raw_setup, mut charged_setup) = (0.0, 0.0);
+        for i in 0..n + accesses {
+            let chase = i >= n;
+            if chase {
+                x = (x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407))
+                    & (n - 1);
+            } else {
+                x = i;
+            }
+            let miss = !full.access(x, !chase, false).hit;
+            full_misses += (miss && chase) as u64;
+            left -= 1;
+            if left < 0 {
+                in_window = !in_window;
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                left = if in_window {
+                    window as i64
+                } else {
+                    (rng % (2 * (period - window))) as i64
+                };
+            }
+            if i == n {
+                raw_setup = raw;
+            }
+            if in_window {
+                seen_accesses += chase as u64;
+                let seen = first.seen(x);
+                let recent = first.recent(x);
+                let miss = !sampled.access(x, !chase, false).hit;
+                if seen && recent {
+                    // a reuse inside the window: the model's alone
+                } else if seen {
+                    first.resight(miss);
+                } else {
+                    first.first(miss, [miss as u8 as f64, 0.0, miss as u8 as f64, 0.0]);
+                }
+                raw += miss as u8 as f64;
+                if i % 4096 == 0 {
+                    first.settle();
+                }
+            }
+            if i + 1 == n {
+                first.settle();
+                charged_setup = first.charged([raw, 0.0, raw, 0.0])[2];
+            }
+        }
+        first.settle();
+        let factor = accesses as f64 / seen_accesses as f64;
+        let charged = first.charged([raw, 0.0, raw, 0.0])[2] - charged_setup;
+        let raw = raw - raw_setup;
+        [
+            charged * factor / accesses as f64,
+            raw * factor / accesses as f64,
+            full_misses as f64 / accesses as f64,
+        ]
+    }
+
+    #[test]
+    fn first_sights_of_a_working_set_that_fits_cost_nothing() {
+        // 1 MiB written, then chased, in a 4 MiB model, 4% of the accesses
+        // seen: without the rule the chase's first sights (lines the
+        // set-up wrote in gaps) miss, each extrapolated 25 times; with it
+        // the chase hits, as in the fully fed model.
+        let [rule, none, full] = chase_misses(1 << 14, 1 << 16, 64, 1600, 2_000_000);
+        assert!(full < 0.01, "full {full}");
+        assert!(none > 0.1, "without the rule {none}");
+        assert!(rule < full + 0.01, "with the rule {rule}, full {full}");
+    }
+
+    #[test]
+    fn first_sights_of_a_footprint_far_past_the_model_stay_misses() {
+        // 64 MiB chased in a 4 MiB model at a share of 1/2: every access
+        // misses, first sight or not.
+        let [rule, none, full] = chase_misses(1 << 20, 1 << 16, 512, 1024, 2_000_000);
+        assert!(full > 0.9, "full {full}");
+        assert!(
+            (rule - full).abs() < 0.03,
+            "with the rule {rule}, full {full}"
+        );
+        assert!(
+            (none - full).abs() < 0.03,
+            "without the rule {none}, full {full}"
+        );
+    }
+
+    #[test]
+    fn near_the_model_size_the_rule_follows_the_re_sights() {
+        // Twice the model, a share of 1/4, many laps: the fully fed model
+        // misses 0.87 of the chase. The sampled one reads low (0.55 with
+        // the rule, 0.59 without): a line the windows saw is re-sighted
+        // laps later, after the model saw only the windows' part of the
+        // lines between, so it survives more often than in the machine's
+        // cache (the sampled model's known bias near its size, see
+        // docs/emulator.md). The rule only takes off first sights.
+        let [rule, none, full] = chase_misses(1 << 17, 1 << 16, 256, 1024, 4_000_000);
+        assert!(full > 0.8, "full {full}");
+        assert!(
+            rule <= none && rule > 0.45,
+            "with the rule {rule}, without {none}"
+        );
+    }
+
+    #[test]
+    fn a_short_run_near_the_model_size_takes_the_footprint_estimate() {
+        // Twice the model, a share of 1/8, 300 000 accesses: the model
+        // sees 37 500 of them and never fills; the footprint estimated
+        // from its sightings puts the first sights near the fully fed
+        // model's miss ratio (without the rule every one is a miss).
+        let [rule, _, full] = chase_misses(1 << 17, 1 << 16, 128, 1024, 300_000);
+        assert!(
+            (rule - full).abs() < 0.15,
+            "with the rule {rule}, full {full}"
+        );
+    }
+
+    #[test]
+    fn the_footprint_is_estimated_from_the_sightings() {
+        // 20 000 sightings, uniformly random over 10 000 lines.
+        let mut f = FirstSight::with_bits(1 << 20, 1 << 20, 16);
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if f.seen(x % 10_000) {
+                f.resight(false);
+            } else {
+                f.first(true, [1.0, 0.0, 1.0, 0.0]);
+            }
+        }
+        let n = f.footprint().unwrap();
+        assert!((n - 10_000.0).abs() < 500.0, "{n}");
+        // The model (2^20 lines) holds it: the first sights cost nothing.
+        assert!(!f.full());
+        assert_eq!(f.ratio(), Some(0.0));
+        f.settle();
+        assert_eq!(f.charged([f.firsts, 0.0, f.firsts, 0.0]), [0.0; 4]);
+    }
+
+    #[test]
+    fn a_window_s_own_reuse_is_left_out() {
+        // A stream touching each line 4 times in a row (the hook filter
+        // missing it each time): the repeats are recent, not re-sights;
+        // the lines stay first sights of an unbounded footprint.
+        let mut f = FirstSight::with_bits(1 << 20, 1 << 10, 16);
+        for line in 0..4096u64 {
+            for k in 0..4 {
+                let seen = f.seen(line);
+                let recent = f.recent(line);
+                assert_eq!((seen, recent), (k > 0, k > 0), "line {line}, access {k}");
+                if !seen {
+                    f.first(true, [1.0, 0.0, 1.0, 0.0]);
+                }
+            }
+        }
+        assert_eq!(f.ratio(), Some(1.0));
+        // A line met again long after is no longer recent.
+        for line in 10_000..10_100u64 {
+            f.recent(line);
+        }
+        assert!(!f.recent(5));
+    }
+
+    #[test]
+    fn a_few_first_sights_cost_nothing() {
+        let mut f = FirstSight::with_bits(1 << 16, 1 << 16, 16);
+        // Nothing seen: nothing known, the first sight waits.
+        assert!(!f.seen(1));
+        f.first(true, [1.0, 0.0, 1.0, 0.0]);
+        assert_eq!(f.ratio(), None);
+        f.settle();
+        assert_eq!(f.charged([1.0, 0.0, 1.0, 0.0]), [0.0; 4]);
+        // Ten first sights: a footprint of about 50 lines, in a model of
+        // 65 536: no miss.
+        for line in 2..11 {
+            assert!(!f.seen(line));
+            f.first(true, [1.0, 0.0, 1.0, 0.0]);
+        }
+        assert_eq!(f.ratio(), Some(0.0));
+        f.settle();
+        assert_eq!(f.charged([10.0, 0.0, 10.0, 0.0]), [0.0; 4]);
+    }
+
+    #[test]
+    fn a_full_model_settles_first_sights_at_its_re_sights_miss_ratio() {
+        // A model of 64 lines takes 64 misses (full), then 40 re-sights,
+        // 10 of them misses: r = 1/4.
+        let mut f = FirstSight::with_bits(1 << 16, 64, 16);
+        for line in 0..64 {
+            assert!(!f.seen(line));
+            f.first(true, [0.0; 4]);
+        }
+        assert!(f.full());
+        for i in 0..40 {
+            assert!(f.seen(i % 10));
+            f.resight(i % 4 == 0);
+        }
+        assert_eq!(f.ratio(), Some(0.25));
+        // Ten more first sights of one serial access each.
+        for line in 100..110 {
+            assert!(!f.seen(line));
+            f.first(true, [1.0, 0.0, 1.0, 0.0]);
+        }
+        f.settle();
+        // The re-sights' 10 misses in full, the 10 first sights' at 1/4.
+        let c = f.charged([20.0, 0.0, 20.0, 0.0]);
+        assert!(
+            (c[0] - 12.5).abs() < 1e-9 && (c[2] - 12.5).abs() < 1e-9,
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn many_first_sights_without_a_re_sight_count_as_misses() {
+        // 16 384 distinct lines and none twice, in a model of 16 384
+        // lines: a footprint of about 2^27 lines, every one a miss.
+        let n = 16_384u64;
+        let mut f = FirstSight::with_bits(1 << 22, n, 16);
+        for line in 0..n {
+            assert!(!f.seen(line * 977));
+            f.first(true, [1.0, 0.0, 1.0, 0.0]);
+        }
+        let fp = f.footprint().unwrap();
+        assert!(fp > 1e8, "{fp}");
+        f.settle();
+        let all = n as f64;
+        let c = f.charged([all, 0.0, all, 0.0])[2];
+        assert!((c - all).abs() < 1.0, "{c}");
     }
 }
