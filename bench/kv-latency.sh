@@ -12,7 +12,8 @@
 # Env: ENGINES (default "mem list btree wal anchor"), MODES (default
 # "native pm": pm runs every node under `pmlab run --source instrumented
 # --pm-latency $PM_LATENCY`, default 305 ns, with the `pmlab cargo` build of
-# the server and only the pools PM), PMKV_BASE_PORT (7600), KV_DIR (the
+# the server and only the pools PM), RUNTIME (the nodes' --runtime, default
+# current), PMKV_BASE_PORT (7600), KV_DIR (the
 # nodes' data, default on /dev/shm: see bench/kv-common.sh), OUT (plots,
 # default results/kv-latency). Nothing is recorded: copy the rows into
 # docs/benchmarks.md with the machine line. A few minutes for the defaults.
@@ -33,22 +34,36 @@ cd "$ROOT"
 . "$ROOT/bench/kv-common.sh"
 kv_build "$MODES"
 machine_line "SET of $VALUE B, $OPS operations per client thread"
-echo "| engine | mode | 1 client p50 / p90 / p99 (us) | 20 clients p50 / p90 (us) | 20 clients ops/s | redis-benchmark 1 / 20 clients (ops/s) |"
-echo "|---|---|---|---|---|---|"
+"$SERVER" bench --mode floor --ops "$OPS" --value-size "$VALUE" --json >"$TMP/floor.json" ||
+	{ echo "$BENCH: the floor measurement failed (see above)" >&2; exit 1; }
+while read -r f; do
+	echo "floor, $(echo "$f" | sed -n 's/.*"hops":\([0-9]*\).*/\1/p') relay(s), $(echo "$f" | sed -n 's/.*"wait":"\([a-z]*\)".*/\1/p'): round trip p50 / p90 / p99 $(json_us "$f" p50_us) / $(json_us "$f" p90_us) / $(json_us "$f" p99_us) us"
+done <"$TMP/floor.json"
+# The thesis' figures (real Optane, one machine) beside ours.
+thesis() {
+	case $1 in
+	wal) echo "150 | 560 / 800" ;;
+	list) echo "100 | 412 / 650" ;;
+	btree) echo "120 | 480 / 780" ;;
+	*) echo "- | -" ;;
+	esac
+}
+echo "| engine | mode | 1 client p50 / p90 / p99 (us) | 20 clients p50 / p90 (us) | 20 clients ops/s | redis-benchmark 1 / 20 clients (ops/s) | thesis 1 client p50 (us) | thesis 20 clients p50 / p90 (us) |"
+echo "|---|---|---|---|---|---|---|---|"
 for mode in $MODES; do
 	for e in $ENGINES; do
 		kv_engine_ok "$e" || continue
-		kv_cluster_start "$mode" "$e" "$BASE" || { echo "| $e | $mode | cluster failed (see above) | | | |"; continue; }
+		kv_cluster_start "$mode" "$e" "$BASE" || { echo "| $e | $mode | cluster failed (see above) | | | | $(thesis "$e") |"; continue; }
 		ADDRS="127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))"
 		"$SERVER" bench --addrs "$ADDRS" --clients 1,20 --ops "$OPS" --value-size "$VALUE" \
 			--json --plot "$OUT/latency-$e-$mode.svg" >"$TMP/bench.json" ||
-			{ kv_cluster_stop; echo "| $e | $mode | bench failed (see above) | | | |"; continue; }
+			{ kv_cluster_stop; echo "| $e | $mode | bench failed (see above) | | | | $(thesis "$e") |"; continue; }
 		one=$(sed -n '1p' "$TMP/bench.json")
 		many=$(sed -n '2p' "$TMP/bench.json")
 		rb1=$(kv_redis_benchmark "$KV_LEADER_PORT" 1 $((OPS)) "$VALUE")
 		rb20=$(kv_redis_benchmark "$KV_LEADER_PORT" 20 $((OPS * 5)) "$VALUE")
 		kv_cluster_stop
-		echo "| $e | $mode | $(json_us "$one" p50_us) / $(json_us "$one" p90_us) / $(json_us "$one" p99_us) | $(json_us "$many" p50_us) / $(json_us "$many" p90_us) | $(json_us "$many" throughput_ops) | $rb1 / $rb20 |"
+		echo "| $e | $mode | $(json_us "$one" p50_us) / $(json_us "$one" p90_us) / $(json_us "$one" p99_us) | $(json_us "$many" p50_us) / $(json_us "$many" p90_us) | $(json_us "$many" throughput_ops) | $rb1 / $rb20 | $(thesis "$e") |"
 		BASE=$((BASE + 3))
 	done
 done

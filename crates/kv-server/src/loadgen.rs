@@ -193,3 +193,271 @@ pub fn plot(results: &[(String, &LoadResult)], path: &Path) -> Result<(), Error>
         .save(path)
         .map_err(|e| Error(format!("latency plot {}: {e}", path.display())))
 }
+
+/// How a floor run's relay processes wait for their socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorWait {
+    /// A thread blocked in `read` (woken straight by the socket).
+    Blocking,
+    /// A current-thread tokio runtime (`epoll_wait`, then `read`), as a
+    /// node with `--runtime current` waits.
+    Tokio,
+}
+
+impl FloorWait {
+    /// The name on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloorWait::Blocking => "blocking",
+            FloorWait::Tokio => "tokio",
+        }
+    }
+
+    /// Parse [`FloorWait::name`].
+    pub fn parse(s: &str) -> Option<FloorWait> {
+        match s {
+            "blocking" => Some(FloorWait::Blocking),
+            "tokio" => Some(FloorWait::Tokio),
+            _ => None,
+        }
+    }
+}
+
+/// Serve one relay of the floor measurement on `listener`: every frame (a
+/// 4-byte big-endian length and that many bytes) that arrives goes on to
+/// `next` and the answer back, or straight back without `next`. Runs until
+/// the process is killed.
+pub fn floor_relay(
+    listener: std::net::TcpListener,
+    next: Option<String>,
+    wait: FloorWait,
+) -> Result<(), Error> {
+    match wait {
+        FloorWait::Blocking => loop {
+            let (sock, _) = listener
+                .accept()
+                .map_err(|e| Error(format!("floor relay: accept: {e}")))?;
+            let next = next.clone();
+            std::thread::spawn(move || relay_blocking(sock, next));
+        },
+        FloorWait::Tokio => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error(format!("floor relay: tokio runtime: {e}")))?;
+            rt.block_on(async move {
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|e| Error(format!("floor relay: {e}")))?;
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|e| Error(format!("floor relay: {e}")))?;
+                loop {
+                    let (sock, _) = listener
+                        .accept()
+                        .await
+                        .map_err(|e| Error(format!("floor relay: accept: {e}")))?;
+                    tokio::spawn(relay_tokio(sock, next.clone()));
+                }
+            })
+        }
+    }
+}
+
+fn relay_blocking(sock: std::net::TcpStream, next: Option<String>) -> std::io::Result<()> {
+    use std::io::Write;
+    sock.set_nodelay(true)?;
+    let mut next = match next {
+        Some(a) => {
+            let s = std::net::TcpStream::connect(a)?;
+            s.set_nodelay(true)?;
+            Some(s)
+        }
+        None => None,
+    };
+    let mut sock = sock;
+    let mut buf = Vec::new();
+    loop {
+        read_floor_frame(&mut sock, &mut buf)?;
+        if let Some(n) = next.as_mut() {
+            n.write_all(&buf)?;
+            read_floor_frame(n, &mut buf)?;
+        }
+        sock.write_all(&buf)?;
+    }
+}
+
+/// Read one length-prefixed frame (length included) into `buf`.
+fn read_floor_frame(r: &mut impl std::io::Read, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > 1 << 20 {
+        return Err(std::io::Error::other("floor frame over 1 MiB"));
+    }
+    buf.clear();
+    buf.extend_from_slice(&len);
+    buf.resize(4 + n, 0);
+    r.read_exact(&mut buf[4..])
+}
+
+async fn relay_tokio(sock: tokio::net::TcpStream, next: Option<String>) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    sock.set_nodelay(true)?;
+    let mut next = match next {
+        Some(a) => {
+            let s = tokio::net::TcpStream::connect(a).await?;
+            s.set_nodelay(true)?;
+            Some(s)
+        }
+        None => None,
+    };
+    let mut sock = sock;
+    let mut buf = Vec::new();
+    async fn frame(r: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let mut len = [0u8; 4];
+        r.read_exact(&mut len).await?;
+        let n = u32::from_be_bytes(len) as usize;
+        if n > 1 << 20 {
+            return Err(std::io::Error::other("floor frame over 1 MiB"));
+        }
+        buf.clear();
+        buf.extend_from_slice(&len);
+        buf.resize(4 + n, 0);
+        r.read_exact(&mut buf[4..]).await.map(|_| ())
+    }
+    loop {
+        frame(&mut sock, &mut buf).await?;
+        if let Some(n) = next.as_mut() {
+            n.write_all(&buf).await?;
+            frame(n, &mut buf).await?;
+        }
+        sock.write_all(&buf).await?;
+    }
+}
+
+/// One floor run: round trips of `size`-byte frames from this process
+/// through a chain of `hops` relay processes (1: client → A → client;
+/// 2: client → A → B → A → client, the crossings of a replicated write
+/// that one follower acknowledges).
+#[derive(Debug, Clone)]
+pub struct FloorResult {
+    /// Relay processes in the chain.
+    pub hops: usize,
+    /// How the relays wait.
+    pub wait: FloorWait,
+    /// Round-trip times.
+    pub run: LoadResult,
+}
+
+impl FloorResult {
+    /// The run as one JSON object (`bench --mode floor --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = self.run.to_json();
+        v["hops"] = self.hops.into();
+        v["wait"] = self.wait.name().into();
+        v
+    }
+
+    /// The run as one line.
+    pub fn row(&self) -> String {
+        format!(
+            "floor {} hop(s), {:8}: p50 {:7.1} us  p90 {:7.1} us  p99 {:7.1} us  ({} round trips)",
+            self.hops,
+            self.wait.name(),
+            self.run.quantile_us(0.5),
+            self.run.quantile_us(0.9),
+            self.run.quantile_us(0.99),
+            self.run.latencies.len()
+        )
+    }
+}
+
+/// A relay process started by [`floor`]; killed when dropped.
+struct Relay(std::process::Child);
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Measure the floor of a replicated write on this machine: `ops` timed
+/// round trips (after `warmup`) of `size`-byte frames through a chain of
+/// `hops` relay processes, each started as `bin floor-relay --wait W
+/// [--next ADDR]` (it prints its port on stdout).
+pub fn floor(
+    bin: &Path,
+    hops: usize,
+    wait: FloorWait,
+    ops: usize,
+    warmup: usize,
+    size: usize,
+) -> Result<FloorResult, Error> {
+    use std::io::{BufRead, Write};
+    if hops == 0 || ops == 0 {
+        return Err(Error("floor: --ops and the hops must be at least 1".into()));
+    }
+    let mut relays = Vec::new();
+    let mut next: Option<String> = None;
+    for _ in 0..hops {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["floor-relay", "--wait", wait.name()]);
+        if let Some(n) = &next {
+            cmd.args(["--next", n]);
+        }
+        // The relay exits when its stdin closes: with this process.
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| Error(format!("floor: start {}: {e}", bin.display())))?;
+        let out = child.stdout.take();
+        relays.push(Relay(child));
+        let mut line = String::new();
+        if let Some(out) = out {
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+        }
+        let port: u16 = line.trim().parse().map_err(|_| {
+            Error(format!(
+                "floor: the relay printed {line:?} instead of its port"
+            ))
+        })?;
+        next = Some(format!("127.0.0.1:{port}"));
+    }
+    let first = next.unwrap_or_default();
+    let mut sock = std::net::TcpStream::connect(&first)
+        .map_err(|e| Error(format!("floor: connect {first}: {e}")))?;
+    sock.set_nodelay(true)
+        .map_err(|e| Error(format!("floor: {e}")))?;
+    let mut msg = (size as u32).to_be_bytes().to_vec();
+    msg.resize(4 + size, b'x');
+    let mut buf = Vec::new();
+    let mut lat = Vec::with_capacity(ops);
+    let mut start = Instant::now();
+    for i in 0..warmup + ops {
+        if i == warmup {
+            start = Instant::now();
+        }
+        let t0 = Instant::now();
+        sock.write_all(&msg)
+            .and_then(|_| read_floor_frame(&mut sock, &mut buf))
+            .map_err(|e| Error(format!("floor: round trip through {first}: {e}")))?;
+        if i >= warmup {
+            lat.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    let elapsed = start.elapsed();
+    drop(relays);
+    lat.sort_unstable();
+    Ok(FloorResult {
+        hops,
+        wait,
+        run: LoadResult {
+            clients: 1,
+            latencies: lat,
+            elapsed,
+            errors: 0,
+        },
+    })
+}

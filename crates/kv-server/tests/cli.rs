@@ -361,6 +361,28 @@ fn bench_recovery_mode_reports_catch_up_and_start_up() {
 fn bench_bad_modes_and_flags_get_one_line() {
     for (args, want) in [
         (&["bench", "--mode", "fast"][..], "--mode"),
+        (
+            &["bench", "--mode", "floor", "--addrs", "a:1"][..],
+            "--addrs",
+        ),
+        (
+            &["bench", "--mode", "floor", "--value-size", "9999999"][..],
+            "--value-size",
+        ),
+        (
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--dir",
+                "/tmp/x",
+                "--peer",
+                "1=127.0.0.1:1,127.0.0.1:2",
+                "--runtime",
+                "fast",
+            ][..],
+            "--runtime",
+        ),
         (&["bench", "--mode", "recovery"][..], "--dir"),
         (
             &[
@@ -407,4 +429,41 @@ fn bench_bad_modes_and_flags_get_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// `bench --mode floor`: four round-trip rows (1 and 2 relays, blocking
+/// and tokio), each with every round trip timed, and no relay left behind.
+#[test]
+fn bench_floor_times_round_trips_through_relays() {
+    let out = Command::new(BIN)
+        .args([
+            "bench", "--mode", "floor", "--ops", "50", "--warmup", "5", "--json",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen = Vec::new();
+    for r in &rows {
+        assert_eq!(r["ops"], 50, "{r}");
+        let p50 = r["p50_us"].as_f64().unwrap();
+        assert!(p50 > 0.0 && p50 <= r["p99_us"].as_f64().unwrap(), "{r}");
+        seen.push((
+            r["hops"].as_u64().unwrap(),
+            r["wait"].as_str().unwrap().to_string(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            (1, "blocking".to_string()),
+            (2, "blocking".to_string()),
+            (1, "tokio".to_string()),
+            (2, "tokio".to_string())
+        ]
+    );
 }

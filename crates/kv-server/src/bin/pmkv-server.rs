@@ -57,6 +57,11 @@ struct Tuning {
     /// Most client connections at once.
     #[arg(long, default_value_t = 1024)]
     max_clients: usize,
+    /// A node's tokio runtime: current (every task on one thread, so a
+    /// hand-off between tasks is a poll rather than a thread wake-up) or
+    /// multi (a pool of --worker-threads threads).
+    #[arg(long, default_value = "current")]
+    runtime: String,
 }
 
 #[derive(Subcommand)]
@@ -78,8 +83,9 @@ enum Cmd {
         /// Dial ID's Raft port at HOST:PORT instead (for proxies): ID=HOST:PORT.
         #[arg(long = "route", hide = true)]
         routes: Vec<String>,
-        /// Tokio worker threads (1: every engine write on one thread, as
-        /// `pmlab trace` orders records exactly only within a thread).
+        /// Tokio worker threads with --runtime multi (1: every engine write
+        /// on one thread, as `pmlab trace` orders records exactly only
+        /// within a thread; --runtime current has that too).
         #[arg(long, default_value_t = 2)]
         worker_threads: usize,
         #[command(flatten)]
@@ -107,10 +113,22 @@ enum Cmd {
     },
     /// Measure the service: `--mode latency` (default) against a running
     /// cluster; `--mode recovery` starts its own cluster and times a
-    /// lagging follower's catch-up and a node's start-up with the data.
+    /// lagging follower's catch-up and a node's start-up with the data;
+    /// `--mode floor` times bare round trips through 1 and 2 relay
+    /// processes, the least any replicated write can take on this machine.
     Bench(BenchArgs),
     /// Run a fault schedule against a local cluster and check the history.
     Faults(FaultArgs),
+    /// One relay process of `bench --mode floor` (prints its port).
+    #[command(hide = true)]
+    FloorRelay {
+        /// blocking or tokio.
+        #[arg(long, default_value = "blocking")]
+        wait: String,
+        /// Pass each frame on to this address and relay its answer back.
+        #[arg(long)]
+        next: Option<String>,
+    },
     /// Check a recorded history for linearizability (a fault run writes
     /// its own to DIR/history.txt), or a synthetic one.
     Lincheck(LincheckArgs),
@@ -119,7 +137,7 @@ enum Cmd {
 /// `bench`'s flags.
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// latency (SET/GET latency and throughput of --addrs) or recovery.
+    /// latency (SET/GET latency and throughput of --addrs), recovery or floor.
     #[arg(long, default_value = "latency")]
     mode: String,
     /// Client addresses of the nodes, comma-separated (the leader is found).
@@ -241,6 +259,8 @@ struct Checked {
     placement: Option<LogPlacement>,
     /// `--election-ms` as (min, max).
     election: (u64, u64),
+    /// `--runtime multi`.
+    multi_thread: bool,
 }
 
 impl Tuning {
@@ -297,9 +317,15 @@ fn check_tuning(t: &Tuning) -> Result<Checked> {
     if election.0 == 0 || election.0 >= election.1 {
         return Err(bad());
     }
+    let multi_thread = match t.runtime.as_str() {
+        "current" => false,
+        "multi" => true,
+        r => bail!("--runtime {r:?}: pick current or multi"),
+    };
     Ok(Checked {
         placement,
         election,
+        multi_thread,
     })
 }
 
@@ -330,6 +356,8 @@ fn tuning_args(t: &Tuning) -> Vec<String> {
         t.election_ms.clone(),
         "--max-clients".into(),
         t.max_clients.to_string(),
+        "--runtime".into(),
+        t.runtime.clone(),
     ]
 }
 
@@ -382,10 +410,16 @@ fn serve(
     cfg.max_clients = t.max_clients;
     cfg.routes = route_map;
     cfg.raft_log = checked.placement;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads)
-        .enable_all()
-        .build()?;
+    let rt = if checked.multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(worker_threads)
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    };
     rt.block_on(async move {
         let me = cfg.members.get(&cfg.id).cloned();
         let node = Node::start(cfg, engine).await?;
@@ -662,7 +696,8 @@ fn bench(a: BenchArgs) -> Result<()> {
     match a.mode.as_str() {
         "latency" => {}
         "recovery" => return bench_recovery(a),
-        other => bail!("--mode {other:?}: pick latency or recovery"),
+        "floor" => return bench_floor(a),
+        other => bail!("--mode {other:?}: pick latency, recovery or floor"),
     }
     let value_size = a.value_size.unwrap_or(100);
     if a.addrs.is_empty() {
@@ -698,6 +733,47 @@ fn bench(a: BenchArgs) -> Result<()> {
         loadgen::plot(&refs, p)?;
         eprintln!("bench: latency distribution written to {}", p.display());
     }
+    Ok(())
+}
+
+fn bench_floor(a: BenchArgs) -> Result<()> {
+    let size = a.value_size.unwrap_or(100);
+    if size > 1 << 20 {
+        bail!("--value-size {size}: at most 1048576 bytes for --mode floor");
+    }
+    if !a.addrs.is_empty() {
+        bail!("--addrs: --mode floor starts its own relay processes");
+    }
+    let bin = std::env::current_exe().context("locate the pmkv-server binary")?;
+    for wait in [loadgen::FloorWait::Blocking, loadgen::FloorWait::Tokio] {
+        for hops in [1, 2] {
+            let r = loadgen::floor(&bin, hops, wait, a.ops, a.warmup, size)?;
+            if a.json {
+                println!("{}", r.to_json());
+            } else {
+                println!("{}", r.row());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `floor-relay`: bind a free loopback port, print it, relay frames until
+/// stdin closes (the bench process ended).
+fn floor_relay(wait: &str, next: Option<String>) -> Result<()> {
+    use std::io::{Read, Write};
+    std::thread::spawn(|| {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        std::process::exit(0);
+    });
+    let wait = loadgen::FloorWait::parse(wait)
+        .ok_or_else(|| anyhow!("--wait {wait:?}: pick blocking or tokio"))?;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a loopback port")?;
+    let port = l.local_addr()?.port();
+    let mut out = std::io::stdout();
+    writeln!(out, "{port}")?;
+    out.flush()?;
+    loadgen::floor_relay(l, next, wait)?;
     Ok(())
 }
 
@@ -798,6 +874,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench(a),
         Cmd::Faults(a) => faults(a),
         Cmd::Lincheck(a) => check_history(a),
+        Cmd::FloorRelay { wait, next } => floor_relay(&wait, next),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
