@@ -715,7 +715,7 @@ impl FileSm {
 impl RaftSnapshotBuilder<TypeConfig> for FileSm {
     /// Build and keep a snapshot (openraft's snapshot policy), handed
     /// over without a copy; a follower that needs one later gets one
-    /// built then ([`stale`]), so none is held in memory meanwhile.
+    /// built then (see `REBUILD_BEHIND`), so none is held in memory meanwhile.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let mut g = self.lock();
         let snap = g.build()?;
