@@ -14,7 +14,9 @@
 # Env: ENGINES (default "mem list btree wal anchor"), MODES (default
 # "native pm"; pm: every node under `pmlab run --source instrumented
 # --pm-latency $PM_LATENCY`, default 305), POOL_MB (512), KV_DIR (the
-# nodes' data, default on /dev/shm: see bench/kv-common.sh). A few minutes.
+# nodes' data, default on /dev/shm: see bench/kv-common.sh), PMKV_TIMING=1
+# (each recovery's timed steps on stderr: snapshot built, sent, received,
+# installed; entries appended). A few minutes (about one per row).
 set -eu
 . "$(dirname "$0")/common.sh"
 WRITES=${1:-15000}

@@ -11,14 +11,66 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::{Conn, RaftInfo};
 use crate::cluster::{self, Spawn};
 use crate::resp::Value;
 use crate::server::Error;
 use crate::types::{NodeAddr, NodeId};
+
+/// The environment variable that turns on [`mark`] in a node process.
+pub const TIMING_ENV: &str = "PMKV_TIMING";
+
+/// What [`mark`] prints before the time, so that the lines can be found
+/// in a node's log.
+pub const MARK_PREFIX: &str = "pmkv-timing";
+
+fn timing_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(TIMING_ENV).is_some_and(|v| v != "0" && !v.is_empty()))
+}
+
+fn epoch_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// With `PMKV_TIMING=1` in the environment, print one line
+/// `pmkv-timing <µs since the epoch> <what>` on stderr (a node's log):
+/// the steps of a recovery (snapshot built, sent, received, installed;
+/// entries appended and applied), lined up across processes by the
+/// wall clock. Without it, nothing is done (`what` is not called).
+pub fn mark(what: impl FnOnce() -> String) {
+    if timing_on() {
+        eprintln!("{MARK_PREFIX} {} {}", epoch_us(), what());
+    }
+}
+
+/// The [`mark`] lines of the node log `log` (node `node`) timed between
+/// `from_us` and `to_us` (µs since the epoch), as (µs, node, what).
+fn read_marks(
+    log: &std::path::Path,
+    node: NodeId,
+    from_us: u64,
+    to_us: u64,
+) -> Vec<(u64, NodeId, String)> {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(MARK_PREFIX)?.trim_start();
+            let (t, what) = rest.split_once(' ')?;
+            let t: u64 = t.parse().ok()?;
+            (from_us..=to_us)
+                .contains(&t)
+                .then(|| (t, node, what.to_string()))
+        })
+        .collect()
+}
 
 /// Settings of a recovery run.
 #[derive(Debug, Clone)]
@@ -73,6 +125,10 @@ pub struct CatchupResult {
     pub recovery: StartTiming,
     /// Restarts of the caught-up follower (start-up with the data).
     pub startups: Vec<StartTiming>,
+    /// With `PMKV_TIMING=1` (see [`mark`]): the steps of the recovery
+    /// from the leader's and the follower's logs, as (ms after the
+    /// follower's start, node, step); empty otherwise.
+    pub steps: Vec<(f64, NodeId, String)>,
 }
 
 impl CatchupResult {
@@ -297,6 +353,7 @@ pub fn run(cfg: &CatchupConfig) -> Result<CatchupResult, Error> {
     let log = cfg.dir.join(format!("node-{follower}.log"));
     let log = log.display().to_string();
     let t0 = Instant::now();
+    let t0_us = epoch_us();
     procs
         .children
         .insert(follower, procs.spawns[&follower].start()?);
@@ -305,6 +362,29 @@ pub fn run(cfg: &CatchupConfig) -> Result<CatchupResult, Error> {
         "follower {follower} answering after {:.1} ms, at applied index {leader_applied} after {:.1} ms",
         recovery.serving_ms, recovery.caught_up_ms
     ));
+    let mut steps = Vec::new();
+    if timing_on() {
+        let end_us = t0_us + (recovery.caught_up_ms * 1e3) as u64 + 2000;
+        let mut all = read_marks(
+            &cfg.dir.join(format!("node-{leader}.log")),
+            leader,
+            t0_us,
+            end_us,
+        );
+        all.extend(read_marks(
+            &cfg.dir.join(format!("node-{follower}.log")),
+            follower,
+            t0_us,
+            end_us,
+        ));
+        all.sort();
+        for (t, node, what) in all {
+            let at = (t - t0_us) as f64 / 1e3;
+            let role = if node == leader { "leader" } else { "follower" };
+            say(format!("  {at:8.1} ms  {role:8}  {what}"));
+            steps.push((at, node, what));
+        }
+    }
     let mut startups = Vec::new();
     for r in 0..cfg.restarts {
         if let Some(mut c) = procs.children.remove(&follower) {
@@ -331,5 +411,6 @@ pub fn run(cfg: &CatchupConfig) -> Result<CatchupResult, Error> {
         load_secs: took.as_secs_f64(),
         recovery,
         startups,
+        steps,
     })
 }

@@ -59,6 +59,18 @@ pub trait KvEngine: Send {
     /// Replace the whole contents with `entries` at version `index`.
     fn restore(&mut self, index: u64, entries: &mut dyn Iterator<Item = Pair>) -> EngineResult<()>;
 
+    /// [`KvEngine::restore`] from borrowed pairs, in increasing key order
+    /// as a snapshot holds them: the PM engines write them into the pool
+    /// without an owned copy of each first.
+    fn restore_sorted<'a>(
+        &mut self,
+        index: u64,
+        entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> EngineResult<()> {
+        let mut owned = entries.map(|(k, v)| (k.to_vec(), v.to_vec()));
+        self.restore(index, &mut owned)
+    }
+
     /// The discard floor: reads below it fail. After a restart it tells
     /// what the engine can still serve (a Raft log kept in the engine has
     /// purged every entry below it).
@@ -309,6 +321,14 @@ impl KvEngine for PmEngine {
         self.0.restore(index, entries).map_err(pm_err)
     }
 
+    fn restore_sorted<'a>(
+        &mut self,
+        index: u64,
+        entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> EngineResult<()> {
+        self.0.restore_sorted(index, entries).map_err(pm_err)
+    }
+
     fn get(&self, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {
         self.0.get(key).map_err(pm_err)
     }
@@ -387,12 +407,14 @@ pub fn open_engine(name: &str, dir: &Path, pool_bytes: u64) -> EngineResult<Box<
         group: 64,
         ..pmlab_kv::Options::default()
     };
+    crate::catchup::mark(|| format!("engine {name} open begin"));
     let e = if pool.exists() {
         pmlab_kv::open(&pool, kind, &opts)
     } else {
         pmlab_kv::create(&pool, kind, &opts)
     }
     .map_err(pm_err)?;
+    crate::catchup::mark(|| format!("engine {name} open end"));
     Ok(Box::new(PmEngine(e)))
 }
 

@@ -77,7 +77,7 @@ use openraft::{CommittedLeaderId, EntryPayload, ErrorSubject, ErrorVerb, Vote};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineError, KvEngine};
-use crate::store::{decode_snapshot, encode_snapshot, metadata_only_snapshot, write_atomic};
+use crate::store::{encode_snapshot, metadata_only_snapshot, snapshot_pairs, write_atomic};
 use crate::types::{
     Cmd, Entry, LogId, NodeId, Reply, SnapshotMeta, StorageError, StoredMembership,
 };
@@ -190,6 +190,8 @@ struct Inner {
     pending_purge: Option<LogId>,
     snapshot: Option<Cached>,
     built: u64,
+    /// Bytes of the last snapshot built (a size hint for the next).
+    last_len: usize,
     /// Set until openraft has started: its start-up asks for the current
     /// snapshot only for the metadata, so none is built then.
     opening: bool,
@@ -408,12 +410,16 @@ impl Inner {
                 "no entry applied yet: nothing to snapshot".into(),
             ));
         };
+        crate::catchup::mark(|| format!("snapshot build begin at {}", applied.index));
         let data = encode_snapshot(
             self.engine
                 .snapshot(ver(applied.index))?
                 .filter(|r| !matches!(r, Ok((k, _)) if is_reserved(k))),
+            crate::store::snapshot_hint(self.last_len),
         )?;
+        self.last_len = data.len();
         self.built += 1;
+        crate::catchup::mark(|| format!("snapshot build end {} bytes", data.len()));
         let meta = SnapshotMeta {
             last_log_id: Some(applied),
             last_membership: self.membership.clone(),
@@ -508,6 +514,7 @@ pub fn open(dir: &Path, engine: Box<dyn KvEngine>) -> io::Result<(EngineLog, Eng
         pending_purge: None,
         snapshot: None,
         built: 0,
+        last_len: 0,
         opening: true,
     };
     let e = |e: EngineError| invalid(format!("{}: {e}", dir.display()));
@@ -619,7 +626,11 @@ impl EngineLog {
     ) -> Result<(), StorageError> {
         let mut g = lock(&self.inner);
         let mut res = Ok(());
+        let mut n = 0u64;
+        let mut first = None;
         for e in entries {
+            n += 1;
+            first.get_or_insert(e.log_id.index);
             res = g.append_one(e);
             if res.is_err() {
                 break;
@@ -629,6 +640,7 @@ impl EngineLog {
             res = g.engine.sync();
         }
         drop(g);
+        crate::catchup::mark(|| format!("append {n} entries from {first:?}"));
         match res {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -727,6 +739,7 @@ impl EngineSm {
             g.applied = Some(e.log_id);
             out.push(reply);
         }
+        crate::catchup::mark(|| format!("apply up to {:?}", g.applied.map(|a| a.index)));
         Ok(out)
     }
 
@@ -755,19 +768,20 @@ impl EngineSm {
         lock(&self.inner).engine.name()
     }
 
-    /// Build a snapshot at the applied index and keep it for followers.
+    /// Build a snapshot at the applied index (openraft's snapshot
+    /// policy), handed over without a copy; a follower that needs one
+    /// later gets one built then, so none is held in memory meanwhile.
     #[allow(clippy::result_large_err)]
     pub fn build_snapshot(&self) -> Result<Snapshot<crate::types::TypeConfig>, StorageError> {
         let mut g = lock(&self.inner);
         let c = g
             .build()
             .map_err(|e| eng(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
-        let out = Snapshot {
-            meta: c.meta.clone(),
-            snapshot: Box::new(Cursor::new(c.data.as_ref().clone())),
-        };
-        g.snapshot = Some(c);
-        Ok(out)
+        g.snapshot = None;
+        Ok(Snapshot {
+            meta: c.meta,
+            snapshot: Box::new(Cursor::new(Arc::into_inner(c.data).unwrap_or_default())),
+        })
     }
 
     /// The last snapshot built or installed, or one built now.
@@ -776,23 +790,33 @@ impl EngineSm {
         &self,
     ) -> Result<Option<Snapshot<crate::types::TypeConfig>>, StorageError> {
         let mut g = lock(&self.inner);
-        if g.snapshot.is_none() {
+        let have = g.snapshot.as_ref().map(|c| c.meta.last_log_id);
+        if have.is_none_or(|s| !g.opening && crate::store::stale(s, g.applied)) {
             let Some(applied) = g.applied else {
                 return Ok(None);
             };
             if g.opening {
                 return Ok(Some(metadata_only_snapshot(applied, &g.membership)));
             }
+            // Built for a follower: handed over without a copy (the next
+            // follower gets one built then).
             let c = g
                 .build()
                 .map_err(|e| eng(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
-            g.snapshot = Some(c);
+            g.snapshot = None;
+            let data = Arc::try_unwrap(c.data).unwrap_or_else(|d| d.as_ref().clone());
+            return Ok(Some(Snapshot {
+                meta: c.meta,
+                snapshot: Box::new(Cursor::new(data)),
+            }));
         }
         let c = g.snapshot.as_ref().unwrap();
-        Ok(Some(Snapshot {
+        let out = Snapshot {
             meta: c.meta.clone(),
             snapshot: Box::new(Cursor::new(c.data.as_ref().clone())),
-        }))
+        };
+        crate::catchup::mark(|| "current snapshot copied".into());
+        Ok(Some(out))
     }
 
     /// Install a snapshot received from the leader (see the module docs).
@@ -803,9 +827,11 @@ impl EngineSm {
         let Some(s) = meta.last_log_id else {
             return Ok(());
         };
-        let pairs = decode_snapshot(&data).map_err(|err| {
+        crate::catchup::mark(|| format!("install begin {} bytes at {}", data.len(), s.index));
+        let pairs = snapshot_pairs(&data).map_err(|err| {
             StorageError::from_io_error(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Read, err)
         })?;
+        crate::catchup::mark(|| "install decoded".into());
         let mut g = lock(&self.inner);
         let v = ver(s.index);
         let floor = g.engine.floor();
@@ -825,11 +851,15 @@ impl EngineSm {
                 body: Body::Membership(meta.last_membership.clone()),
             };
             let rec = serde_json::to_vec(&rec).map_err(|err| e(EngineError(err.to_string())))?;
-            let mut all = pairs
-                .into_iter()
-                .filter(|(k, _)| !is_reserved(k))
-                .chain(std::iter::once((MEMBER_KEY.to_vec(), rec)));
-            g.engine.restore(v, &mut all).map_err(e)?;
+            // The membership record in its place in key order.
+            let mut all: Vec<(&[u8], &[u8])> =
+                pairs.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
+            let at = all.partition_point(|(k, _)| *k < MEMBER_KEY);
+            all.insert(at, (MEMBER_KEY, &rec));
+            g.engine
+                .restore_sorted(v, &mut all.into_iter())
+                .map_err(e)?;
+            crate::catchup::mark(|| "install restored".into());
             g.slots.clear();
             g.last_leader = Some(s.leader_id);
         }
@@ -846,6 +876,7 @@ impl EngineSm {
                 g.pending_purge = Some(p);
             }
         }
+        crate::catchup::mark(|| "install end".into());
         Ok(())
     }
 }

@@ -44,6 +44,7 @@ pub const MAX_RAFT_CONNS: usize = 64;
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
+const KIND_FULL_SNAPSHOT: u8 = 4;
 
 /// Write one frame (the body of `enc` after its 4 reserved bytes) with one
 /// write call.
@@ -124,6 +125,17 @@ fn done<T>(r: &Dec<'_>, x: T) -> DResult<T> {
     Ok(x)
 }
 
+/// The head of a whole snapshot sent in one stream
+/// ([`RpcRequest::FullSnapshot`]); the data follows the frame raw.
+pub struct SnapshotHead {
+    /// The leader's vote.
+    pub vote: openraft::Vote<NodeId>,
+    /// What the snapshot covers.
+    pub meta: openraft::SnapshotMeta<NodeId, NodeAddr>,
+    /// Bytes of data after the frame.
+    pub len: u64,
+}
+
 /// A Raft RPC.
 pub enum RpcRequest {
     /// AppendEntries (also heartbeats).
@@ -132,6 +144,10 @@ pub enum RpcRequest {
     Vote(VoteRequest<NodeId>),
     /// One chunk of a snapshot.
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A whole snapshot: this head, then `len` raw bytes after the frame
+    /// (see [`Connection`]'s `full_snapshot`); answered as a
+    /// [`RpcResponse::Snapshot`] once it is installed.
+    FullSnapshot(SnapshotHead),
 }
 
 /// The answer to an [`RpcRequest`].
@@ -173,6 +189,13 @@ impl RpcRequest {
                 e.u64(q.offset);
                 e.u8(q.done as u8);
                 e.bytes(&q.data);
+                e
+            }
+            RpcRequest::FullSnapshot(h) => {
+                let mut e = frame(KIND_FULL_SNAPSHOT, 512);
+                e.vote(&h.vote);
+                e.json(&h.meta);
+                e.u64(h.len);
                 e
             }
         }
@@ -222,6 +245,15 @@ impl RpcRequest {
                         data,
                         done: done_flag,
                     }),
+                )
+            }
+            KIND_FULL_SNAPSHOT => {
+                let vote = r.vote()?;
+                let meta = r.json()?;
+                let len = r.u64()?;
+                done(
+                    &r,
+                    RpcRequest::FullSnapshot(SnapshotHead { vote, meta, len }),
                 )
             }
             k => Err(DecodeError(format!("unknown request kind {k}"))),
@@ -323,6 +355,59 @@ impl RpcResponse {
     }
 }
 
+/// The wait before a snapshot send dials an unreachable node again (as
+/// `backoff` between other calls).
+const DIAL_BACKOFF: Duration = Duration::from_millis(20);
+/// A snapshot held longer than this while its follower was unreachable is
+/// given back for a fresh one when the follower answers.
+const SNAPSHOT_HELD_FOR: Duration = Duration::from_millis(100);
+/// How long a snapshot send keeps dialling an unreachable follower before
+/// it hands the failure back to openraft.
+const SNAPSHOT_DIAL_FOR: Duration = Duration::from_secs(10);
+
+/// Largest snapshot accepted in one stream, in bytes (a bogus length is
+/// refused before anything is allocated).
+pub const MAX_SNAPSHOT: u64 = 1 << 40;
+
+/// Receive the `head.len` raw bytes of a whole snapshot from `r` into one
+/// buffer allocated at its final size (no chunk copies, no regrowth), hand
+/// it to openraft to install, and return the answer to send. An error
+/// (short read, a length over [`MAX_SNAPSHOT`] or one that cannot be
+/// allocated) drops the connection.
+async fn receive_full_snapshot<R: AsyncRead + Unpin>(
+    raft: &Raft,
+    r: &mut R,
+    head: SnapshotHead,
+) -> io::Result<RpcResponse> {
+    let n = head.len;
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+    if n > MAX_SNAPSHOT {
+        return Err(bad(format!(
+            "snapshot of {n} bytes over the {MAX_SNAPSHOT}-byte cap"
+        )));
+    }
+    crate::catchup::mark(|| format!("snapshot receive begin {n} bytes"));
+    let mut data = Vec::new();
+    data.try_reserve_exact(n as usize)
+        .map_err(|e| bad(format!("snapshot of {n} bytes: {e}")))?;
+    crate::store::huge_pages(&mut data);
+    r.take(n).read_to_end(&mut data).await?;
+    if data.len() as u64 != n {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    crate::catchup::mark(|| "snapshot receive end".into());
+    let snapshot = openraft::storage::Snapshot {
+        meta: head.meta,
+        snapshot: Box::new(io::Cursor::new(data)),
+    };
+    let res = raft
+        .install_full_snapshot(head.vote, snapshot)
+        .await
+        .map(|s| InstallSnapshotResponse { vote: s.vote })
+        .map_err(RaftError::Fatal);
+    Ok(RpcResponse::Snapshot(res))
+}
+
 /// Serve Raft RPCs on `listener` until the task is dropped.
 pub async fn serve_raft(listener: TcpListener, raft: Raft) {
     let permits = Arc::new(Semaphore::new(MAX_RAFT_CONNS));
@@ -359,6 +444,12 @@ pub async fn serve_raft(listener: TcpListener, raft: Raft) {
                     RpcRequest::Vote(q) => RpcResponse::Vote(raft.vote(q).await),
                     RpcRequest::Snapshot(q) => {
                         RpcResponse::Snapshot(raft.install_snapshot(q).await)
+                    }
+                    RpcRequest::FullSnapshot(head) => {
+                        match receive_full_snapshot(&raft, &mut r, head).await {
+                            Ok(resp) => resp,
+                            Err(_) => break,
+                        }
                     }
                 };
                 if write_frame(&mut w, resp.encode()).await.is_err() {
@@ -450,6 +541,64 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Connect unless connected.
+    async fn dial(&mut self, ttl: Duration) -> Result<(), CallError> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        let sock = match tokio::time::timeout(ttl, TcpStream::connect(&self.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(CallError::Unreachable(e)),
+            Err(_) => {
+                return Err(CallError::Unreachable(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connect timed out",
+                )))
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let (r, w) = sock.into_split();
+        self.conn = Some((BufReader::with_capacity(16 * 1024, r), w));
+        Ok(())
+    }
+
+    /// Write the head frame and `data`, then read the answer; a failure
+    /// drops the connection.
+    async fn stream_snapshot(
+        &mut self,
+        head: &RpcRequest,
+        data: &[u8],
+        ttl: Duration,
+    ) -> Result<RpcResponse, CallError> {
+        self.dial(ttl).await?;
+        let Some((r, w)) = self.conn.as_mut() else {
+            return Err(CallError::Network(io::ErrorKind::NotConnected.into()));
+        };
+        let exchange = async {
+            write_frame(w, head.encode()).await?;
+            w.write_all(data).await?;
+            read_frame(r).await
+        };
+        let addr = &self.addr;
+        let res = match tokio::time::timeout(ttl, exchange).await {
+            Ok(Ok(b)) => open_frame(&b, addr).and_then(|(kind, msg)| {
+                RpcResponse::decode(kind, msg)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "snapshot transfer timed out",
+            )),
+        };
+        res.map_err(|e| {
+            self.conn = None;
+            CallError::Network(e)
+        })
+    }
+}
+
 fn rpc_err<E: std::error::Error>(e: CallError) -> RPCError<NodeId, NodeAddr, E> {
     match e {
         CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
@@ -506,6 +655,96 @@ impl RaftNetwork<TypeConfig> for Connection {
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
             _ => Err(mismatch()),
+        }
+    }
+
+    /// Send the whole snapshot in one stream: a [`SnapshotHead`] frame,
+    /// then the data as it is, straight from the snapshot's buffer; the
+    /// follower reads it into one buffer of its final size and installs
+    /// it before answering. Replaces openraft's chunked transfer (a copy
+    /// of each chunk on both sides, a growing buffer on the follower, a
+    /// round trip and a 1 ms pause per chunk).
+    async fn full_snapshot(
+        &mut self,
+        vote: openraft::Vote<NodeId>,
+        snapshot: openraft::storage::Snapshot<TypeConfig>,
+        cancel: impl std::future::Future<Output = openraft::error::ReplicationClosed>
+            + openraft::OptionalSend
+            + 'static,
+        option: RPCOption,
+    ) -> Result<
+        openraft::raft::SnapshotResponse<NodeId>,
+        openraft::error::StreamingError<TypeConfig, openraft::error::Fatal<NodeId>>,
+    > {
+        let meta = snapshot.meta;
+        let data = snapshot.snapshot.into_inner();
+        // Transfer and install take time in proportion to the size: the
+        // RPC timeout plus 250 ms per MiB.
+        let ttl = option.hard_ttl() + Duration::from_millis(250 * (data.len() as u64 >> 20));
+        let head = RpcRequest::FullSnapshot(SnapshotHead {
+            vote,
+            meta,
+            len: data.len() as u64,
+        });
+        crate::catchup::mark(|| format!("snapshot send begin {} bytes", data.len()));
+        let mut cancel = std::pin::pin!(cancel);
+        // An unreachable follower (being restarted) is dialled every
+        // backoff step, for up to `SNAPSHOT_DIAL_FOR`, without giving the
+        // snapshot back (openraft would fetch it again after each failed
+        // dial). Once it answers after a longer wait, the snapshot held may
+        // be far behind the applied index: the send fails without data (the
+        // connection kept) so that openraft fetches a fresh one at once
+        // (see `store::REBUILD_BEHIND`).
+        let started = tokio::time::Instant::now();
+        while self.conn.is_none() {
+            let res = tokio::select! {
+                r = self.dial(ttl) => r,
+                c = cancel.as_mut() => return Err(c.into()),
+            };
+            match res {
+                Ok(()) if started.elapsed() > SNAPSHOT_HELD_FOR => {
+                    return Err(NetworkError::new(&io::Error::other(
+                        "the follower answers again: send a fresh snapshot",
+                    ))
+                    .into());
+                }
+                Ok(()) => {}
+                Err(CallError::Unreachable(_)) if started.elapsed() < SNAPSHOT_DIAL_FOR => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(DIAL_BACKOFF) => {}
+                        c = cancel.as_mut() => return Err(c.into()),
+                    }
+                }
+                Err(CallError::Unreachable(e)) => return Err(Unreachable::new(&e).into()),
+                Err(CallError::Network(e)) => return Err(NetworkError::new(&e).into()),
+            }
+        }
+        let res = tokio::select! {
+            r = self.stream_snapshot(&head, &data, ttl) => r,
+            c = cancel.as_mut() => {
+                // A frame may be half written: the next call dials again.
+                self.conn = None;
+                return Err(c.into());
+            }
+        };
+        let resp = match res.map_err(rpc_err::<RaftError<NodeId, InstallSnapshotError>>) {
+            Ok(RpcResponse::Snapshot(r)) => r,
+            Ok(_) => {
+                return Err(NetworkError::new(&io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response of another kind",
+                ))
+                .into())
+            }
+            Err(RPCError::Unreachable(e)) => return Err(e.into()),
+            Err(RPCError::Network(e)) => return Err(e.into()),
+            Err(e) => return Err(NetworkError::new(&e).into()),
+        };
+        crate::catchup::mark(|| "snapshot send end".into());
+        match resp {
+            Ok(r) => Ok(openraft::raft::SnapshotResponse { vote: r.vote }),
+            Err(RaftError::Fatal(f)) => Err(RemoteError::new(self.target, f).into()),
+            Err(RaftError::APIError(e)) => Err(NetworkError::new(&e).into()),
         }
     }
 
@@ -600,6 +839,27 @@ mod tests {
                 assert_eq!(s.offset, 4 << 20);
                 assert!(s.done);
                 assert_eq!(s.meta.snapshot_id, "9-1");
+            }
+            _ => panic!("another kind"),
+        }
+        let q = RpcRequest::FullSnapshot(SnapshotHead {
+            vote: Vote::new_committed(3, 2),
+            meta: SnapshotMeta {
+                last_log_id: Some(lid(3, 15000)),
+                last_membership: Default::default(),
+                snapshot_id: "15000-2".into(),
+            },
+            len: 62 << 20,
+        });
+        let b = body(q.encode());
+        // The head only: the data follows the frame.
+        assert!(b.len() < 512, "{} bytes", b.len());
+        let (kind, msg) = open_frame(&b, "test").unwrap();
+        match RpcRequest::decode(kind, msg).unwrap() {
+            RpcRequest::FullSnapshot(h) => {
+                assert_eq!(h.len, 62 << 20);
+                assert_eq!(h.vote, Vote::new_committed(3, 2));
+                assert_eq!(h.meta.last_log_id, Some(lid(3, 15000)));
             }
             _ => panic!("another kind"),
         }

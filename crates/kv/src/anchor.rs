@@ -218,6 +218,34 @@ mod imp {
     }
 
     impl Anchor {
+        /// Replace the contents with `pairs` (in strictly increasing key
+        /// order) at version `index`, in one PMDK transaction.
+        fn restore_pairs(&mut self, index: u64, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+            let keys: Vec<*const u8> = pairs.iter().map(|(k, _)| k.as_ptr()).collect();
+            let klens: Vec<u32> = pairs.iter().map(|(k, _)| k.len() as u32).collect();
+            let vals: Vec<*const u8> = pairs.iter().map(|(_, v)| v.as_ptr()).collect();
+            let vlens: Vec<u32> = pairs.iter().map(|(_, v)| v.len() as u32).collect();
+            // SAFETY: the arrays hold pairs.len() pointers to live slices with their lengths.
+            let rc = unsafe {
+                kva_restore(
+                    self.pop,
+                    index,
+                    pairs.len(),
+                    keys.as_ptr(),
+                    klens.as_ptr(),
+                    vals.as_ptr(),
+                    vlens.as_ptr(),
+                )
+            };
+            if rc != 0 {
+                return Err(pmdk_error("restore", rc));
+            }
+            let (i, r) = self.rebuild()?;
+            self.index = i;
+            self.recs = r;
+            Ok(())
+        }
+
         fn with(pop: *mut c_void, path: &Path) -> Result<Anchor> {
             let len = std::fs::metadata(path)
                 .map_err(|e| Error::io(path.display(), e))?
@@ -470,29 +498,24 @@ mod imp {
             entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
         ) -> Result<()> {
             let map = crate::restore_entries(entries)?;
-            let keys: Vec<*const u8> = map.keys().map(|k| k.as_ptr()).collect();
-            let klens: Vec<u32> = map.keys().map(|k| k.len() as u32).collect();
-            let vals: Vec<*const u8> = map.values().map(|v| v.as_ptr()).collect();
-            let vlens: Vec<u32> = map.values().map(|v| v.len() as u32).collect();
-            // SAFETY: the arrays hold map.len() pointers to live slices with their lengths.
-            let rc = unsafe {
-                kva_restore(
-                    self.pop,
-                    index,
-                    map.len(),
-                    keys.as_ptr(),
-                    klens.as_ptr(),
-                    vals.as_ptr(),
-                    vlens.as_ptr(),
-                )
-            };
-            if rc != 0 {
-                return Err(pmdk_error("restore", rc));
+            let pairs: Vec<(&[u8], &[u8])> = map
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            self.restore_pairs(index, &pairs)
+        }
+
+        fn restore_sorted<'a>(
+            &mut self,
+            index: u64,
+            entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
+        ) -> Result<()> {
+            let pairs: Vec<(&[u8], &[u8])> = entries.collect();
+            if !crate::sorted_pairs(&pairs)? {
+                let mut owned = pairs.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+                return self.restore(index, &mut owned);
             }
-            let (i, r) = self.rebuild()?;
-            self.index = i;
-            self.recs = r;
-            Ok(())
+            self.restore_pairs(index, &pairs)
         }
 
         fn history(&self) -> Result<Vec<VersionEntry>> {

@@ -260,6 +260,19 @@ pub trait Engine: Send {
         entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<()>;
 
+    /// [`Engine::restore`] from borrowed pairs, as a snapshot yields them
+    /// (in increasing key order; pairs out of order are still restored,
+    /// by the slower path). Engines that write the pairs straight into the
+    /// pool (`list`, `wal`) skip the owned copy the default makes.
+    fn restore_sorted<'a>(
+        &mut self,
+        index: u64,
+        entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<()> {
+        let mut owned = entries.map(|(k, v)| (k.to_vec(), v.to_vec()));
+        self.restore(index, &mut owned)
+    }
+
     /// Every retained version, sorted by key then version.
     fn history(&self) -> Result<Vec<VersionEntry>>;
 
@@ -360,6 +373,15 @@ pub(crate) fn restore_entries(
         map.insert(k, v);
     }
     Ok(map)
+}
+
+/// Whether `pairs` are in strictly increasing key order; fails on a key
+/// or value over the limits.
+pub(crate) fn sorted_pairs(pairs: &[(&[u8], &[u8])]) -> Result<bool> {
+    for (k, v) in pairs {
+        check_sizes(k, Some(v))?;
+    }
+    Ok(pairs.windows(2).all(|w| w[0].0 < w[1].0))
 }
 
 pub(crate) fn check_sizes(key: &[u8], value: Option<&[u8]>) -> Result<()> {

@@ -48,15 +48,15 @@ pub(crate) struct LogEngine {
     retry_at: u64,
 }
 
-fn record(kind: u8, key: &[u8], value: &[u8], version: u64) -> Vec<u8> {
-    let mut b = Vec::with_capacity(HDR as usize + key.len() + value.len());
+/// A record's header and key (its value follows them in the stream).
+fn record_head(kind: u8, key: &[u8], value_len: usize, version: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HDR as usize + key.len());
     b.extend_from_slice(&[kind, 0, 0, 0]);
     b.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    b.extend_from_slice(&(value_len as u32).to_le_bytes());
     b.extend_from_slice(&[0; 4]);
     b.extend_from_slice(&version.to_le_bytes());
     b.extend_from_slice(key);
-    b.extend_from_slice(value);
     b
 }
 
@@ -160,7 +160,19 @@ impl LogEngine {
         version: u64,
         user: bool,
     ) -> Result<Option<Val>> {
-        let pos = self.pool.append(&record(kind, key, value, version))?;
+        // Header and key, then the value straight from the caller's
+        // buffer: the same bytes in the stream as one append of the whole
+        // record, without copying the value first.
+        let saved = self.pool.cur;
+        let pos = self
+            .pool
+            .append(&record_head(kind, key, value.len(), version))?;
+        if !value.is_empty() {
+            if let Err(e) = self.pool.append(value) {
+                self.pool.cur = saved;
+                return Err(e);
+            }
+        }
         if user {
             let at = self.pool.advance(pos, HDR)?;
             self.pool
@@ -198,9 +210,9 @@ impl LogEngine {
 
     /// Write `entries` (key order) into a fresh chain ending with a base
     /// record at `last`, and swing the root to it.
-    fn rewrite(
+    fn rewrite<'a>(
         &mut self,
-        entries: Vec<(Vec<u8>, u64, Option<Vec<u8>>)>,
+        entries: impl Iterator<Item = (&'a [u8], u64, Option<&'a [u8]>)>,
         last: u64,
         floor: u64,
     ) -> Result<()> {
@@ -212,9 +224,9 @@ impl LogEngine {
         r
     }
 
-    fn rewrite_inner(
+    fn rewrite_inner<'a>(
         &mut self,
-        entries: Vec<(Vec<u8>, u64, Option<Vec<u8>>)>,
+        entries: impl Iterator<Item = (&'a [u8], u64, Option<&'a [u8]>)>,
         last: u64,
         floor: u64,
     ) -> Result<()> {
@@ -223,9 +235,9 @@ impl LogEngine {
         let mut live = 0;
         for (key, version, value) in entries {
             let kind = if value.is_some() { SET } else { DEL };
-            let val = self.append(kind, &key, value.as_deref().unwrap_or(&[]), version, false)?;
-            live += rec_size(&key, &val);
-            index.push(&key, version, val)?;
+            let val = self.append(kind, key, value.unwrap_or(&[]), version, false)?;
+            live += rec_size(key, &val);
+            index.push(key, version, val)?;
         }
         self.append(BASE, &[], &[], last, false)?;
         self.index = index;
@@ -455,7 +467,23 @@ impl Engine for LogEngine {
         entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
         let map = crate::restore_entries(entries)?;
-        let entries = map.into_iter().map(|(k, v)| (k, index, Some(v))).collect();
+        let entries = map
+            .iter()
+            .map(|(k, v)| (k.as_slice(), index, Some(v.as_slice())));
+        self.rewrite(entries, index, index)
+    }
+
+    fn restore_sorted<'a>(
+        &mut self,
+        index: u64,
+        entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<()> {
+        let pairs: Vec<(&[u8], &[u8])> = entries.collect();
+        if !crate::sorted_pairs(&pairs)? {
+            let mut owned = pairs.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+            return self.restore(index, &mut owned);
+        }
+        let entries = pairs.iter().map(|(k, v)| (*k, index, Some(*v)));
         self.rewrite(entries, index, index)
     }
 
@@ -495,11 +523,10 @@ impl Engine for LogEngine {
 
     fn compact(&mut self) -> Result<()> {
         self.sync()?;
-        let entries = self
-            .history()?
-            .into_iter()
-            .map(|e| (e.key, e.version, e.value))
-            .collect();
+        let history = self.history()?;
+        let entries = history
+            .iter()
+            .map(|e| (e.key.as_slice(), e.version, e.value.as_deref()));
         let (last, floor) = (self.index.last, self.index.floor);
         self.rewrite(entries, last, floor)
     }
