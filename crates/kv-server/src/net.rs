@@ -357,7 +357,7 @@ impl RpcResponse {
 
 /// The wait before a snapshot send dials an unreachable node again (as
 /// `backoff` between other calls).
-const DIAL_BACKOFF: Duration = Duration::from_millis(20);
+const DIAL_BACKOFF: Duration = Duration::from_millis(5);
 /// A snapshot held longer than this while its follower was unreachable is
 /// given back for a fresh one when the follower answers.
 const SNAPSHOT_HELD_FOR: Duration = Duration::from_millis(100);
@@ -769,7 +769,7 @@ impl RaftNetwork<TypeConfig> for Connection {
     /// fails at once, and a restarted replica is found sooner (this wait
     /// was most of its recovery time at 100 ms).
     fn backoff(&self) -> openraft::network::Backoff {
-        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(20)))
+        openraft::network::Backoff::new(std::iter::repeat(DIAL_BACKOFF))
     }
 }
 
