@@ -346,7 +346,7 @@ pub fn hooked_with_compares(
 /// long after the program moved on (a triad at `--sample 0.01` never
 /// filled the model's cache: no write-back was counted at all).
 pub fn reading_between(a: &ThreadTotals, b: &ThreadTotals) -> EpochReading {
-    let read = b.serial.pm_misses.saturating_sub(a.serial.pm_misses);
+    let read = b.pm_lines_read.saturating_sub(a.pm_lines_read);
     let written = b.pm_dirtied.saturating_sub(a.pm_dirtied);
     EpochReading {
         reading: Reading::Accesses {
@@ -901,6 +901,7 @@ mod tests {
                 pm_misses: 1_500,
                 ..Default::default()
             },
+            pm_lines_read: 1_500,
             pm_dirtied: 500,
             ..Default::default()
         };
@@ -930,6 +931,7 @@ mod tests {
             },
             pm_writebacks: 2,
             pm_dirtied: 3,
+            pm_lines_read: 10,
             ..Default::default()
         };
         let b = ThreadTotals {
@@ -941,6 +943,7 @@ mod tests {
             },
             pm_writebacks: 7,
             pm_dirtied: 11,
+            pm_lines_read: 40,
             ..Default::default()
         };
         let r = reading_between(&a, &b);
@@ -955,6 +958,19 @@ mod tests {
         // evictions counted, 5, are not what the bandwidth model charges).
         assert_eq!(r.pm_bytes, (30 + 8) * 64);
         assert_eq!((r.pm_read_bytes(), r.pm_write_bytes), (30 * 64, 8 * 64));
+        // A sampled run's first-sight rule discounts the latency counts
+        // (pm_misses), not the lines the model missed: a stream's lines
+        // are first sights, and every one of them crosses the bus.
+        let c = ThreadTotals {
+            serial: SerialCounts {
+                pm_misses: 15,
+                ..b.serial
+            },
+            pm_lines_read: 70,
+            ..b
+        };
+        let r = reading_between(&b, &c);
+        assert_eq!(r.pm_read_bytes(), 30 * 64);
     }
 
     #[test]

@@ -60,6 +60,12 @@ pub struct ThreadTotals {
     /// than at eviction (`pm_writebacks`), which a sampled model, seeing a
     /// fraction of the lines, reaches far too late.
     pub pm_dirtied: u64,
+    /// PM lines the cache model missed (every PM miss, as the model saw
+    /// it: before the first-sight rule of sampled runs discounts the
+    /// latency counts). The bandwidth model's reads: a streaming loop's
+    /// lines are each seen once, first sights every one, and they all
+    /// move across the memory bus.
+    pub pm_lines_read: u64,
     /// Dirty lines written back to DRAM.
     pub dram_writebacks: u64,
     /// Device mode (`pmlab run --device`): the sum, over the PM misses, of
@@ -354,6 +360,7 @@ impl ModelState {
                 count_writeback(totals, pm)
             });
         totals.pm_dirtied += dirtied as u64;
+        totals.pm_lines_read += (miss && pm) as u64;
         let Some(f) = self.first.as_deref_mut() else {
             return self.count_miss(e, addr, pm, miss);
         };
@@ -458,6 +465,7 @@ impl ModelState {
             },
         );
         totals.pm_dirtied += dirtied as u64;
+        totals.pm_lines_read += (miss && pm) as u64;
         // The delay of a PM miss: the level that served it, less what
         // this kind of access (near, far, following the one before,
         // flushed just before) already costs natively.
