@@ -13,12 +13,29 @@
  * the leaves miss. Lookups are of random present keys and independent of
  * each other. Plain C, no pmlab API.
  *
+ * With -d each lookup's key is picked with the key the previous lookup
+ * found: the same work with every lookup behind the previous one (no
+ * overlap between lookups), to measure that overlap natively.
+ *
+ * With -x EXTRA_NS the first load of every node is timed (lfence, TSC,
+ * the load, rdtscp: the load has returned) and counted as a miss when it
+ * took more than -t THRESHOLD_NS [90: between an LLC hit and a DRAM
+ * access here]; after each such miss the thread holds the CPU EXTRA_NS
+ * more of its own time (cpuwait.h). So the lookups run as they would if
+ * every load that misses natively cost EXTRA_NS more, measured without
+ * any emulator; the misses per lookup, and per level, are printed. The
+ * timing costs its own time: -x 0 (timed, no wait) is the baseline the
+ * waits are measured against (pmlab validate's reference takes the
+ * difference).
+ *
  * Prints one line:
  *
  *   bptree: region=... keys=... fanout=8 levels=... lookups=...
- *           elapsed_ns=... ns_per_lookup=...
+ *           elapsed_ns=... ns_per_lookup=... [dependent=... extra_ns=...
+ *           threshold_ns=... misses_per_lookup=... level_misses=l0/l1/...]
  *
- * Usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] [-s SEED]
+ * Usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] [-s SEED] [-d]
+ *               [-x EXTRA_NS] [-t THRESHOLD_NS]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -28,7 +45,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpuwait.h"
+
 #define MAX_LEVELS 32
+
+/* The TSC ticks a load of *p took, from before it issued to after it
+ * returned; its value in *v. */
+static inline uint64_t timed_load(const uint64_t *p, uint64_t *v)
+{
+	unsigned aux;
+	_mm_lfence();
+	uint64_t a = __rdtsc();
+	_mm_lfence();
+	*v = *(const volatile uint64_t *)p;
+	uint64_t b = __rdtscp(&aux);
+	_mm_lfence();
+	return b - a;
+}
 
 static uint64_t now_ns(void)
 {
@@ -40,7 +73,7 @@ static uint64_t now_ns(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] "
-			"[-s SEED]\n");
+			"[-s SEED] [-d] [-x EXTRA_NS 0-1000000] [-t THRESHOLD_NS 1-100000]\n");
 	exit(2);
 }
 
@@ -68,13 +101,17 @@ static void *map(size_t bytes)
 int main(int argc, char **argv)
 {
 	long region_mib = 128, lookups = 2000000, fanout = 8, seed = 11;
-	int opt;
-	while ((opt = getopt(argc, argv, "r:n:f:s:")) != -1) {
+	long extra_ns = -1, threshold_ns = 90;
+	int opt, dependent = 0;
+	while ((opt = getopt(argc, argv, "r:n:f:s:dx:t:")) != -1) {
 		switch (opt) {
 		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
 		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
 		case 'f': fanout = arg_long(optarg, 4, 64); break;
 		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
+		case 'd': dependent = 1; break;
+		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
+		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
 		default: usage();
 		}
 	}
@@ -111,23 +148,44 @@ int main(int argc, char **argv)
 		count[i] = lc[levels - 1 - i];
 	}
 	(void)count;
-	uint64_t sum = 0, r = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
+	uint64_t sum = 0, r = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1, found = 0;
 	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
+	int timed = extra_ns >= 0;
+	uint64_t threshold = 0, misses = 0, level_misses[MAX_LEVELS] = {0};
+	if (timed) {
+		cw_init(extra_ns);
+		threshold = (uint64_t)((double)threshold_ns * cw_tsc_per_ns());
+	}
+	int64_t owed = 0;
 	uint64_t t0 = 0;
 	for (long q = -warm; q < lookups; q++) {
-		if (q == 0)
+		if (q == 0) {
+			misses = 0;
+			for (int l = 0; l < levels; l++)
+				level_misses[l] = 0;
 			t0 = now_ns();
+		}
 		r = r * 6364136223846793005ull + 1442695040888963407ull;
-		uint64_t key = 2 * ((r >> 17) % n) + 1;
+		uint64_t pick = dependent ? (r >> 17) ^ found : r >> 17;
+		uint64_t key = 2 * (pick % n) + 1;
 		uint64_t node = 0;
 		for (int l = 0; l < levels; l++) {
 			const uint64_t *k = level[l] + node * b;
-			uint64_t j = 0;
+			uint64_t j = 0, first;
+			if (timed) {
+				if (timed_load(&k[0], &first) > threshold) {
+					misses++;
+					level_misses[l]++;
+					cw_pay(&owed, 1);
+				}
+				(void)first; /* k[0] is never above `key` */
+			}
 			/* the last key of the node not above `key` */
 			for (uint64_t x = 1; x < b; x++)
 				j += k[x] <= key;
 			if (l == levels - 1) {
 				sum += k[j] == key;
+				found = k[j];
 				break;
 			}
 			node = node * b + j;
@@ -140,9 +198,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("bptree: region=%llu keys=%llu fanout=%ld levels=%d lookups=%ld "
-			"elapsed_ns=%llu ns_per_lookup=%.2f\n",
+			"elapsed_ns=%llu ns_per_lookup=%.2f",
 			(unsigned long long)(n * sizeof(uint64_t)), (unsigned long long)n,
 			fanout, levels, lookups, (unsigned long long)(t1 - t0),
 			(double)(t1 - t0) / (double)lookups);
+	if (timed) {
+		printf(" dependent=%d extra_ns=%ld threshold_ns=%ld misses_per_lookup=%.3f "
+				"level_misses=", dependent, extra_ns, threshold_ns,
+				(double)misses / (double)lookups);
+		for (int l = 0; l < levels; l++)
+			printf("%s%.3f", l ? "/" : "", (double)level_misses[l] / (double)lookups);
+	}
+	printf("\n");
 	return 0;
 }

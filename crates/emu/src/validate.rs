@@ -260,7 +260,8 @@ pub struct Point {
     /// per access, `-x`). For mtlat its median is `expected` (see
     /// [`mtlat_point`]); for multilat it is a diagnostic (see
     /// [`multilat_point`]). Shapes: idxchase's reference is `expected`;
-    /// hashprobe's (a wait after each lookup) is a diagnostic in `detail`.
+    /// hashprobe's and bptree's (native plus what a wait after each timed
+    /// miss added) are diagnostics in `detail`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reference_runs: Vec<f64>,
     /// multilat points: the error of the median against the reference's
@@ -1561,6 +1562,7 @@ pub const WORKLOADS: &[&str] = &[
     "idxchase",
     "hashprobe",
     "bptree",
+    "skiplist",
     "stream",
 ];
 

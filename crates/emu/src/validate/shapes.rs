@@ -18,41 +18,28 @@
 //!   against the chains study's expectation, native x L / DRAM (the
 //!   overlap of 4 chains carries over).
 //! * **Hash-table probe** (`hashprobe.c`): independent random lookups in an
-//!   open-addressing table much larger than the LLC. Expected: the
-//!   emulator-free reference `hashprobe -x (L - DRAM)`, the native build
-//!   holding the CPU that long after each lookup: the lookups as they run
-//!   when each waits for one miss at `L` behind the previous one. That is
-//!   the time itself where lookups do not overlap natively, which the
-//!   native dependent variant (`-d`, each lookup keyed by the previous
-//!   one's value) shows: `t_dep / t` is 1.01 on this VM (the probe loop's
-//!   exit branch depends on the missed key, and a mispredicted exit
-//!   discards the next lookup's miss); where it is not near 1 the point's
-//!   `detail` says the reference is an upper bound. Beside it, the
-//!   formula `t + s x (L - DRAM)`, with `t` the native ns per lookup and
-//!   `s = (t - t_hot) / DRAM` the serial misses per lookup measured
-//!   natively, `t_hot` the same table and code with the lookups confined
-//!   to 4096 keys (`-w`: their lines stay in L2; a 1 MiB table
-//!   instead outgrows L2 and hits the LLC). The formula read 0.94 serial
-//!   misses per lookup (with a 1 MiB table) where `-d` says the lookups
-//!   are serial: `t - t_cache` is not memory wait alone (the likely part:
-//!   work that overlaps across lookups in cache runs after each miss in
-//!   the large table), so it is a diagnostic here. `-i 4`
-//!   (four lookups' first loads issued before any compare: the overlap
-//!   when no such branch separates the misses) is in `detail` too.
-//! * **B+-tree lookup** (`bptree.c`): a root-to-leaf walk per lookup, a
-//!   short dependent chain of misses (the lower levels and the leaf) with a
-//!   scan of the node's keys between them (branch-free: the child's index
-//!   is the sum of the compares, a data dependence); lookups independent.
-//!   Expected: the formula, `t_cache` the same code over 1 MiB of leaves
-//!   (no emulator-free reference: which levels miss natively is not
-//!   known). Its errors, of both signs: the large tree has 3 levels more
-//!   (9 against 6 at 256 MiB; their compute, a few ns each, counts as
-//!   memory wait), its 4 MiB and 512 KiB levels hit the LLC (their LLC
-//!   latency counts as DRAM wait, while the emulator adds nothing to an
-//!   LLC hit), and the small tree's 1 MiB leaf level hits the LLC too
-//!   (subtracted). Counted with `--no-inject` the emulator charges 2.5
-//!   serial misses per lookup for 2.6 modelled misses; the formula read
-//!   2.77.
+//!   open-addressing table much larger than the LLC; and **B+-tree
+//!   lookup** (`bptree.c`): a root-to-leaf walk per lookup, a short
+//!   dependent chain of misses (the lower levels and the leaf) with a scan
+//!   of the node's keys between them (branch-free: the child's index is
+//!   the sum of the compares, a data dependence); lookups independent.
+//!   Expected, both: [`lookup_expectation`], `t + m x (L - DRAM)`, `t` the
+//!   native ns per lookup and `m` the misses per lookup *measured*
+//!   natively: the workload's timed run (`-x 0`) times each probe's or
+//!   node's load on the TSC and counts it as a miss past 90 ns (an LLC hit
+//!   takes ~40 here, DRAM ~150). Each such miss is serial: it waits on a
+//!   compare of the key before it (the probe's exit branch, the child's
+//!   index), and the lookups do not overlap natively: the dependent
+//!   variant (`-d`, each key from the previous lookup's result) runs as
+//!   fast as the independent one (1.01-1.02x here), which the point's
+//!   `detail` gives. Beside it, the emulator-free reference: `t` plus what
+//!   holding the CPU `L - DRAM` ns after each timed miss (`-x L-DRAM`)
+//!   added to the timed run; and the older formula [`wait_formula`],
+//!   `s = (t - t_cache) / DRAM` waits per lookup, which also counts the
+//!   large structure's LLC hits and extra compute as DRAM waits (the
+//!   B+-tree's 2.85-2.97 in the last quiet run; its levels' misses are in
+//!   the `detail`, root first). The hash probe's reference used to wait
+//!   once after every lookup, including the 4-6% whose line the LLC held.
 //!
 //! A model that injects nothing reads a third or more low; one that
 //! treats the lookups' misses as independent reads several times too low
@@ -102,44 +89,54 @@ pub fn chase_formula(native: f64, dram: f64, target: f64) -> f64 {
 /// lines at most, 256 KiB, within the core's L2.
 const HOT_KEYS: u64 = 4096;
 
-/// The hash probe's expectation: the emulator-free reference `r` (the
-/// native build waiting `target - DRAM` ns after each lookup), the time
-/// itself when lookups do not overlap natively, as the dependent variant's
-/// time over the independent one's (`dep_ratio`, 1.01 on this VM) shows;
-/// an upper bound where they do (said in the description). With the
-/// formula's figure (`formula`, described by `formula_detail`) beside it.
-pub fn probe_expectation(
-    r: f64,
-    formula: f64,
-    formula_detail: &str,
-    dep_ratio: f64,
+/// The expectation of a lookup workload (hash probe, B+-tree) from its
+/// native runs: `t + m x (target - dram)`, `t` the native ns per lookup
+/// and `m` the misses per lookup measured natively (the workload's timed
+/// run, `-x 0`: each node's or probe's load timed on the TSC and counted
+/// as a miss past 90 ns). Every such miss is taken as serial: each waits
+/// on a compare of the previous one's key (a level's child index, a
+/// probe's exit), and the lookups do not overlap natively where the
+/// dependent variant (`-d`, each key from the previous lookup's result)
+/// runs as fast as the independent one (`dep_ratio`, its time over
+/// theirs, near 1); where it is not near 1 the description says the
+/// expectation is an upper bound. With the description, which also gives
+/// the emulator-free reference `reference` (`t` plus what waiting
+/// `target - dram` ns after each timed miss added to the timed run) and
+/// its distance.
+pub fn lookup_expectation(
+    t: f64,
+    misses: f64,
+    dram: f64,
     target: f64,
+    dep_ratio: f64,
+    reference: f64,
 ) -> (f64, String) {
+    let e = t + misses * (target - dram).max(0.0);
     let overlap = if dep_ratio.is_finite() && dep_ratio > 1.1 {
-        ": the lookups overlap natively, so the reference is an upper bound"
+        "the lookups overlap natively, so this is an upper bound"
     } else {
-        ": no overlap between lookups natively, so the reference is the time itself"
+        "no overlap between lookups natively"
     };
     (
-        r,
+        e,
         format!(
-            "expected: the reference (native build, {target} - DRAM ns of CPU-holding wait after each lookup, hashprobe -x) {r:.1} ns; native dependent lookups (-d) {dep_ratio:.2}x the independent ones{overlap}; formula {formula:.1} ns ({formula_detail}; the reference {:+.2}% of it)",
-            error_pct(r, formula)
+            "native {t:.1} + {misses:.3} misses/lookup measured natively (timed loads, -x 0) x ({target} - {dram:.1}) ns; dependent lookups (-d) {dep_ratio:.2}x the independent ones: {overlap}; reference (native + the added time of a {target} - DRAM ns wait after each timed miss, -x) {reference:.1} ns ({:+.2}% of the expectation)",
+            error_pct(reference, e)
         ),
     )
 }
 
-/// The expectation of a lookup workload from its native times: `t` in a
-/// large table, `t_cache` in a small one (ns per lookup), `dram` the DRAM
-/// latency and `target` the PM latency: `t + s x (target - dram)` with
-/// `s = (t - t_cache) / dram` serial misses per lookup (at least 0). With
-/// the description.
-pub fn lookup_expectation(t: f64, t_cache: f64, dram: f64, target: f64) -> (f64, String) {
+/// The older formula for a lookup workload, kept as a diagnostic:
+/// `t + s x (target - dram)` with `s = (t - t_cache) / dram` the time a
+/// lookup waits on memory natively over the DRAM latency, `t_cache` the
+/// same code with its lines in cache. It counts the large structure's
+/// extra compute and its LLC hits as DRAM waits; the description says so.
+pub fn wait_formula(t: f64, t_cache: f64, dram: f64, target: f64) -> (f64, String) {
     let serial = ((t - t_cache) / dram).max(0.0);
     (
-        t + serial * (target - dram),
+        t + serial * (target - dram).max(0.0),
         format!(
-            "native {t:.1} + {serial:.3} serial misses/lookup x ({target} - {dram:.1}) ns; serial misses = (native {t:.1} - in-cache {t_cache:.1}) / DRAM {dram:.1}"
+            "native {t:.1} + {serial:.3} DRAM waits/lookup x ({target} - {dram:.1}) ns, waits = (native {t:.1} - in-cache {t_cache:.1}) / DRAM {dram:.1}"
         ),
     )
 }
@@ -273,85 +270,130 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
     }
     // The lookups: hash probe and B+-tree.
     for (prog, what) in [("hashprobe", "hash probe"), ("bptree", "B+-tree lookup")] {
-        let big = vec![s("-r"), mib.clone(), s("-n"), s(p.lookups)];
-        // The in-cache reference: the hash probe's own table with its
-        // lookups confined to HOT_KEYS keys; the tree's at 1 MiB of leaves.
-        let small = if prog == "hashprobe" {
-            let mut h = big.clone();
-            h.extend([s("-w"), s(HOT_KEYS)]);
-            h
-        } else {
-            vec![s("-r"), s(1), s("-n"), s(p.lookups)]
-        };
-        let key = "ns_per_lookup";
-        ctx.say(&format!(
-            "shapes: {what} {} MiB: native (and in cache) and {:?} ns, interleaved",
-            p.mib, p.lat
-        ));
-        let (mut native, mut cached, mut dep) = (Vec::new(), Vec::new(), Vec::new());
-        let mut inter = Vec::new();
-        let mut emu = vec![Vec::new(); p.lat.len()];
-        let mut refs = vec![Vec::new(); p.lat.len()];
-        let mut drams = vec![Vec::new(); p.lat.len()];
-        for _ in 0..reps {
-            native.push(need(prog, &ctx.native(prog, &big)?, key)?);
-            cached.push(need(prog, &ctx.native(prog, &small)?, key)?);
-            if prog == "hashprobe" {
-                let mut d = big.clone();
-                d.push(s("-d"));
-                dep.push(need(prog, &ctx.native(prog, &d)?, key)?);
-                let mut i = big.clone();
-                i.extend([s("-i"), s(4)]);
-                inter.push(need(prog, &ctx.native(prog, &i)?, key)?);
-            }
-            for (k, &lat) in p.lat.iter().enumerate() {
-                let dram = ctx.dram_now();
-                if prog == "hashprobe" {
-                    let mut slow = big.clone();
-                    slow.extend([s("-x"), s((lat - dram).max(0.0).round() as u64)]);
-                    refs[k].push(need(prog, &ctx.native(prog, &slow)?, key)?);
-                }
-                let o = ctx.emulated_given(prog, &big, lat, false, dram)?;
-                emu[k].push(need(prog, &o, key)?);
-                drams[k].push(dram);
-            }
-        }
-        let t = summarize(&native).median;
-        let tc = summarize(&cached).median;
-        for (k, &lat) in p.lat.iter().enumerate() {
-            let dram = summarize(&drams[k]).median;
-            let (formula, formula_detail) = lookup_expectation(t, tc, dram, lat);
-            let (mut expected, mut detail) = (formula, formula_detail.clone());
-            if !refs[k].is_empty() {
-                // The hash probe: the emulator-free reference.
-                let r = summarize(&refs[k]).median;
-                let dep_ratio = summarize(&dep).median / t;
-                (expected, detail) = probe_expectation(r, formula, &formula_detail, dep_ratio, lat);
-            }
-            if !dep.is_empty() {
-                detail.push_str(&format!(
-                    "; 4 lookups' first loads issued before any compare (-i 4) {:.1} ns: {:.2}x",
-                    summarize(&inter).median,
-                    t / summarize(&inter).median
-                ));
-            }
-            let mut pt = simple_point(
-                "shapes",
-                format!("{prog} {}MiB", p.mib),
-                lat,
-                "ns/lookup",
-                expected,
-                std::mem::take(&mut emu[k]),
-                bound,
-                detail,
-                std::mem::take(&mut drams[k]),
-            );
-            pt.native_runs = native.clone();
-            pt.reference_runs = std::mem::take(&mut refs[k]);
-            push(ctx, out, pt);
-        }
+        lookups(ctx, out, &p, prog, what, p.mib, p.lookups)?;
+    }
+    if p.variants {
+        // The held-out lookup: about 56 nodes visited and 20-24 misses a
+        // lookup, so a smaller list and fewer lookups keep it short.
+        lookups(ctx, out, &p, "skiplist", "skip-list lookup", 64, 20_000)?;
     }
     Ok(())
+}
+
+/// The median of `runs`' values of `key`, or NaN when there are none.
+fn median(runs: &[f64]) -> f64 {
+    if runs.is_empty() {
+        f64::NAN
+    } else {
+        summarize(runs).median
+    }
+}
+
+/// One lookup workload's points: per repetition the native run, its
+/// in-cache twin (the formula's), the dependent variant (`-d`), the timed
+/// run (`-x 0`: the misses per lookup), and per target the DRAM latency,
+/// the timed run waiting `L - DRAM` after each miss (`-x`) and the
+/// emulated run.
+fn lookups(
+    ctx: &Ctx,
+    out: &mut Vec<Point>,
+    p: &Plan,
+    prog: &str,
+    what: &str,
+    mib: u64,
+    count: u64,
+) -> Result<()> {
+    let bound = ctx.bounds.shapes;
+    let reps = ctx.reps.min(3);
+    let big = vec![s("-r"), s(mib), s("-n"), s(count)];
+    // The in-cache twin: the hash probe's own table with its lookups
+    // confined to HOT_KEYS keys; the tree's and the list's at 1 MiB.
+    let small = if prog == "hashprobe" {
+        let mut h = big.clone();
+        h.extend([s("-w"), s(HOT_KEYS)]);
+        h
+    } else {
+        vec![s("-r"), s(1), s("-n"), s(count)]
+    };
+    let with = |extra: &[String]| {
+        let mut a = big.clone();
+        a.extend(extra.iter().cloned());
+        a
+    };
+    let key = "ns_per_lookup";
+    ctx.say(&format!(
+        "shapes: {what} {mib} MiB: native (in cache, dependent, timed) and {:?} ns, interleaved",
+        p.lat
+    ));
+    let (mut native, mut cached, mut dep) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut timed, mut misses, mut levels) = (Vec::new(), Vec::new(), String::new());
+    let mut emu = vec![Vec::new(); p.lat.len()];
+    let mut waited = vec![Vec::new(); p.lat.len()];
+    let mut drams = vec![Vec::new(); p.lat.len()];
+    for _ in 0..reps {
+        native.push(need(prog, &ctx.native(prog, &big)?, key)?);
+        cached.push(need(prog, &ctx.native(prog, &small)?, key)?);
+        dep.push(need(prog, &ctx.native(prog, &with(&[s("-d")]))?, key)?);
+        let o = ctx.native(prog, &with(&[s("-x"), s(0)]))?;
+        timed.push(need(prog, &o, key)?);
+        misses.push(need(prog, &o, "misses_per_lookup")?);
+        if let Some(l) = text_of(&o, "level_misses") {
+            levels = l;
+        }
+        for (k, &lat) in p.lat.iter().enumerate() {
+            let dram = ctx.dram_now();
+            let extra = (lat - dram).max(0.0).round() as u64;
+            let o = ctx.native(prog, &with(&[s("-x"), s(extra)]))?;
+            waited[k].push(need(prog, &o, key)?);
+            let o = ctx.emulated_given(prog, &big, lat, false, dram)?;
+            emu[k].push(need(prog, &o, key)?);
+            drams[k].push(dram);
+        }
+    }
+    let (t, tc, m) = (median(&native), median(&cached), median(&misses));
+    let dep_ratio = median(&dep) / t;
+    for (k, &lat) in p.lat.iter().enumerate() {
+        let dram = median(&drams[k]);
+        let reference = t + median(&waited[k]) - median(&timed);
+        let (expected, mut detail) = lookup_expectation(t, m, dram, lat, dep_ratio, reference);
+        let (formula, formula_detail) = wait_formula(t, tc, dram, lat);
+        detail.push_str(&format!(
+            "; formula {formula:.1} ns ({formula_detail}; the expectation {:+.2}% of it)",
+            error_pct(expected, formula)
+        ));
+        if !levels.is_empty() {
+            detail.push_str(&format!("; misses per level, root first: {levels}"));
+        }
+        let mut pt = simple_point(
+            "shapes",
+            format!("{prog} {mib}MiB"),
+            lat,
+            "ns/lookup",
+            expected,
+            std::mem::take(&mut emu[k]),
+            bound,
+            detail,
+            std::mem::take(&mut drams[k]),
+        );
+        pt.native_runs = native.clone();
+        pt.reference_runs = waited[k]
+            .iter()
+            .zip(&timed)
+            .map(|(w, x)| t + w - x)
+            .collect();
+        push(ctx, out, pt);
+    }
+    Ok(())
+}
+
+/// The text after `key=` in the last line of `output` that has it.
+fn text_of(output: &str, key: &str) -> Option<String> {
+    output.lines().rev().find_map(|line| {
+        line.split_whitespace().find_map(|tok| {
+            let (k, v) = tok.split_once('=')?;
+            (k == key).then(|| v.to_string())
+        })
+    })
 }
 
 /// One chart per shape: expected and measured against the target latency.
@@ -416,28 +458,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lookup_expectation_adds_the_serial_misses_only() {
+    fn lookup_expectation_adds_the_measured_misses_only() {
+        // 500 ns a lookup natively with 2.5 misses measured, DRAM 160 ns:
+        // at 1000 ns each miss adds 840 ns: 2600 ns.
+        let (e, d) = lookup_expectation(500.0, 2.5, 160.0, 1000.0, 1.0, 2652.0);
+        assert!((e - 2600.0).abs() < 1e-9, "{e}");
+        assert!(d.contains("2.500 misses/lookup"), "{d}");
+        assert!(d.contains("no overlap") && d.contains("+2.00%"), "{d}");
+        // Lookups that overlap natively: an upper bound, said.
+        let (_, d) = lookup_expectation(500.0, 2.5, 160.0, 1000.0, 1.6, 2600.0);
+        assert!(d.contains("upper bound"), "{d}");
+        // A target below DRAM adds nothing.
+        let (e, _) = lookup_expectation(500.0, 2.5, 160.0, 150.0, 1.0, 500.0);
+        assert_eq!(e, 500.0);
+    }
+
+    #[test]
+    fn the_wait_formula_scales_the_native_memory_wait() {
         // 100 ns a lookup natively, 20 ns in cache, DRAM 160 ns: half a
-        // serial miss per lookup; at 1000 ns each adds 840 ns: 520 ns.
-        let (e, d) = lookup_expectation(100.0, 20.0, 160.0, 1000.0);
+        // DRAM wait per lookup; at 1000 ns it adds 420 ns: 520 ns.
+        let (e, d) = wait_formula(100.0, 20.0, 160.0, 1000.0);
         assert!((e - 520.0).abs() < 1e-9, "{e}");
-        assert!(d.contains("0.500 serial misses"), "{d}");
-        // A fully serial miss per lookup adds the whole L - DRAM.
-        let (e, _) = lookup_expectation(180.0, 20.0, 160.0, 300.0);
-        assert!((e - 320.0).abs() < 1e-9, "{e}");
+        assert!(d.contains("0.500 DRAM waits"), "{d}");
         // Faster than in cache (noise): nothing is added.
-        let (e, _) = lookup_expectation(19.0, 20.0, 160.0, 300.0);
+        let (e, _) = wait_formula(19.0, 20.0, 160.0, 300.0);
         assert_eq!(e, 19.0);
     }
 
     #[test]
-    fn the_probe_expectation_is_the_reference_and_says_when_it_bounds() {
-        let (e, d) = probe_expectation(1010.0, 950.0, "f", 1.01, 1000.0);
-        assert_eq!(e, 1010.0);
-        assert!(d.contains("the time itself") && d.contains("+6.32%"), "{d}");
-        let (e, d) = probe_expectation(1010.0, 950.0, "f", 1.6, 1000.0);
-        assert_eq!(e, 1010.0);
-        assert!(d.contains("upper bound"), "{d}");
+    fn text_values_are_read_from_the_last_line_that_has_them() {
+        let out = "bptree: level_misses=0/1\nbptree: x=1 level_misses=0.000/0.250/1.000\n";
+        assert_eq!(
+            text_of(out, "level_misses").as_deref(),
+            Some("0.000/0.250/1.000")
+        );
+        assert_eq!(text_of(out, "nothing"), None);
+        assert!(median(&[]).is_nan());
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
     }
 
     #[test]

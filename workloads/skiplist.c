@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * skiplist.c -- lookups in a skip list (pmlab workload, issue 16)
+ *
+ * A skip list of 64-byte nodes (a key and up to 7 forward pointers), the
+ * nodes placed in a random order in one region, each node's height drawn
+ * with p = 1/8 (so 7 levels cover 2^21 nodes, 128 MiB, at about 4 nodes
+ * a level). A lookup starts at the head's top level and, level by level,
+ * follows forward pointers while the next node's key is below the one
+ * looked for: a short chain of dependent misses (each node's address is
+ * the pointer the previous one held, and whether to follow it is a branch
+ * on the key just loaded), with compares between. Lookups are of random
+ * present keys and independent of each other. Plain C, no pmlab API; a
+ * held-out check of the estimator (B+-tree's children are found by
+ * position, these by pointer and by an unpredictable branch).
+ *
+ * With -d each lookup's key is picked with the key the previous lookup
+ * found (no overlap between lookups). With -x EXTRA_NS every node's key
+ * load is timed and counted as a miss past -t THRESHOLD_NS [90], and the
+ * thread holds the CPU EXTRA_NS after each miss (cpuwait.h): the lookups
+ * as they would run if every load that misses natively cost EXTRA_NS more;
+ * -x 0 is the timed baseline (see bptree.c).
+ *
+ * Prints one line:
+ *
+ *   skiplist: region=... nodes=... height=... lookups=... elapsed_ns=...
+ *             ns_per_lookup=... nodes_per_lookup=... [dependent=...
+ *             extra_ns=... threshold_ns=... misses_per_lookup=...]
+ *
+ * Usage: skiplist [-r MIB] [-n LOOKUPS] [-s SEED] [-d] [-x EXTRA_NS]
+ *                 [-t THRESHOLD_NS]
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpuwait.h"
+
+#define HEIGHT 7
+
+struct node {
+	uint64_t key;
+	struct node *next[HEIGHT];
+};
+
+/* The TSC ticks a load of *p took, from before it issued to after it
+ * returned; its value in *v. */
+static inline uint64_t timed_load(const uint64_t *p, uint64_t *v)
+{
+	unsigned aux;
+	_mm_lfence();
+	uint64_t a = __rdtsc();
+	_mm_lfence();
+	*v = *(const volatile uint64_t *)p;
+	uint64_t b = __rdtscp(&aux);
+	_mm_lfence();
+	return b - a;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: skiplist [-r MIB] [-n LOOKUPS] [-s SEED] [-d] "
+			"[-x EXTRA_NS 0-1000000] [-t THRESHOLD_NS 1-100000]\n");
+	exit(2);
+}
+
+static long arg_long(const char *s, long lo, long hi)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+		usage();
+	return v;
+}
+
+static uint64_t rng(uint64_t *r)
+{
+	*r = *r * 6364136223846793005ull + 1442695040888963407ull;
+	return *r >> 17;
+}
+
+int main(int argc, char **argv)
+{
+	long region_mib = 128, lookups = 1000000, seed = 5, extra_ns = -1, threshold_ns = 90;
+	int opt, dependent = 0;
+	while ((opt = getopt(argc, argv, "r:n:s:dx:t:")) != -1) {
+		switch (opt) {
+		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
+		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
+		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
+		case 'd': dependent = 1; break;
+		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
+		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
+		default: usage();
+		}
+	}
+	size_t bytes = (size_t)region_mib << 20;
+	uint64_t n = bytes / sizeof(struct node);
+	struct node *pool = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint32_t *slot = malloc(n * sizeof(uint32_t));
+	if (pool == MAP_FAILED || slot == NULL) {
+		fprintf(stderr, "skiplist: cannot map %ld MiB: try a smaller -r\n", region_mib);
+		return 1;
+	}
+	madvise(pool, bytes, MADV_HUGEPAGE);
+	/* Node i of the list (key 2i + 1) lives at pool[slot[i]]: a random
+	 * permutation. */
+	uint64_t r = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
+	for (uint64_t i = 0; i < n; i++)
+		slot[i] = (uint32_t)i;
+	for (uint64_t i = n - 1; i > 0; i--) {
+		uint64_t j = rng(&r) % (i + 1);
+		uint32_t t = slot[i];
+		slot[i] = slot[j];
+		slot[j] = t;
+	}
+	/* Linked back to front: last[l] is the nearest node after i of height
+	 * above l. */
+	struct node head = {0, {NULL}};
+	struct node *last[HEIGHT] = {NULL};
+	int top = 0;
+	for (uint64_t i = n; i-- > 0;) {
+		struct node *x = &pool[slot[i]];
+		int h = 1;
+		while (h < HEIGHT && rng(&r) % 8 == 0)
+			h++;
+		x->key = 2 * i + 1;
+		for (int l = 0; l < HEIGHT; l++) {
+			x->next[l] = l < h ? last[l] : NULL;
+			if (l < h)
+				last[l] = x;
+		}
+		if (h > top)
+			top = h;
+	}
+	for (int l = 0; l < HEIGHT; l++)
+		head.next[l] = last[l];
+	free(slot);
+	int timed = extra_ns >= 0;
+	uint64_t threshold = 0, misses = 0, visits = 0, sum = 0, found = 0;
+	if (timed) {
+		cw_init(extra_ns);
+		threshold = (uint64_t)((double)threshold_ns * cw_tsc_per_ns());
+	}
+	int64_t owed = 0;
+	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
+	uint64_t t0 = 0;
+	for (long q = -warm; q < lookups; q++) {
+		if (q == 0) {
+			misses = visits = 0;
+			t0 = cw_now_ns();
+		}
+		uint64_t pick = dependent ? rng(&r) ^ found : rng(&r);
+		uint64_t key = 2 * (pick % n) + 1;
+		struct node *x = &head;
+		for (int l = top - 1; l >= 0; l--) {
+			for (;;) {
+				struct node *nx = x->next[l];
+				if (nx == NULL)
+					break;
+				uint64_t k;
+				visits++;
+				if (timed) {
+					if (timed_load(&nx->key, &k) > threshold) {
+						misses++;
+						if (q >= 0)
+							cw_pay(&owed, 1);
+					}
+				} else {
+					k = nx->key;
+				}
+				if (k > key)
+					break;
+				x = nx;
+				if (k == key)
+					goto done;
+			}
+		}
+	done:
+		sum += x->key == key;
+		found = x->key;
+	}
+	uint64_t t1 = cw_now_ns();
+	if (sum != (uint64_t)(lookups + warm)) {
+		fprintf(stderr, "skiplist: %llu of %ld lookups found their key\n",
+				(unsigned long long)sum, lookups + warm);
+		return 1;
+	}
+	printf("skiplist: region=%zu nodes=%llu height=%d lookups=%ld elapsed_ns=%llu "
+			"ns_per_lookup=%.2f nodes_per_lookup=%.3f",
+			bytes, (unsigned long long)n, top, lookups, (unsigned long long)(t1 - t0),
+			(double)(t1 - t0) / (double)lookups, (double)visits / (double)lookups);
+	if (timed)
+		printf(" dependent=%d extra_ns=%ld threshold_ns=%ld misses_per_lookup=%.3f",
+				dependent, extra_ns, threshold_ns, (double)misses / (double)lookups);
+	printf("\n");
+	return 0;
+}
