@@ -40,6 +40,11 @@
 //!   B+-tree's 2.85-2.97 in the last quiet run; its levels' misses are in
 //!   the `detail`, root first). The hash probe's reference used to wait
 //!   once after every lookup, including the 4-6% whose line the LLC held.
+//! * **Skip-list lookup** (`skiplist.c`, full mode only, 64 MiB, 20,000
+//!   lookups): held out (nothing was tuned on it): pointer-linked nodes in
+//!   random order, ~50 visited and ~20 missed a lookup, each linked to the
+//!   one before by a next pointer read by a filter hit and a compare of
+//!   its key; the same expectation as the B+-tree.
 //!
 //! A model that injects nothing reads a third or more low; one that
 //! treats the lookups' misses as independent reads several times too low
