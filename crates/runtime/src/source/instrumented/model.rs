@@ -111,7 +111,9 @@ pub(super) const VALUE_WIDE: usize = 1 << 62;
 /// `LogEntry::value` holds the 4 bytes a 4-byte load read.
 pub(super) const VALUE_NARROW: usize = 1 << 61;
 /// A flush of the line (`pflush`; device mode only): a store never
-/// carries a value, so this pair of bits is free.
+/// carries a value, so this pair of bits is free. `value` counts the
+/// lines after it that the same entry flushes (a run of consecutive
+/// lines, [`super::log::extend_flush_run`]).
 pub(super) const FLUSH: usize = STORE_BIT | VALUE_NARROW;
 /// A compare of the value the last logged load read (clang's `trace-cmp`
 /// callbacks, [`super::hooks::on_cmp`]): `addr` holds the compare's site
@@ -122,7 +124,7 @@ pub(super) const BRANCH: usize = STORE_BIT | VALUE_WIDE;
 /// below 2^47).
 pub(super) const OUTCOME_SHIFT: u32 = 52;
 /// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
-const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
+pub(super) const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
 
 /// A thread's model and what it has counted: the part of the thread's
 /// state a batch works on.
@@ -313,6 +315,10 @@ impl ModelState {
             }
             self.process_one(filter, entries[i]);
         }
+        if let Some(d) = self.device.as_deref() {
+            // The device's counts, once per batch (not per entry).
+            self.totals.device = d.model.counts();
+        }
         if let Some(f) = self.first.as_deref_mut() {
             f.settle();
             self.totals.serial = charged(f, self.est.counts());
@@ -429,20 +435,24 @@ impl ModelState {
         };
         let addr = e.addr & !FLAGS;
         let line = (addr >> LINE_SHIFT) as u64;
-        if e.addr & FLUSH == FLUSH {
-            let dirty = match &mut self.cache {
-                Model::Compact(c) => c
-                    .invalidate_tracked(line, &mut dev.names)
-                    .is_some_and(|v| v.dirty && v.pm),
-                Model::Full(h) => h.invalidate(line) && is_pm(addr),
-            };
-            if is_pm(addr) {
-                dev.locality.flush(line);
-            }
-            if dirty {
-                self.totals.pm_writebacks += 1;
-                dev.model.write_back(addr as u64);
-                self.totals.device = dev.model.counts();
+        if e.addr & FLAGS == FLUSH {
+            // A run of `value + 1` consecutive lines.
+            for line in line..=line + e.value {
+                let addr = (line << LINE_SHIFT) as usize;
+                let pm = is_pm(addr);
+                let dirty = match &mut self.cache {
+                    Model::Compact(c) => c
+                        .invalidate_tracked(line, &mut dev.names)
+                        .is_some_and(|v| v.dirty && v.pm),
+                    Model::Full(h) => h.invalidate(line) && pm,
+                };
+                if pm {
+                    dev.locality.flush(line);
+                }
+                if dirty {
+                    self.totals.pm_writebacks += 1;
+                    dev.model.write_back(addr as u64);
+                }
             }
             return;
         }
@@ -476,11 +486,9 @@ impl ModelState {
         } else {
             0.0
         };
-        let counts = dev.model.counts();
         let before = self.totals.serial.pm;
         self.count_miss(e, addr, pm, miss);
         self.totals.device_read_delay_ns += (self.totals.serial.pm - before).max(0.0) * delay;
-        self.totals.device = counts;
     }
 }
 
