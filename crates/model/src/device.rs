@@ -636,8 +636,19 @@ impl Lru {
     /// Insert `key` (absent) as the most recent with `mask` and `flag` (and
     /// no `aux` bits); returns the evicted (key, mask, flag, aux) when full.
     fn insert(&mut self, key: u64, mask: u32, flag: bool) -> Option<(u64, u32, bool, u32)> {
+        self.insert_at(key, mask, flag).1
+    }
+
+    /// [`insert`](Self::insert), and the slot `key` now has (NIL with no
+    /// capacity).
+    fn insert_at(
+        &mut self,
+        key: u64,
+        mask: u32,
+        flag: bool,
+    ) -> (u32, Option<(u64, u32, bool, u32)>) {
         if self.cap() == 0 {
-            return None;
+            return (NIL, None);
         }
         let mut evicted = None;
         let s = if self.len < self.cap() {
@@ -663,7 +674,7 @@ impl Lru {
         let (i, _) = self.probe(key);
         self.index[i] = s;
         self.push_front(s);
-        evicted
+        (s, evicted)
     }
 
     /// Remove `key`; returns its mask and flag.
@@ -713,6 +724,11 @@ struct Dimm {
     wear: Vec<(u64, u32)>,
     wear_epoch: u64,
     media_writes: u64,
+    /// The AIT entry last looked up or filled: (entry, slot). AIT slots
+    /// are never removed, only reused by eviction, so the slot holds the
+    /// entry while its key says so (saves a second lookup of the entry a
+    /// read just fetched).
+    ait_memo: (u64, u32),
 }
 
 /// The functional model: the buffers of one DIMM per channel.
@@ -762,6 +778,7 @@ impl DeviceModel {
                     },
                     wear_epoch: 0,
                     media_writes: 0,
+                    ait_memo: (u64::MAX, NIL),
                 })
                 .collect(),
             counts: DeviceCounts::default(),
@@ -826,15 +843,21 @@ impl DeviceModel {
             }
             _ => {
                 let l = self.fetch(d, blk);
-                let dimm = &mut self.dimms[d];
-                if let Some(s) = dimm.rmw.find(blk) {
-                    dimm.rmw.flags[s as usize] = false;
-                }
                 match l {
                     Level::Ait => self.counts.ait_hits += 1,
                     _ => self.counts.media_reads += 1,
                 }
-                self.rmw_insert(d, blk, 0, false);
+                if held.is_some() {
+                    // A partial line whose old content is now read (the
+                    // fetch may have moved its slot: look it up again).
+                    let dimm = &mut self.dimms[d];
+                    if let Some(s) = dimm.rmw.find(blk) {
+                        dimm.rmw.flags[s as usize] = false;
+                    }
+                    self.rmw_insert(d, blk, 0, false);
+                } else {
+                    self.rmw_insert_absent(d, blk, 0, false);
+                }
                 l
             }
         };
@@ -903,10 +926,11 @@ impl DeviceModel {
     fn fetch(&mut self, d: usize, blk: u64) -> Level {
         let page = blk >> self.per_shift;
         let bit = 1u32 << (blk & (self.per - 1));
-        let ait = &mut self.dimms[d].ait;
-        if let Some(s) = ait.find(page) {
-            ait.touch(s);
-            if ait.masks[s as usize] & bit != 0 {
+        let dimm = &mut self.dimms[d];
+        if let Some(s) = dimm.ait.find(page) {
+            dimm.ait.touch(s);
+            dimm.ait_memo = (page, s);
+            if dimm.ait.masks[s as usize] & bit != 0 {
                 return Level::Ait;
             }
         }
@@ -924,11 +948,13 @@ impl DeviceModel {
         } else {
             0
         };
-        let ait = &mut self.dimms[d].ait;
+        let dimm = &mut self.dimms[d];
+        let ait = &mut dimm.ait;
         if let Some(s) = ait.find(page) {
             ait.masks[s as usize] |= bit;
             ait.aux[s as usize] |= in_rmw;
             ait.touch(s);
+            dimm.ait_memo = (page, s);
             return;
         }
         let all = if self.per >= 32 {
@@ -937,9 +963,10 @@ impl DeviceModel {
             (1u32 << self.per) - 1
         };
         let mask = if self.p.fill_entry { all } else { bit };
-        let evicted = ait.insert(page, mask, false);
-        if let Some(s) = ait.find(page) {
+        let (s, evicted) = ait.insert_at(page, mask, false);
+        if s != NIL {
             ait.aux[s as usize] = in_rmw;
+            dimm.ait_memo = (page, s);
         }
         if let Some((victim, valid, _, in_rmw)) = evicted {
             // Only the entry's valid XPLines that are in the RMW buffer
@@ -966,7 +993,12 @@ impl DeviceModel {
             rmw.touch(s);
             return;
         }
-        let evicted = rmw.insert(blk, dirty, unread);
+        self.rmw_insert_absent(d, blk, dirty, unread);
+    }
+
+    /// [`rmw_insert`](Self::rmw_insert) of an XPLine known to be absent.
+    fn rmw_insert_absent(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
+        let evicted = self.dimms[d].rmw.insert(blk, dirty, unread);
         self.mark_in_rmw(d, blk, true);
         if let Some((victim, mask, unread, _)) = evicted {
             self.mark_in_rmw(d, victim, false);
@@ -980,8 +1012,16 @@ impl DeviceModel {
     /// RMW buffer (so that evicting the entry visits only those XPLines).
     #[inline]
     fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool) {
-        let ait = &mut self.dimms[d].ait;
-        if let Some(s) = ait.find(blk >> self.per_shift) {
+        let page = blk >> self.per_shift;
+        let dimm = &mut self.dimms[d];
+        let (memo_page, memo) = dimm.ait_memo;
+        let ait = &mut dimm.ait;
+        let slot = if memo_page == page && memo < ait.len && ait.keys[memo as usize] == page {
+            Some(memo)
+        } else {
+            ait.find(page)
+        };
+        if let Some(s) = slot {
             let bit = 1u32 << (blk & (self.per - 1));
             if on {
                 ait.aux[s as usize] |= bit;
