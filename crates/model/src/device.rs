@@ -998,10 +998,14 @@ impl DeviceModel {
 
     /// [`rmw_insert`](Self::rmw_insert) of an XPLine known to be absent.
     fn rmw_insert_absent(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
-        let evicted = self.dimms[d].rmw.insert(blk, dirty, unread);
-        self.mark_in_rmw(d, blk, true);
-        if let Some((victim, mask, unread, _)) = evicted {
-            self.mark_in_rmw(d, victim, false);
+        let (s, evicted) = self.dimms[d].rmw.insert_at(blk, dirty, unread);
+        let hint = self.mark_in_rmw(d, blk, true, 0);
+        if s != NIL {
+            // The RMW entry remembers its AIT entry's slot (plus one).
+            self.dimms[d].rmw.aux[s as usize] = hint;
+        }
+        if let Some((victim, mask, unread, hint)) = evicted {
+            self.mark_in_rmw(d, victim, false, hint);
             if mask != 0 {
                 self.evict_dirty(d, victim, unread);
             }
@@ -1010,25 +1014,34 @@ impl DeviceModel {
 
     /// Note in XPLine `blk`'s AIT entry, if present, whether it is in the
     /// RMW buffer (so that evicting the entry visits only those XPLines).
+    /// `hint` is the entry's slot plus one as the XPLine's RMW entry
+    /// remembered it (0: none); returns the slot plus one (0: absent).
+    /// AIT slots are never removed, only reused by eviction: a slot holds
+    /// the entry while its key says so.
     #[inline]
-    fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool) {
+    fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool, hint: u32) -> u32 {
         let page = blk >> self.per_shift;
         let dimm = &mut self.dimms[d];
         let (memo_page, memo) = dimm.ait_memo;
         let ait = &mut dimm.ait;
-        let slot = if memo_page == page && memo < ait.len && ait.keys[memo as usize] == page {
+        let holds = |s: u32| s < ait.len && ait.keys[s as usize] == page;
+        let slot = if hint != 0 && holds(hint - 1) {
+            Some(hint - 1)
+        } else if memo_page == page && holds(memo) {
             Some(memo)
         } else {
             ait.find(page)
         };
-        if let Some(s) = slot {
-            let bit = 1u32 << (blk & (self.per - 1));
-            if on {
-                ait.aux[s as usize] |= bit;
-            } else {
-                ait.aux[s as usize] &= !bit;
-            }
+        let Some(s) = slot else {
+            return 0;
+        };
+        let bit = 1u32 << (blk & (self.per - 1));
+        if on {
+            ait.aux[s as usize] |= bit;
+        } else {
+            ait.aux[s as usize] &= !bit;
         }
+        s + 1
     }
 
     /// A partial XPLine leaves the RMW buffer: read its old content if it
