@@ -635,6 +635,7 @@ impl Lru {
 
     /// Insert `key` (absent) as the most recent with `mask` and `flag` (and
     /// no `aux` bits); returns the evicted (key, mask, flag, aux) when full.
+    #[cfg(test)]
     fn insert(&mut self, key: u64, mask: u32, flag: bool) -> Option<(u64, u32, bool, u32)> {
         self.insert_at(key, mask, flag).1
     }

@@ -13,18 +13,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// Entries of a thread's miss log (24 B each), processed in one batch.
 pub const LOG_ENTRIES: usize = 512;
 
-/// Logs of a thread's ring: the one the hook fills and up to
+/// Logs allocated for a thread's ring: the one the hook fills and up to
 /// `LOGS - 1` handed off and waiting for (or in) the modeller thread
-/// (see [`super::offload`]).
+/// (see [`super::offload`]; outside device mode the ring uses two).
 pub const LOGS: usize = 8;
 
 /// A thread's model state, its ring of logs and the hand-off queue (see
 /// [`super::offload`]); allocated at the thread's first miss.
 ///
 /// The ring: logs are numbered by a sequence; log `k` lives in
-/// `logs[k % LOGS]`. Logs `head..tail` are handed off, waiting to run in
+/// `logs[k % ring]`. Logs `head..tail` are handed off, waiting to run in
 /// that order; log `tail` is the one the hook fills (`Tls::cur` is
-/// `tail % LOGS`). Only the owner thread advances `tail` (after writing
+/// `tail % ring`). Only the owner thread advances `tail` (after writing
 /// the log's span in `spans`); whoever runs a log through the model
 /// (the modeller thread, or the owner) holds `lock` and advances `head`
 /// once it is done, which frees the log for the owner to fill again.
@@ -41,7 +41,11 @@ pub(super) struct Slow {
     /// The log the hook fills (a sequence number): `tail - head` logs are
     /// handed off.
     pub(super) tail: AtomicUsize,
-    /// The entries `from..to` of each handed-off log, by `seq % LOGS`,
+    /// Logs the ring cycles through (2 to [`LOGS`]: one more than the
+    /// handed-off logs allowed, [`super::offload::depth`]), set when a
+    /// thread takes the model.
+    pub(super) ring: usize,
+    /// The entries `from..to` of each handed-off log, by `seq % ring`,
     /// written by the owner before it advances `tail`.
     pub(super) spans: [(usize, usize); LOGS],
     /// The modeller thread is running log `taken - 1` (0: none); a forked
@@ -70,6 +74,7 @@ impl Slow {
             lock: AtomicBool::new(false),
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(0),
+            ring: super::offload::depth() + 1,
             spans: [(0, 0); LOGS],
             taken: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
@@ -104,7 +109,7 @@ pub(super) struct Tls {
     /// (never `logged`); only the hook, outside a signal, resets both.
     pub(super) logged: usize,
     pub(super) processed: usize,
-    /// Which of `slow.logs` the hook fills (`slow.tail % LOGS`).
+    /// Which of `slow.logs` the hook fills (`slow.tail % slow.ring`).
     pub(super) cur: usize,
     /// The totals [`super::thread::totals`] returned last (what it returns when it cannot
     /// read newer ones).

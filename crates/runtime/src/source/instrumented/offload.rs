@@ -128,6 +128,7 @@ pub(super) fn reuse() -> Option<*mut Slow> {
         s.head.store(0, Ordering::Release);
         s.tail.store(0, Ordering::Release);
         s.taken.store(0, Ordering::Release);
+        s.ring = depth() + 1;
         publish(s);
         s.lock.store(false, Ordering::Release);
         LIVE.fetch_add(1, Ordering::AcqRel);
@@ -240,7 +241,7 @@ pub(super) unsafe fn hand_off(t: *mut Tls) -> bool {
     {
         return false;
     }
-    let depth = depth();
+    let depth = s.ring - 1;
     if s.queued() >= depth && (depth == 1 || !super::thread::relieve(t, depth)) {
         return false;
     }
@@ -248,9 +249,9 @@ pub(super) unsafe fn hand_off(t: *mut Tls) -> bool {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     // Only this thread advances `tail`.
     let tail = s.tail.load(Ordering::Relaxed);
-    s.spans[tail % LOGS] = ((*t).processed, (*t).logged);
+    s.spans[tail % s.ring] = ((*t).processed, (*t).logged);
     s.tail.store(tail.wrapping_add(1), Ordering::Release);
-    (*t).cur = tail.wrapping_add(1) % LOGS;
+    (*t).cur = tail.wrapping_add(1) % s.ring;
     (*t).processed = 0;
     std::ptr::write_volatile(&mut (*t).logged, 0);
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
@@ -279,8 +280,9 @@ pub(super) unsafe fn run_oldest(
     filter: Option<*mut [usize; super::model::FILTER_LINES]>,
 ) -> u64 {
     let head = s.head.load(Ordering::Relaxed);
-    let (from, to) = s.spans[head % LOGS];
-    s.model.run(filter, &s.logs[head % LOGS][from.min(to)..to]);
+    let (from, to) = s.spans[head % s.ring];
+    s.model
+        .run(filter, &s.logs[head % s.ring][from.min(to)..to]);
     s.head.store(head.wrapping_add(1), Ordering::Release);
     (to - from.min(to)) as u64
 }

@@ -500,6 +500,10 @@ mod tests {
             // SAFETY: this thread's own state; the entries written by
             // hand are taken out again before anything runs them.
             unsafe {
+                // Outside device mode the ring cycles through two logs
+                // (one filled, one handed off), as the hook's footprint
+                // always did.
+                assert_eq!((*(*t).slow).ring, 2);
                 // The last entry is a load: no run to extend.
                 let first = extend_flush_run(t, 1000);
                 let n = (*t).logged;
