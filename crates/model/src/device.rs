@@ -1023,6 +1023,13 @@ impl DeviceModel {
     fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool, hint: u32) -> u32 {
         let page = blk >> self.per_shift;
         let dimm = &mut self.dimms[d];
+        #[cfg(test)]
+        let hint = if tests::LOOKUP_ONLY.with(|c| c.get()) {
+            dimm.ait_memo = (u64::MAX, NIL);
+            0
+        } else {
+            hint
+        };
         let (memo_page, memo) = dimm.ait_memo;
         let ait = &mut dimm.ait;
         let holds = |s: u32| s < ait.len && ait.keys[s as usize] == page;
@@ -1082,6 +1089,60 @@ impl DeviceModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    std::thread_local! {
+        /// The AIT entries' slots are always looked up (the remembered
+        /// ones ignored): the reference the shortcuts must agree with.
+        pub(super) static LOOKUP_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[test]
+    fn remembered_ait_slots_change_no_result() {
+        // Mixed reads and write-backs over regions around the buffers'
+        // sizes, on one DIMM and two: the same levels, counts and
+        // migrations with and without the remembered slots.
+        for (channels, span) in [(1u32, 64u64 << 10), (1, 8 << 20), (2, 32 << 20)] {
+            let p = DeviceParams {
+                channels,
+                ait_entries: 512,
+                wear_threshold: 50,
+                wear_window: 10_000,
+                ..DeviceParams::optane_like()
+            };
+            let run = |lookup_only: bool| {
+                LOOKUP_ONLY.with(|c| c.set(lookup_only));
+                let mut d = DeviceModel::new(&p);
+                let mut s = 0x2545_F491_4F6C_DD1Du64 ^ span;
+                let mut levels = Vec::new();
+                for i in 0..200_000u64 {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    // Random lines, and lines of a hot 4 KiB.
+                    let a = if i % 3 == 0 {
+                        (s % span) & !63
+                    } else {
+                        ((s >> 20) % 64) * 64
+                    };
+                    if s & 4 == 0 {
+                        d.write_back(a);
+                    } else {
+                        levels.push(d.read(a));
+                    }
+                }
+                LOOKUP_ONLY.with(|c| c.set(false));
+                (levels, d.counts())
+            };
+            let (la, ca) = run(false);
+            let (lb, cb) = run(true);
+            assert_eq!(ca, cb, "{channels} DIMMs over {span} B");
+            assert!(la == lb, "{channels} DIMMs over {span} B: levels differ");
+            assert!(
+                ca.media_writes > 0 && ca.rmw_hits > 0 && ca.ait_hits > 0,
+                "{ca:?}"
+            );
+        }
+    }
 
     fn small() -> DeviceParams {
         DeviceParams {

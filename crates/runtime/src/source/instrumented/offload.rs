@@ -1,7 +1,7 @@
 //! Batches on another CPU: when a thread's log is full and the machine has
 //! a CPU to spare (fewer threads with a model than online CPUs), the hook
 //! hands the log to one *modeller* thread of the runtime and goes on with
-//! the next log of its ring ([`super::log::Slow`]), instead of running the
+//! the next log of its ring (`log::Slow`), instead of running the
 //! model itself. A batch costs the
 //! program ~15-20 ns per logged miss (`bench/model-speed.sh`), which, on a
 //! dependent chase, the program cannot overlap with anything; the hand-off
@@ -11,7 +11,7 @@
 //! runs the logs still queued before its current one. The modeller's time
 //! is not the program's and is not counted as overhead.
 //!
-//! Logs in flight ([`depth`]): one outside device mode (the owner fills
+//! Logs in flight (`depth`): one outside device mode (the owner fills
 //! one log while the modeller runs the other; an epoch's end runs what is
 //! queued, so a deeper queue would only move work onto the program's
 //! time there). In device mode, where an epoch's end leaves the queue to
@@ -19,7 +19,7 @@
 //! read's pace, up to [`LOGS`] - 1: the modeller may fall behind for a
 //! while (descheduled on a busy machine) without the program running
 //! the model. When the queue is full the owner makes room for one log
-//! ([`super::thread::relieve`]): it waits for the modeller to finish the
+//! (`thread::relieve`): it waits for the modeller to finish the
 //! log it runs, or runs the oldest queued log itself, and that time is
 //! the program's, timed and charged back as an inline batch.
 //!
@@ -228,7 +228,7 @@ pub(super) fn depth() -> usize {
 
 /// Hand the calling thread's full log to the modeller; false when it
 /// cannot take it (then the caller runs the model itself). In device mode
-/// a full queue first makes room ([`super::thread::relieve`]).
+/// a full queue first makes room (`thread::relieve`).
 ///
 /// # Safety
 ///
