@@ -635,9 +635,21 @@ impl Lru {
 
     /// Insert `key` (absent) as the most recent with `mask` and `flag` (and
     /// no `aux` bits); returns the evicted (key, mask, flag, aux) when full.
+    #[cfg(test)]
     fn insert(&mut self, key: u64, mask: u32, flag: bool) -> Option<(u64, u32, bool, u32)> {
+        self.insert_at(key, mask, flag).1
+    }
+
+    /// [`insert`](Self::insert), and the slot `key` now has (NIL with no
+    /// capacity).
+    fn insert_at(
+        &mut self,
+        key: u64,
+        mask: u32,
+        flag: bool,
+    ) -> (u32, Option<(u64, u32, bool, u32)>) {
         if self.cap() == 0 {
-            return None;
+            return (NIL, None);
         }
         let mut evicted = None;
         let s = if self.len < self.cap() {
@@ -663,7 +675,7 @@ impl Lru {
         let (i, _) = self.probe(key);
         self.index[i] = s;
         self.push_front(s);
-        evicted
+        (s, evicted)
     }
 
     /// Remove `key`; returns its mask and flag.
@@ -713,6 +725,11 @@ struct Dimm {
     wear: Vec<(u64, u32)>,
     wear_epoch: u64,
     media_writes: u64,
+    /// The AIT entry last looked up or filled: (entry, slot). AIT slots
+    /// are never removed, only reused by eviction, so the slot holds the
+    /// entry while its key says so (saves a second lookup of the entry a
+    /// read just fetched).
+    ait_memo: (u64, u32),
 }
 
 /// The functional model: the buffers of one DIMM per channel.
@@ -762,6 +779,7 @@ impl DeviceModel {
                     },
                     wear_epoch: 0,
                     media_writes: 0,
+                    ait_memo: (u64::MAX, NIL),
                 })
                 .collect(),
             counts: DeviceCounts::default(),
@@ -826,15 +844,21 @@ impl DeviceModel {
             }
             _ => {
                 let l = self.fetch(d, blk);
-                let dimm = &mut self.dimms[d];
-                if let Some(s) = dimm.rmw.find(blk) {
-                    dimm.rmw.flags[s as usize] = false;
-                }
                 match l {
                     Level::Ait => self.counts.ait_hits += 1,
                     _ => self.counts.media_reads += 1,
                 }
-                self.rmw_insert(d, blk, 0, false);
+                if held.is_some() {
+                    // A partial line whose old content is now read (the
+                    // fetch may have moved its slot: look it up again).
+                    let dimm = &mut self.dimms[d];
+                    if let Some(s) = dimm.rmw.find(blk) {
+                        dimm.rmw.flags[s as usize] = false;
+                    }
+                    self.rmw_insert(d, blk, 0, false);
+                } else {
+                    self.rmw_insert_absent(d, blk, 0, false);
+                }
                 l
             }
         };
@@ -903,10 +927,11 @@ impl DeviceModel {
     fn fetch(&mut self, d: usize, blk: u64) -> Level {
         let page = blk >> self.per_shift;
         let bit = 1u32 << (blk & (self.per - 1));
-        let ait = &mut self.dimms[d].ait;
-        if let Some(s) = ait.find(page) {
-            ait.touch(s);
-            if ait.masks[s as usize] & bit != 0 {
+        let dimm = &mut self.dimms[d];
+        if let Some(s) = dimm.ait.find(page) {
+            dimm.ait.touch(s);
+            dimm.ait_memo = (page, s);
+            if dimm.ait.masks[s as usize] & bit != 0 {
                 return Level::Ait;
             }
         }
@@ -924,11 +949,13 @@ impl DeviceModel {
         } else {
             0
         };
-        let ait = &mut self.dimms[d].ait;
+        let dimm = &mut self.dimms[d];
+        let ait = &mut dimm.ait;
         if let Some(s) = ait.find(page) {
             ait.masks[s as usize] |= bit;
             ait.aux[s as usize] |= in_rmw;
             ait.touch(s);
+            dimm.ait_memo = (page, s);
             return;
         }
         let all = if self.per >= 32 {
@@ -937,9 +964,10 @@ impl DeviceModel {
             (1u32 << self.per) - 1
         };
         let mask = if self.p.fill_entry { all } else { bit };
-        let evicted = ait.insert(page, mask, false);
-        if let Some(s) = ait.find(page) {
+        let (s, evicted) = ait.insert_at(page, mask, false);
+        if s != NIL {
             ait.aux[s as usize] = in_rmw;
+            dimm.ait_memo = (page, s);
         }
         if let Some((victim, valid, _, in_rmw)) = evicted {
             // Only the entry's valid XPLines that are in the RMW buffer
@@ -966,10 +994,19 @@ impl DeviceModel {
             rmw.touch(s);
             return;
         }
-        let evicted = rmw.insert(blk, dirty, unread);
-        self.mark_in_rmw(d, blk, true);
-        if let Some((victim, mask, unread, _)) = evicted {
-            self.mark_in_rmw(d, victim, false);
+        self.rmw_insert_absent(d, blk, dirty, unread);
+    }
+
+    /// [`rmw_insert`](Self::rmw_insert) of an XPLine known to be absent.
+    fn rmw_insert_absent(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
+        let (s, evicted) = self.dimms[d].rmw.insert_at(blk, dirty, unread);
+        let hint = self.mark_in_rmw(d, blk, true, 0);
+        if s != NIL {
+            // The RMW entry remembers its AIT entry's slot (plus one).
+            self.dimms[d].rmw.aux[s as usize] = hint;
+        }
+        if let Some((victim, mask, unread, hint)) = evicted {
+            self.mark_in_rmw(d, victim, false, hint);
             if mask != 0 {
                 self.evict_dirty(d, victim, unread);
             }
@@ -978,17 +1015,41 @@ impl DeviceModel {
 
     /// Note in XPLine `blk`'s AIT entry, if present, whether it is in the
     /// RMW buffer (so that evicting the entry visits only those XPLines).
+    /// `hint` is the entry's slot plus one as the XPLine's RMW entry
+    /// remembered it (0: none); returns the slot plus one (0: absent).
+    /// AIT slots are never removed, only reused by eviction: a slot holds
+    /// the entry while its key says so.
     #[inline]
-    fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool) {
-        let ait = &mut self.dimms[d].ait;
-        if let Some(s) = ait.find(blk >> self.per_shift) {
-            let bit = 1u32 << (blk & (self.per - 1));
-            if on {
-                ait.aux[s as usize] |= bit;
-            } else {
-                ait.aux[s as usize] &= !bit;
-            }
+    fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool, hint: u32) -> u32 {
+        let page = blk >> self.per_shift;
+        let dimm = &mut self.dimms[d];
+        #[cfg(test)]
+        let hint = if tests::LOOKUP_ONLY.with(|c| c.get()) {
+            dimm.ait_memo = (u64::MAX, NIL);
+            0
+        } else {
+            hint
+        };
+        let (memo_page, memo) = dimm.ait_memo;
+        let ait = &mut dimm.ait;
+        let holds = |s: u32| s < ait.len && ait.keys[s as usize] == page;
+        let slot = if hint != 0 && holds(hint - 1) {
+            Some(hint - 1)
+        } else if memo_page == page && holds(memo) {
+            Some(memo)
+        } else {
+            ait.find(page)
+        };
+        let Some(s) = slot else {
+            return 0;
+        };
+        let bit = 1u32 << (blk & (self.per - 1));
+        if on {
+            ait.aux[s as usize] |= bit;
+        } else {
+            ait.aux[s as usize] &= !bit;
         }
+        s + 1
     }
 
     /// A partial XPLine leaves the RMW buffer: read its old content if it
@@ -1028,6 +1089,60 @@ impl DeviceModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    std::thread_local! {
+        /// The AIT entries' slots are always looked up (the remembered
+        /// ones ignored): the reference the shortcuts must agree with.
+        pub(super) static LOOKUP_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[test]
+    fn remembered_ait_slots_change_no_result() {
+        // Mixed reads and write-backs over regions around the buffers'
+        // sizes, on one DIMM and two: the same levels, counts and
+        // migrations with and without the remembered slots.
+        for (channels, span) in [(1u32, 64u64 << 10), (1, 8 << 20), (2, 32 << 20)] {
+            let p = DeviceParams {
+                channels,
+                ait_entries: 512,
+                wear_threshold: 50,
+                wear_window: 10_000,
+                ..DeviceParams::optane_like()
+            };
+            let run = |lookup_only: bool| {
+                LOOKUP_ONLY.with(|c| c.set(lookup_only));
+                let mut d = DeviceModel::new(&p);
+                let mut s = 0x2545_F491_4F6C_DD1Du64 ^ span;
+                let mut levels = Vec::new();
+                for i in 0..200_000u64 {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    // Random lines, and lines of a hot 4 KiB.
+                    let a = if i % 3 == 0 {
+                        (s % span) & !63
+                    } else {
+                        ((s >> 20) % 64) * 64
+                    };
+                    if s & 4 == 0 {
+                        d.write_back(a);
+                    } else {
+                        levels.push(d.read(a));
+                    }
+                }
+                LOOKUP_ONLY.with(|c| c.set(false));
+                (levels, d.counts())
+            };
+            let (la, ca) = run(false);
+            let (lb, cb) = run(true);
+            assert_eq!(ca, cb, "{channels} DIMMs over {span} B");
+            assert!(la == lb, "{channels} DIMMs over {span} B: levels differ");
+            assert!(
+                ca.media_writes > 0 && ca.rmw_hits > 0 && ca.ait_hits > 0,
+                "{ca:?}"
+            );
+        }
+    }
 
     fn small() -> DeviceParams {
         DeviceParams {

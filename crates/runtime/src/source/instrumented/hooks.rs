@@ -284,6 +284,9 @@ pub fn on_flush(addr: usize) {
         if *slot >> 1 == line {
             *slot = 0;
         }
+        if super::log::extend_flush_run(t, line) {
+            return;
+        }
         if ((*t).slow.is_null() || (*t).logged >= LOG_ENTRIES) && !make_room(t) {
             return;
         }

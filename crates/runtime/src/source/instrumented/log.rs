@@ -1,37 +1,57 @@
 //! The per-thread miss log and the state around it: the hook's filter of
 //! recently touched lines and its position in the log (`Tls`, in this
-//! library's static TLS block), and the thread's model with its two logs
-//! (`Slow`), which the owner thread and the modeller thread share.
+//! library's static TLS block), and the thread's model with its ring of
+//! logs (`Slow`), which the owner thread and the modeller thread share.
 
-use super::model::{LogEntry, ModelState, ThreadTotals, FILTER_LINES};
+use super::model::{LogEntry, ModelState, ThreadTotals, FILTER_LINES, FLAGS, FLUSH, LINE_SHIFT};
 #[cfg(not(target_arch = "x86_64"))]
 use pmlab_model::mlp::SerialCounts;
 #[cfg(not(target_arch = "x86_64"))]
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Entries of a thread's miss log (24 B each), processed in one batch.
 pub const LOG_ENTRIES: usize = 512;
 
-/// A thread's model state, its two logs and the hand-off slot (see
+/// Logs allocated for a thread's ring: the one the hook fills and up to
+/// `LOGS - 1` handed off and waiting for (or in) the modeller thread
+/// (see [`super::offload`]; outside device mode the ring uses two).
+pub const LOGS: usize = 8;
+
+/// A thread's model state, its ring of logs and the hand-off queue (see
 /// [`super::offload`]); allocated at the thread's first miss.
+///
+/// The ring: logs are numbered by a sequence; log `k` lives in
+/// `logs[k % ring]`. Logs `head..tail` are handed off, waiting to run in
+/// that order; log `tail` is the one the hook fills (`Tls::cur` is
+/// `tail % ring`). Only the owner thread advances `tail` (after writing
+/// the log's span in `spans`); whoever runs a log through the model
+/// (the modeller thread, or the owner) holds `lock` and advances `head`
+/// once it is done, which frees the log for the owner to fill again.
 pub(super) struct Slow {
     /// The model and its totals.
     pub(super) model: ModelState,
-    /// Two logs: the hook fills `Tls::cur` while the other may wait for,
-    /// or be in, the modeller thread (see [`super::offload`]).
-    pub(super) logs: [[LogEntry; LOG_ENTRIES]; 2],
+    /// The ring of logs (on the heap: a thread's stack may be small).
+    pub(super) logs: Box<[[LogEntry; LOG_ENTRIES]]>,
     /// Held by whoever runs entries through the model (the owner thread or
     /// the modeller).
     pub(super) lock: AtomicBool,
-    /// State of the handed-off log: [`NONE`], [`READY`] (waiting) or
-    /// [`TAKEN`] (the modeller runs it, holding `lock`).
-    pub(super) ready: AtomicU8,
-    /// The handed-off log and its entries, written by the owner before it
-    /// stores [`READY`].
-    pub(super) ready_log: usize,
-    pub(super) ready_from: usize,
-    pub(super) ready_to: usize,
+    /// The oldest handed-off log not yet run (a sequence number).
+    pub(super) head: AtomicUsize,
+    /// The log the hook fills (a sequence number): `tail - head` logs are
+    /// handed off.
+    pub(super) tail: AtomicUsize,
+    /// Logs the ring cycles through (2 to [`LOGS`]: one more than the
+    /// handed-off logs allowed, [`super::offload::depth`]), set when a
+    /// thread takes the model.
+    pub(super) ring: usize,
+    /// The entries `from..to` of each handed-off log, by `seq % ring`,
+    /// written by the owner before it advances `tail`.
+    pub(super) spans: [(usize, usize); LOGS],
+    /// The modeller thread is running log `taken - 1` (0: none); a forked
+    /// child, where that thread does not exist, drops it unless it was
+    /// done (`head` past it).
+    pub(super) taken: AtomicUsize,
     /// Seqlock over `published`, the totals as of the last batch, for
     /// readers that cannot take `lock` (a signal handler while the
     /// modeller holds it).
@@ -50,26 +70,28 @@ impl Slow {
     pub(super) fn new(model: ModelState, shared: bool) -> Slow {
         Slow {
             model,
-            logs: [[LogEntry::default(); LOG_ENTRIES]; 2],
+            logs: vec![[LogEntry::default(); LOG_ENTRIES]; LOGS].into_boxed_slice(),
             lock: AtomicBool::new(false),
-            ready: AtomicU8::new(NONE),
-            ready_log: 0,
-            ready_from: 0,
-            ready_to: 0,
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            ring: super::offload::depth() + 1,
+            spans: [(0, 0); LOGS],
+            taken: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
             published: std::cell::UnsafeCell::new(ThreadTotals::default()),
             shared,
             owned: AtomicBool::new(true),
         }
     }
-}
 
-/// No log is handed off.
-pub(super) const NONE: u8 = 0;
-/// A log is handed off and waits for the modeller.
-pub(super) const READY: u8 = 1;
-/// The modeller runs the handed-off log.
-pub(super) const TAKEN: u8 = 2;
+    /// Logs handed off and not yet run.
+    #[inline]
+    pub(super) fn queued(&self) -> usize {
+        self.tail
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.head.load(Ordering::Acquire))
+    }
+}
 
 /// The calling thread's hook state: the filter, the position in the log
 /// and the counters the hook keeps itself.
@@ -87,7 +109,7 @@ pub(super) struct Tls {
     /// (never `logged`); only the hook, outside a signal, resets both.
     pub(super) logged: usize,
     pub(super) processed: usize,
-    /// Which of `slow.logs` the hook fills.
+    /// Which of `slow.logs` the hook fills (`slow.tail % slow.ring`).
     pub(super) cur: usize,
     /// The totals [`super::thread::totals`] returned last (what it returns when it cannot
     /// read newer ones).
@@ -197,4 +219,45 @@ thread_local! {
 #[inline(always)]
 pub(super) fn tls() -> *mut Tls {
     TLS.with(|t| t.get())
+}
+
+/// Most lines one flush entry names (see [`extend_flush_run`]).
+pub(super) const MAX_FLUSH_RUN: u64 = 1 << 32;
+
+/// Device mode, a flush (`pflush`) of `line` (an address >> 6): when the
+/// log's last entry, not yet run, is a flush of the lines up to
+/// `line - 1`, it is extended to `line` (its `value` counts the lines
+/// after the first) and true is returned; else the caller logs a new
+/// entry. A program that flushes a region line by line (a flushed chase
+/// flushes every line it reads) then logs one entry per run instead of
+/// one per line: half the entries of a flushed chase.
+///
+/// # Safety
+///
+/// `t` is the calling thread's state.
+#[inline]
+pub(super) unsafe fn extend_flush_run(t: *mut Tls, line: usize) -> bool {
+    let n = (*t).logged;
+    if (*t).slow.is_null() || (*t).busy || n == 0 || n > LOG_ENTRIES {
+        return false;
+    }
+    // `busy` keeps the epoch signal's handler from running the entry
+    // while it grows (it would count the run short).
+    (*t).busy = true;
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    let mut extended = false;
+    if std::ptr::read_volatile(&(*t).processed) < n {
+        let e = &mut (*(*t).slow).logs[(*t).cur][n - 1];
+        let first = (e.addr & !FLAGS) >> LINE_SHIFT;
+        if e.addr & FLAGS == FLUSH
+            && e.value + 1 < MAX_FLUSH_RUN
+            && first.wrapping_add(e.value as usize + 1) == line
+        {
+            e.value += 1;
+            extended = true;
+        }
+    }
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    (*t).busy = false;
+    extended
 }

@@ -111,7 +111,9 @@ pub(super) const VALUE_WIDE: usize = 1 << 62;
 /// `LogEntry::value` holds the 4 bytes a 4-byte load read.
 pub(super) const VALUE_NARROW: usize = 1 << 61;
 /// A flush of the line (`pflush`; device mode only): a store never
-/// carries a value, so this pair of bits is free.
+/// carries a value, so this pair of bits is free. `value` counts the
+/// lines after it that the same entry flushes (a run of consecutive
+/// lines, [`super::log::extend_flush_run`]).
 pub(super) const FLUSH: usize = STORE_BIT | VALUE_NARROW;
 /// A compare of the value the last logged load read (clang's `trace-cmp`
 /// callbacks, [`super::hooks::on_cmp`]): `addr` holds the compare's site
@@ -122,7 +124,7 @@ pub(super) const BRANCH: usize = STORE_BIT | VALUE_WIDE;
 /// below 2^47).
 pub(super) const OUTCOME_SHIFT: u32 = 52;
 /// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
-const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
+pub(super) const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
 
 /// A thread's model and what it has counted: the part of the thread's
 /// state a batch works on.
@@ -151,11 +153,33 @@ pub(super) struct ModelState {
 struct DeviceState {
     model: DeviceModel,
     /// The full line number of each slot of the compact cache (its
-    /// victims' addresses).
-    names: Vec<u64>,
+    /// victims' addresses), set by set (empty with the full-tag model).
+    names: HugeTable<u64>,
+    /// The compact cache's set count less one, and its ways (to prefetch
+    /// a set's names).
+    set_mask: u64,
+    ways: usize,
     /// The locality of the thread's PM misses, for their native cost.
     locality: NativeTracker,
     native: NativeCosts,
+}
+
+impl DeviceState {
+    /// Prefetch the compact cache's names of `line`'s set (the tags are
+    /// prefetched beside them).
+    #[inline(always)]
+    fn prefetch_names(&self, line: u64) {
+        if self.names.len == 0 {
+            return;
+        }
+        let at = (line & self.set_mask) as usize * self.ways;
+        // SAFETY: `at` is a set's first slot, inside the table; the
+        // prefetches are hints that never fault.
+        let p = unsafe { self.names.ptr.add(at) } as *const u32;
+        prefetch(p);
+        // A set of 16 names spans two cache lines.
+        prefetch(p.wrapping_add(16));
+    }
 }
 
 /// This machine's native costs of a near, a far and a following miss
@@ -221,6 +245,7 @@ impl ModelState {
                     Model::Compact(_) => CompactCache::table_len(llc).ok()?,
                     Model::Full(_) => 0,
                 };
+                let ways = (llc.ways as usize).max(1);
                 // Without a measurement, nothing is taken to be paid
                 // natively.
                 let native = native_costs().unwrap_or(NativeCosts {
@@ -231,7 +256,9 @@ impl ModelState {
                 });
                 Some(Box::new(DeviceState {
                     model: DeviceModel::new(p),
-                    names: vec![0u64; n],
+                    names: HugeTable::new(n)?,
+                    set_mask: (n / ways).max(1) as u64 - 1,
+                    ways,
                     locality: NativeTracker::new(),
                     native,
                 }))
@@ -268,7 +295,7 @@ impl ModelState {
         self.first = None;
         if let Some(d) = &mut self.device {
             d.model = DeviceModel::new(d.model.params());
-            d.names.fill(0);
+            d.names.as_mut().fill(0);
             d.locality = NativeTracker::new();
         }
     }
@@ -301,17 +328,28 @@ impl ModelState {
         let (before, window_before) = (self.totals.serial, self.window_serial);
         if let Model::Compact(c) = &self.cache {
             for e in &entries[..entries.len().min(PREFETCH_AHEAD)] {
-                prefetch(c.set_addr(((e.addr & !FLAGS) >> LINE_SHIFT) as u64));
+                let line = ((e.addr & !FLAGS) >> LINE_SHIFT) as u64;
+                prefetch(c.set_addr(line));
+                if let Some(d) = self.device.as_deref() {
+                    d.prefetch_names(line);
+                }
             }
         }
         for i in 0..entries.len() {
             if let Model::Compact(c) = &self.cache {
                 if i + PREFETCH_AHEAD < entries.len() {
-                    let ahead = entries[i + PREFETCH_AHEAD].addr & !FLAGS;
-                    prefetch(c.set_addr((ahead >> LINE_SHIFT) as u64));
+                    let ahead = ((entries[i + PREFETCH_AHEAD].addr & !FLAGS) >> LINE_SHIFT) as u64;
+                    prefetch(c.set_addr(ahead));
+                    if let Some(d) = self.device.as_deref() {
+                        d.prefetch_names(ahead);
+                    }
                 }
             }
             self.process_one(filter, entries[i]);
+        }
+        if let Some(d) = self.device.as_deref() {
+            // The device's counts, once per batch (not per entry).
+            self.totals.device = d.model.counts();
         }
         if let Some(f) = self.first.as_deref_mut() {
             f.settle();
@@ -429,20 +467,33 @@ impl ModelState {
         };
         let addr = e.addr & !FLAGS;
         let line = (addr >> LINE_SHIFT) as u64;
-        if e.addr & FLUSH == FLUSH {
-            let dirty = match &mut self.cache {
-                Model::Compact(c) => c
-                    .invalidate_tracked(line, &mut dev.names)
-                    .is_some_and(|v| v.dirty && v.pm),
-                Model::Full(h) => h.invalidate(line) && is_pm(addr),
-            };
-            if is_pm(addr) {
-                dev.locality.flush(line);
-            }
-            if dirty {
-                self.totals.pm_writebacks += 1;
-                dev.model.write_back(addr as u64);
-                self.totals.device = dev.model.counts();
+        if e.addr & FLAGS == FLUSH {
+            // A run of `value + 1` consecutive lines (their sets
+            // prefetched a few lines ahead).
+            let last = line + e.value;
+            for line in line..=last {
+                if let Model::Compact(c) = &self.cache {
+                    let ahead = line + 8;
+                    if ahead <= last {
+                        prefetch(c.set_addr(ahead));
+                        dev.prefetch_names(ahead);
+                    }
+                }
+                let addr = (line << LINE_SHIFT) as usize;
+                let pm = is_pm(addr);
+                let dirty = match &mut self.cache {
+                    Model::Compact(c) => c
+                        .invalidate_tracked(line, dev.names.as_mut())
+                        .is_some_and(|v| v.dirty && v.pm),
+                    Model::Full(h) => h.invalidate(line) && pm,
+                };
+                if pm {
+                    dev.locality.flush(line);
+                }
+                if dirty {
+                    self.totals.pm_writebacks += 1;
+                    dev.model.write_back(addr as u64);
+                }
             }
             return;
         }
@@ -452,7 +503,7 @@ impl ModelState {
         let model = &mut dev.model;
         let (miss, dirtied) = cache_access(
             &mut self.cache,
-            Some(&mut dev.names),
+            Some(dev.names.as_mut()),
             filter,
             line,
             write,
@@ -476,11 +527,9 @@ impl ModelState {
         } else {
             0.0
         };
-        let counts = dev.model.counts();
         let before = self.totals.serial.pm;
         self.count_miss(e, addr, pm, miss);
         self.totals.device_read_delay_ns += (self.totals.serial.pm - before).max(0.0) * delay;
-        self.totals.device = counts;
     }
 }
 
@@ -581,46 +630,52 @@ fn prefetch(p: *const u32) {
     let _ = p;
 }
 
-/// The compact model's tag table, in its own 2 MiB-aligned mapping with
-/// transparent huge pages: a 2 MiB table on 4 KiB pages costs the program
-/// hundreds of TLB entries at every batch (memlat with a 32 MiB model ran
-/// ~13 ns per access slower than with a 1 MiB one, beyond the batches'
-/// measured time).
-struct HugeTable {
-    ptr: *mut u32,
+/// The compact model's tag table (`u32` slots) and, in device mode, its
+/// table of the slots' lines (`u64`), each in its own 2 MiB-aligned
+/// mapping with transparent huge pages: a 2 MiB table on 4 KiB pages
+/// costs the program hundreds of TLB entries at every batch (memlat with a
+/// 32 MiB model ran ~13 ns per access slower than with a 1 MiB one, beyond
+/// the batches' measured time). Zeroed when mapped.
+struct HugeTable<T: Copy = u32> {
+    ptr: *mut T,
     len: usize,
 }
 
-impl HugeTable {
-    fn new(len: usize) -> Option<HugeTable> {
-        let bytes = len.checked_mul(4)?.max(1);
+impl<T: Copy> HugeTable<T> {
+    fn new(len: usize) -> Option<HugeTable<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>())?.max(1);
         // SAFETY: a fresh anonymous mapping, owned by the table.
         let p = unsafe { crate::pool::map_anonymous_huge(bytes) };
         (p != libc::MAP_FAILED).then_some(HugeTable {
-            ptr: p as *mut u32,
+            ptr: p as *mut T,
             len,
         })
     }
+
+    fn bytes(&self) -> usize {
+        (self.len * std::mem::size_of::<T>()).max(1)
+    }
 }
 
-impl AsRef<[u32]> for HugeTable {
-    fn as_ref(&self) -> &[u32] {
-        // SAFETY: `len` slots mapped read-write for the table's life.
+impl<T: Copy> AsRef<[T]> for HugeTable<T> {
+    fn as_ref(&self) -> &[T] {
+        // SAFETY: `len` slots mapped read-write for the table's life
+        // (zero bytes are a valid value of the integer types used).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
-impl AsMut<[u32]> for HugeTable {
-    fn as_mut(&mut self) -> &mut [u32] {
+impl<T: Copy> AsMut<[T]> for HugeTable<T> {
+    fn as_mut(&mut self) -> &mut [T] {
         // SAFETY: as above, and `&mut self` is exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 
-impl Drop for HugeTable {
+impl<T: Copy> Drop for HugeTable<T> {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping once.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, (self.len * 4).max(1)) };
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.bytes()) };
     }
 }
 

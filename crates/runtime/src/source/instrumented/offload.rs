@@ -1,21 +1,34 @@
 //! Batches on another CPU: when a thread's log is full and the machine has
 //! a CPU to spare (fewer threads with a model than online CPUs), the hook
 //! hands the log to one *modeller* thread of the runtime and goes on with
-//! its second log, instead of running the model itself. A batch costs the
+//! the next log of its ring (`log::Slow`), instead of running the
+//! model itself. A batch costs the
 //! program ~15-20 ns per logged miss (`bench/model-speed.sh`), which, on a
 //! dependent chase, the program cannot overlap with anything; the hand-off
 //! costs a few stores. The order of the entries through a thread's model is
 //! kept: whoever runs the model (the owner or the modeller) holds the
-//! model's lock, and the owner runs a handed-off log that the modeller has
-//! not taken before its current one. The modeller's time is not the
-//! program's and is not counted as overhead.
+//! model's lock and runs the handed-off logs oldest first, and the owner
+//! runs the logs still queued before its current one. The modeller's time
+//! is not the program's and is not counted as overhead.
+//!
+//! Logs in flight (`depth`): one outside device mode (the owner fills
+//! one log while the modeller runs the other; an epoch's end runs what is
+//! queued, so a deeper queue would only move work onto the program's
+//! time there). In device mode, where an epoch's end leaves the queue to
+//! the modeller and a flushed chase logs a miss per line at a device
+//! read's pace, up to [`LOGS`] - 1: the modeller may fall behind for a
+//! while (descheduled on a busy machine) without the program running
+//! the model. When the queue is full the owner makes room for one log
+//! (`thread::relieve`): it waits for the modeller to finish the
+//! log it runs, or runs the oldest queued log itself, and that time is
+//! the program's, timed and charged back as an inline batch.
 //!
 //! Off with `PMLAB_INSTR_OFFLOAD=0`, on a single CPU, in a forked child
 //! (the modeller thread does not exist there) and for the full-tag model.
 //! Models the modeller may see are never freed: a thread's model is kept
 //! for the next thread when it exits.
 
-use super::log::{Slow, Tls, NONE, READY, TAKEN};
+use super::log::{Slow, Tls, LOGS};
 use super::model::ThreadTotals;
 use std::sync::atomic::{
     fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
@@ -112,7 +125,10 @@ pub(super) fn reuse() -> Option<*mut Slow> {
         }
         lock(s, true);
         s.model.reset();
-        s.ready.store(NONE, Ordering::Release);
+        s.head.store(0, Ordering::Release);
+        s.tail.store(0, Ordering::Release);
+        s.taken.store(0, Ordering::Release);
+        s.ring = depth() + 1;
         publish(s);
         s.lock.store(false, Ordering::Release);
         LIVE.fetch_add(1, Ordering::AcqRel);
@@ -186,8 +202,33 @@ pub(super) fn read_published(s: &Slow, tries: u32) -> Option<ThreadTotals> {
     None
 }
 
+/// Tests: the queue's depth when not 0 (device mode's, without a device).
+#[cfg(test)]
+pub(super) static TEST_DEPTH: AtomicUsize = AtomicUsize::new(0);
+/// Tests: the modeller thread runs nothing while set (it lags).
+#[cfg(test)]
+pub(super) static TEST_PAUSE: AtomicBool = AtomicBool::new(false);
+
+/// Handed-off logs a thread may have waiting: [`LOGS`] - 1 in device
+/// mode, else 1 (see the module's documentation).
+pub(super) fn depth() -> usize {
+    #[cfg(test)]
+    {
+        let d = TEST_DEPTH.load(Ordering::Relaxed);
+        if d != 0 {
+            return d.min(LOGS - 1);
+        }
+    }
+    if super::settings::device_on() {
+        LOGS - 1
+    } else {
+        1
+    }
+}
+
 /// Hand the calling thread's full log to the modeller; false when it
-/// cannot take it (then the caller runs the model itself).
+/// cannot take it (then the caller runs the model itself). In device mode
+/// a full queue first makes room (`thread::relieve`).
 ///
 /// # Safety
 ///
@@ -196,18 +237,21 @@ pub(super) unsafe fn hand_off(t: *mut Tls) -> bool {
     let s = &mut *(*t).slow;
     if !s.shared
         || LIVE.load(Ordering::Relaxed) >= CPUS.load(Ordering::Relaxed)
-        || s.ready.load(Ordering::Acquire) != NONE
         || PID.load(Ordering::Relaxed) != pid()
     {
         return false;
     }
+    let depth = s.ring - 1;
+    if s.queued() >= depth && (depth == 1 || !super::thread::relieve(t, depth)) {
+        return false;
+    }
     (*t).busy = true;
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
-    s.ready_log = (*t).cur;
-    s.ready_from = (*t).processed;
-    s.ready_to = (*t).logged;
-    s.ready.store(READY, Ordering::Release);
-    (*t).cur ^= 1;
+    // Only this thread advances `tail`.
+    let tail = s.tail.load(Ordering::Relaxed);
+    s.spans[tail % s.ring] = ((*t).processed, (*t).logged);
+    s.tail.store(tail.wrapping_add(1), Ordering::Release);
+    (*t).cur = tail.wrapping_add(1) % s.ring;
     (*t).processed = 0;
     std::ptr::write_volatile(&mut (*t).logged, 0);
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
@@ -224,16 +268,39 @@ pub(super) unsafe fn hand_off(t: *mut Tls) -> bool {
     true
 }
 
+/// Run log `head` of `s` (the oldest handed off) through the model and
+/// free it; its entries. The caller holds the lock and has seen
+/// `head != tail`.
+///
+/// # Safety
+///
+/// The caller holds `s.lock`; `filter`, if given, is the owner's.
+pub(super) unsafe fn run_oldest(
+    s: &mut Slow,
+    filter: Option<*mut [usize; super::model::FILTER_LINES]>,
+) -> u64 {
+    let head = s.head.load(Ordering::Relaxed);
+    let (from, to) = s.spans[head % s.ring];
+    s.model
+        .run(filter, &s.logs[head % s.ring][from.min(to)..to]);
+    s.head.store(head.wrapping_add(1), Ordering::Release);
+    (to - from.min(to)) as u64
+}
+
 /// In a forked child: the modeller does not exist. A model it held is
 /// released and a log it was running is dropped (at most one log of
-/// the forking thread).
+/// the forking thread); the logs still queued run on the thread.
 pub(super) fn after_fork_child(t: *mut Tls) {
     PID.store(0, Ordering::Release);
     // SAFETY: single-threaded now.
     unsafe {
         let s = (*t).slow;
-        if !s.is_null() && (*s).ready.load(Ordering::Acquire) == TAKEN {
-            (*s).ready.store(NONE, Ordering::Release);
+        if !s.is_null() {
+            let taken = (*s).taken.swap(0, Ordering::AcqRel);
+            let head = (*s).head.load(Ordering::Acquire);
+            if taken != 0 && taken.wrapping_sub(1) == head {
+                (*s).head.store(head.wrapping_add(1), Ordering::Release);
+            }
         }
         if !s.is_null() {
             (*s).lock.store(false, Ordering::Release);
@@ -255,6 +322,11 @@ extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
         if PID.load(Ordering::Acquire) != me {
             return std::ptr::null_mut();
         }
+        #[cfg(test)]
+        if TEST_PAUSE.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            continue;
+        }
         let seen = WORK.load(Ordering::SeqCst);
         let mut did = false;
         for slot in MODELS.iter().take(HIGH.load(Ordering::Acquire)) {
@@ -265,22 +337,22 @@ extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
             // SAFETY: registered models are never freed; the lock
             // gives this thread the model.
             let s = unsafe { &mut *p };
-            if s.ready.load(Ordering::Acquire) != READY || !lock(s, false) {
+            if s.queued() == 0 || !lock(s, false) {
                 continue;
             }
-            if s.ready
-                .compare_exchange(READY, TAKEN, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                let (log, from, to) = (s.ready_log, s.ready_from, s.ready_to);
-                // SAFETY: lock held; the owner does not write this log
+            // One log per hold of the lock: an owner making room waits for
+            // this log only.
+            if s.queued() != 0 {
+                let head = s.head.load(Ordering::Relaxed);
+                s.taken.store(head.wrapping_add(1), Ordering::Release);
+                // SAFETY: lock held; the owner does not write a log
                 // while it is handed off.
-                unsafe { s.model.run(None, &s.logs[log][from.min(to)..to]) };
-                s.model.totals.slow_calls += (to - from) as u64;
+                let n = unsafe { run_oldest(s, None) };
+                s.taken.store(0, Ordering::Release);
+                s.model.totals.slow_calls += n;
                 s.model.totals.offloaded += 1;
                 OFFLOADED.fetch_add(1, Ordering::Relaxed);
                 publish(s);
-                s.ready.store(NONE, Ordering::Release);
                 did = true;
             }
             s.lock.store(false, Ordering::Release);

@@ -23,9 +23,9 @@ fn store8(p: *mut u64) {
 
 // The hooks' state is process-global (ACTIVE, ranges); tests run each
 // scenario on a fresh thread and serialise on one lock.
-static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(super) static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn cfg(mode: PmMode) -> HookConfig {
+pub(super) fn cfg(mode: PmMode) -> HookConfig {
     HookConfig {
         llc: CacheConfig::new(1 << 20, 16),
         overlap: OverlapConfig::default(),

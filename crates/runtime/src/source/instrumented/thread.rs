@@ -3,7 +3,7 @@
 //! (async-signal-safe, for the epoch signal's handler), and its exit and
 //! fork.
 
-use super::log::{tls, Slow, Tls, LOG_ENTRIES, NONE, READY};
+use super::log::{tls, Slow, Tls, LOG_ENTRIES};
 use super::model::{ModelState, ThreadTotals, FILTER_LINES};
 use super::offload;
 use std::sync::atomic::{compiler_fence, Ordering};
@@ -19,10 +19,10 @@ pub struct Ran {
 }
 
 /// Run the logged, unprocessed accesses through the model (first the
-/// handed-off log, if the modeller has not taken it); with `reset` (the
-/// hook, never a signal handler) empty the log afterwards. Without `wait`
-/// (a signal handler) nothing is done while the modeller holds the model:
-/// the entries count at the next reading. Returns what it ran.
+/// handed-off logs the modeller has not run, oldest first); with `reset`
+/// (the hook, never a signal handler) empty the log afterwards. Without
+/// `wait` (a signal handler) nothing is done while the modeller holds the
+/// model: the entries count at the next reading. Returns what it ran.
 ///
 /// # Safety
 ///
@@ -39,41 +39,31 @@ pub(super) unsafe fn process(t: *mut Tls, reset: bool, wait: bool) -> Ran {
     }
     let end = std::ptr::read_volatile(&(*t).logged).min(LOG_ENTRIES);
     let start = (*t).processed;
-    let pending = s.ready.load(Ordering::Acquire) == READY;
+    let pending = s.queued() as u64;
     std::ptr::write_volatile(&mut (*t).interrupted, false);
-    if start < end || pending {
+    if start < end || pending > 0 {
         // The clock starts once the program's own outstanding misses (the
         // values in the log) have arrived: they are not overhead.
         let t0 = tsc_after(0);
         let mut n = 0;
-        if pending {
-            let (log, from, to) = (s.ready_log, s.ready_from, s.ready_to);
-            s.model
-                .run(Some(&raw mut (*t).filter), &s.logs[log][from.min(to)..to]);
-            n += (to - from) as u64;
-            s.ready.store(NONE, Ordering::Release);
+        for _ in 0..pending {
+            n += offload::run_oldest(s, Some(&raw mut (*t).filter));
         }
         s.model.run(
             Some(&raw mut (*t).filter),
             &s.logs[(*t).cur][start.min(end)..end],
         );
-        n += (end - start) as u64;
-        let cycles = tsc_after(0).wrapping_sub(t0);
-        s.model.totals.slow_calls += n;
-        // The log handed off but run here counts as a batch of its own.
-        ran.batches = pending as u64 + (start < end) as u64;
-        if std::ptr::read_volatile(&(*t).interrupted) {
-            let tt = &s.model.totals;
-            ran.cycles = (n * tt.clean_cycles)
-                .checked_div(tt.clean_entries)
-                .unwrap_or(0);
-        } else {
-            ran.cycles = cycles;
-            s.model.totals.clean_cycles += cycles;
-            s.model.totals.clean_entries += n;
-        }
-        s.model.totals.batches += ran.batches;
-        s.model.totals.slow_cycles += ran.cycles;
+        n += (end - start.min(end)) as u64;
+        // Each handed-off log run here counts as a batch of its own.
+        ran.batches = pending + (start < end) as u64;
+        charge_inline(
+            t,
+            s,
+            n,
+            ran.batches,
+            tsc_after(0).wrapping_sub(t0),
+            &mut ran,
+        );
     }
     offload::publish(s);
     s.lock.store(false, Ordering::Release);
@@ -86,6 +76,80 @@ pub(super) unsafe fn process(t: *mut Tls, reset: bool, wait: bool) -> Ran {
     compiler_fence(Ordering::SeqCst);
     (*t).busy = false;
     ran
+}
+
+/// Book on the model's totals `n` entries and `batches` batches run on
+/// the owner thread in `cycles` TSC cycles (into `ran` as well): the
+/// time the program lost, which the epoch's delay absorbs. When the
+/// epoch signal interrupted the run, the clock reading includes its
+/// handler's delay: the entries count at the mean cycles per entry of
+/// the uninterrupted runs instead.
+///
+/// # Safety
+///
+/// `t` is the calling thread's state; the caller holds `s.lock`.
+unsafe fn charge_inline(
+    t: *mut Tls,
+    s: &mut Slow,
+    n: u64,
+    batches: u64,
+    cycles: u64,
+    ran: &mut Ran,
+) {
+    s.model.totals.slow_calls += n;
+    ran.batches = batches;
+    if std::ptr::read_volatile(&(*t).interrupted) {
+        let tt = &s.model.totals;
+        ran.cycles = (n * tt.clean_cycles)
+            .checked_div(tt.clean_entries)
+            .unwrap_or(0);
+    } else {
+        ran.cycles = cycles;
+        // A wait alone (nothing run) is no sample of the cost per entry.
+        if n > 0 {
+            s.model.totals.clean_cycles += cycles;
+            s.model.totals.clean_entries += n;
+        }
+    }
+    s.model.totals.batches += ran.batches;
+    s.model.totals.slow_cycles += ran.cycles;
+}
+
+/// Device mode, the queue of handed-off logs full (`depth` of them): make
+/// room for one more. The owner waits for the modeller to finish the log
+/// it runs (holding the model's lock); if the queue is still full then
+/// (the modeller was not running: descheduled, or asleep), it runs the
+/// oldest queued log itself. The whole wait and run is the program's
+/// time: booked as one inline batch ([`ThreadTotals::slow_cycles`],
+/// charged back as the normal mode charges its batches), the entries it
+/// ran as well. False when the lock cannot be had (never, waiting).
+///
+/// # Safety
+///
+/// `t` is the calling thread's state, not busy, with a registered model.
+pub(super) unsafe fn relieve(t: *mut Tls, depth: usize) -> bool {
+    (*t).busy = true;
+    compiler_fence(Ordering::SeqCst);
+    let s = &mut *(*t).slow;
+    std::ptr::write_volatile(&mut (*t).interrupted, false);
+    let t0 = tsc_after(0);
+    if !offload::lock(s, true) {
+        compiler_fence(Ordering::SeqCst);
+        (*t).busy = false;
+        return false;
+    }
+    let n = if s.queued() >= depth {
+        offload::run_oldest(s, Some(&raw mut (*t).filter))
+    } else {
+        0
+    };
+    let mut ran = Ran::default();
+    charge_inline(t, s, n, 1, tsc_after(0).wrapping_sub(t0), &mut ran);
+    offload::publish(s);
+    s.lock.store(false, Ordering::Release);
+    compiler_fence(Ordering::SeqCst);
+    (*t).busy = false;
+    true
 }
 
 /// A new model for the calling thread (a registered one no thread owns
@@ -161,7 +225,7 @@ pub fn exact_next_reading() {
 
 /// Device mode, where the modeller thread takes this thread's logs: true
 /// when an epoch's end should not run the log itself (more than
-/// [`DEFER_ABOVE`] entries unprocessed, or a log handed off and waiting),
+/// [`DEFER_ABOVE`] entries unprocessed, or logs handed off and waiting),
 /// but take the totals the model last published. A device-mode batch
 /// costs tens of ns per entry, a log's worth tens of µs on the program's
 /// time at every epoch's end (a step a program that times its iterations
@@ -182,7 +246,7 @@ unsafe fn leave_to_modeller(t: *mut Tls, s: *mut Slow) -> bool {
     {
         return false;
     }
-    let pending = (*s).ready.load(Ordering::Acquire) != NONE;
+    let pending = (*s).queued() != 0;
     let left = std::ptr::read_volatile(&(*t).logged).saturating_sub((*t).processed);
     pending || left > DEFER_ABOVE
 }
@@ -303,5 +367,173 @@ pub fn thread_exit() {
             }
         }
         (*t).busy = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ring of logs under back-pressure (a modeller that lags), its
+    //! drain at a thread's exit, the charge-back of what the owner ran
+    //! itself, and flush runs.
+    use super::super::hooks::{activate, deactivate, on_access};
+    use super::super::log::{extend_flush_run, LOGS};
+    use super::super::model::{LogEntry, FLUSH};
+    use super::super::offload::{self, TEST_DEPTH, TEST_PAUSE};
+    use super::super::settings::PmMode;
+    use super::super::tests::{cfg, LOCK};
+    use super::*;
+
+    /// Load `n` distinct lines (each logged: a filter miss) on this thread.
+    fn misses(v: &[u64], n: usize) {
+        for i in 0..n {
+            let p = &v[(i * 8) % v.len()] as *const u64;
+            on_access(p as usize, 8, false, Some(p));
+        }
+    }
+
+    /// Resets the test switches however the test ends.
+    struct Switches;
+    impl Drop for Switches {
+        fn drop(&mut self) {
+            TEST_PAUSE.store(false, Ordering::Release);
+            TEST_DEPTH.store(0, Ordering::Release);
+        }
+    }
+
+    #[test]
+    fn a_lagging_modeller_loses_no_entry_and_the_owner_goes_on() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _s = Switches;
+        activate(cfg(PmMode::All));
+        TEST_DEPTH.store(LOGS - 1, Ordering::Release);
+        TEST_PAUSE.store(true, Ordering::Release);
+        let n = 20 * LOG_ENTRIES;
+        let (a, mid, b, most) = std::thread::spawn(move || {
+            let v = vec![0u64; n * 8];
+            let a = totals();
+            let mut most = 0;
+            for k in 0..20 {
+                misses(&v[k * LOG_ENTRIES * 8..], LOG_ENTRIES);
+                // SAFETY: this thread's own model.
+                most = most.max(unsafe { (*(*tls()).slow).queued() });
+            }
+            // Read without running anything: the modeller is paused, so
+            // what is counted is what the owner ran to make room.
+            let mid = offload::read_published(
+                // SAFETY: this thread's own model.
+                unsafe { &*(*tls()).slow },
+                offload::PATIENT_TRIES,
+            )
+            .unwrap();
+            // The modeller catches up; the last reading counts everything.
+            TEST_PAUSE.store(false, Ordering::Release);
+            let b = totals();
+            thread_exit();
+            (a, mid, b, most)
+        })
+        .join()
+        .unwrap();
+        deactivate();
+        // Every logged miss went through the model once.
+        assert_eq!(b.slow_calls - a.slow_calls, n as u64);
+        assert_eq!(b.serial.pm_misses - a.serial.pm_misses, n as u64);
+        if offload::enabled() {
+            // The queue filled to its depth and never beyond.
+            assert_eq!(most, LOGS - 1);
+            // Making room ran the oldest logs on the owner, one at a time:
+            // 20 logs, 7 queued and 1 filling at the end, so 12 ran here,
+            // each booked as an inline batch with its cycles.
+            let ran_here = mid.slow_calls - a.slow_calls;
+            assert_eq!(ran_here, (20 - LOGS as u64) * LOG_ENTRIES as u64);
+            assert_eq!(mid.batches - a.batches, 20 - LOGS as u64);
+            assert_eq!(mid.offloaded, a.offloaded);
+            assert!(mid.slow_cycles > a.slow_cycles);
+            // Uninterrupted: charged exactly as timed.
+            assert_eq!(
+                mid.slow_cycles - a.slow_cycles,
+                mid.clean_cycles - a.clean_cycles
+            );
+            assert_eq!(mid.clean_entries - a.clean_entries, ran_here);
+        }
+    }
+
+    #[test]
+    fn a_thread_exit_drains_the_queue() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _s = Switches;
+        activate(cfg(PmMode::All));
+        TEST_DEPTH.store(LOGS - 1, Ordering::Release);
+        TEST_PAUSE.store(true, Ordering::Release);
+        let n = 5 * LOG_ENTRIES + 100;
+        let (queued, model) = std::thread::spawn(move || {
+            let v = vec![0u64; n * 8];
+            misses(&v, n);
+            // SAFETY: this thread's own model.
+            let s = unsafe { (*tls()).slow };
+            let queued = unsafe { (*s).queued() };
+            thread_exit();
+            (queued, s as usize)
+        })
+        .join()
+        .unwrap();
+        deactivate();
+        if !offload::enabled() {
+            return;
+        }
+        assert_eq!(queued, 5);
+        // SAFETY: a registered model is never freed.
+        let s = unsafe { &*(model as *const Slow) };
+        assert_eq!(s.queued(), 0);
+        let t = offload::read_published(s, offload::PATIENT_TRIES).unwrap();
+        assert_eq!(t.slow_calls, n as u64);
+        assert_eq!(t.serial.pm_misses, n as u64);
+    }
+
+    #[test]
+    fn consecutive_flushes_extend_one_entry() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        activate(cfg(PmMode::All));
+        let (first, runs) = std::thread::spawn(|| {
+            let v = vec![0u64; 64];
+            misses(&v, 1);
+            let t = tls();
+            // SAFETY: this thread's own state; the entries written by
+            // hand are taken out again before anything runs them.
+            unsafe {
+                // Outside device mode the ring cycles through two logs
+                // (one filled, one handed off), as the hook's footprint
+                // always did.
+                assert_eq!((*(*t).slow).ring, 2);
+                // The last entry is a load: no run to extend.
+                let first = extend_flush_run(t, 1000);
+                let n = (*t).logged;
+                (*(*t).slow).logs[(*t).cur][n] = LogEntry {
+                    addr: (1000 << 6) | FLUSH,
+                    at: 0,
+                    value: 0,
+                };
+                (*t).logged = n + 1;
+                let runs = [
+                    extend_flush_run(t, 1001),
+                    extend_flush_run(t, 1002),
+                    // Not the next line: a new entry.
+                    extend_flush_run(t, 1004),
+                ];
+                let e = (*(*t).slow).logs[(*t).cur][n];
+                assert_eq!(e.value, 2);
+                // An entry already run (by an epoch's end) stays as it was.
+                (*t).processed = n + 1;
+                assert!(!extend_flush_run(t, 1003));
+                (*t).logged = n;
+                (*t).processed = 0;
+                thread_exit();
+                (first, runs)
+            }
+        })
+        .join()
+        .unwrap();
+        deactivate();
+        assert!(!first);
+        assert_eq!(runs, [true, true, false]);
     }
 }
