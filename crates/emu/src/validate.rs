@@ -807,7 +807,11 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         },
         llc_now: std::cell::RefCell::new(None),
         chaser: std::cell::RefCell::new(chaser),
-        chase_steps: if opts.quick { 500_000 } else { 2_000_000 },
+        // ~0.16 s a measurement (3 walks of 333,000 loads) in the full
+        // study, which takes some 380 of them: the latency's drift over
+        // the study (149-183 ns in the last idle run) is far above what
+        // a third of 2M loads more would settle.
+        chase_steps: if opts.quick { 500_000 } else { 1_000_000 },
         bounds: if opts.quick || opts.loose {
             Tolerances::LOOSE
         } else {
