@@ -72,7 +72,7 @@ pub struct Options {
     pub quick: bool,
     /// Judge against [`Tolerances::LOOSE`] even in the full study.
     pub loose: bool,
-    /// Runs per point (median and spread are reported), 1 to 100.
+    /// Runs per point at most (fewer where the verdict settles: [`settled`]; median and spread are reported), 1 to 100.
     pub reps: usize,
     /// Only these studies (of [`STUDIES`]); `None`: all.
     pub only: Option<Vec<String>>,
@@ -915,7 +915,7 @@ pub struct Report {
     pub quick: bool,
     /// Which [`Tolerances`] judged the points: `target` or `loose`.
     pub tolerances: String,
-    /// Runs per point.
+    /// Runs per point at most (see [`settled`]).
     pub reps: usize,
     /// The last-level cache the workset study classed regions by, bytes:
     /// the effective one measured at the study's start (else sysfs's).

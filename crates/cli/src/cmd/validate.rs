@@ -37,7 +37,7 @@ pub struct Args {
     /// workset and bandwidth studies' also PNG).
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Runs per point (median and spread are reported).
+    /// Runs per point at most: memlat, multilat, mtlat and bandwidth stop early once the remaining runs cannot change a point's verdict (median and spread are reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Only these studies (comma-separated: memlat, chains, multilat, mtlat,

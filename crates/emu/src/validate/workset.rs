@@ -27,7 +27,7 @@
 //! or its short run, not the model's size, is the difference. Every curve
 //! then runs natively, with `--no-inject` and emulated; below four times
 //! the LLC each of those runs is followed by a native run, and judged
-//! against the native runs right before and after it ([`bracketed`],
+//! against the native runs right before and after it (`bracketed`,
 //! [`paired_expectation`]; run again once when they moved,
 //! [`pair_moved`]). A repetition whose probe and one-chain natives
 //! disagree ([`probe_disagrees`]) is measured again once. Points whose
