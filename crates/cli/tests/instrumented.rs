@@ -774,6 +774,14 @@ fn validate_quick_runs_every_study_end_to_end() {
             assert!(m.is_finite() && m > 0.0 && e.is_finite() && e > 0.0, "{p}");
         }
     }
+    // Each study's wall time, in the order run, in the JSON and the summary.
+    let times = v["study_seconds"].as_array().unwrap();
+    assert_eq!(times.len(), 8, "{times:?}");
+    assert!(
+        times.iter().all(|t| t["seconds"].as_f64().unwrap() > 0.0),
+        "{times:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("workset"));
     // The multilat and mtlat points say how their expectation was formed.
     assert!(points
         .iter()

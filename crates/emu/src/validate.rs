@@ -72,7 +72,7 @@ pub struct Options {
     pub quick: bool,
     /// Judge against [`Tolerances::LOOSE`] even in the full study.
     pub loose: bool,
-    /// Runs per point (median and spread are reported), 1 to 100.
+    /// Runs per point at most (fewer where the verdict settles: [`settled`]; median and spread are reported), 1 to 100.
     pub reps: usize,
     /// Only these studies (of [`STUDIES`]); `None`: all.
     pub only: Option<Vec<String>>,
@@ -540,6 +540,84 @@ impl Ctx<'_> {
     }
 }
 
+/// Adaptive repetitions: a point runs at least a majority of its
+/// repetitions (`max / 2 + 1`) and stops as soon as the runs left cannot
+/// change its verdict. Once more than half of the runs are in, the median
+/// of all of them lies within the range of those already made (more than
+/// half of the final runs are at or below the largest, and at or above
+/// the smallest); so when every run so far is within the bound (with a
+/// margin, [`SETTLE_MARGIN`], for an expectation that itself moves a
+/// little with the runs) the point passes, and when every run is past it
+/// on the same side the point misses, whatever the other runs read. A
+/// point with no bound (infinite) stops at the majority. `errors`: each
+/// run's signed error, percent, against the expectation of its own
+/// repetition (NaN: not known, never settles).
+pub fn settled(errors: &[f64], bound: f64, max: usize) -> bool {
+    let n = errors.len();
+    if n >= max {
+        return true;
+    }
+    if n * 2 <= max {
+        return false;
+    }
+    if bound.is_infinite() {
+        return true;
+    }
+    if errors.iter().any(|e| !e.is_finite()) {
+        return false;
+    }
+    let inside = bound * SETTLE_MARGIN;
+    let outside = bound / SETTLE_MARGIN;
+    errors.iter().all(|e| e.abs() <= inside)
+        || errors.iter().all(|&e| e > outside)
+        || errors.iter().all(|&e| e < -outside)
+}
+
+/// How far inside its bound every run of a point must be (as a share of
+/// the bound), or past it (the bound over this), for [`settled`] to stop
+/// its repetitions early.
+pub const SETTLE_MARGIN: f64 = 0.8;
+
+impl Ctx<'_> {
+    /// Up to `--reps` runs of `f`, stopped once [`settled`] says the rest
+    /// cannot change the verdict against `expected` within `bound`
+    /// percent.
+    fn reps_until<F: FnMut() -> Result<f64>>(
+        &self,
+        expected: f64,
+        bound: f64,
+        mut f: F,
+    ) -> Result<Vec<f64>> {
+        let mut v = Vec::new();
+        loop {
+            v.push(f()?);
+            let errors: Vec<f64> = v.iter().map(|&x| error_pct(x, expected)).collect();
+            if settled(&errors, bound, self.reps) {
+                return Ok(v);
+            }
+        }
+    }
+
+    /// Like [`interleaved`](Self::interleaved) for a point with no bound
+    /// (a reported figure): a majority of `--reps` pairs.
+    fn interleaved_majority<F, G>(
+        &self,
+        mut first: F,
+        mut second: G,
+    ) -> Result<(Vec<f64>, Vec<f64>)>
+    where
+        F: FnMut() -> Result<f64>,
+        G: FnMut() -> Result<f64>,
+    {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        while !settled(&b, f64::INFINITY, self.reps) {
+            a.push(first()?);
+            b.push(second()?);
+        }
+        Ok((a, b))
+    }
+}
+
 /// Record a point, and show its result with the progress.
 fn push(ctx: &Ctx, out: &mut Vec<Point>, p: Point) {
     ctx.say(&format!(
@@ -730,7 +808,11 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         },
         llc_now: std::cell::RefCell::new(None),
         chaser: std::cell::RefCell::new(chaser),
-        chase_steps: if opts.quick { 500_000 } else { 2_000_000 },
+        // ~0.16 s a measurement (3 walks of 333,000 loads) in the full
+        // study, which takes some 380 of them: the latency's drift over
+        // the study (149-183 ns in the last idle run) is far above what
+        // a third of 2M loads more would settle.
+        chase_steps: if opts.quick { 500_000 } else { 1_000_000 },
         bounds: if opts.quick || opts.loose {
             Tolerances::LOOSE
         } else {
@@ -770,10 +852,20 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         ("bandwidth", Box::new(|o| bandwidth::study(&ctx, o))),
     ];
     let chosen: Vec<&(&str, Study)> = studies.iter().filter(|(n, _)| want(n)).collect();
+    let mut study_seconds = Vec::new();
     for (i, (name, f)) in chosen.iter().enumerate() {
         let t = Instant::now();
         ctx.say(&format!("[{}/{}] {name}", i + 1, chosen.len()));
         f(&mut points)?;
+        study_seconds.push(StudyTime {
+            study: name.to_string(),
+            seconds: t.elapsed().as_secs_f64(),
+            runs: points
+                .iter()
+                .filter(|p| p.study == *name)
+                .map(|p| p.runs.len())
+                .sum(),
+        });
         ctx.say(&format!(
             "[{}/{}] {name} done in {:.0} s ({:.1} min so far)",
             i + 1,
@@ -795,8 +887,21 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         llc_bytes: ctx.llc_bytes,
         llc_curve: cal.llc_curve.clone(),
         seconds: started.elapsed().as_secs_f64(),
+        study_seconds,
         points,
     })
+}
+
+/// The wall time of one study of a `pmlab validate` run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StudyTime {
+    /// The study's name (of [`STUDIES`]).
+    pub study: String,
+    /// Its wall time, s (build and calibration not included).
+    pub seconds: f64,
+    /// The judged runs of its points (emulated runs; the native and
+    /// reference runs beside them are not counted).
+    pub runs: usize,
 }
 
 /// The study's results (`pmlab validate --json` writes it).
@@ -811,7 +916,7 @@ pub struct Report {
     pub quick: bool,
     /// Which [`Tolerances`] judged the points: `target` or `loose`.
     pub tolerances: String,
-    /// Runs per point.
+    /// Runs per point at most (see [`settled`]).
     pub reps: usize,
     /// The last-level cache the workset study classed regions by, bytes:
     /// the effective one measured at the study's start (else sysfs's).
@@ -821,6 +926,8 @@ pub struct Report {
     pub llc_curve: Vec<(u64, f64)>,
     /// Wall time of the study, s.
     pub seconds: f64,
+    /// Wall time of each study that ran, in the order run.
+    pub study_seconds: Vec<StudyTime>,
     /// Every point, in the order measured.
     pub points: Vec<Point>,
 }
@@ -868,7 +975,7 @@ fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         let mut drams = Vec::new();
         let mut afters = Vec::new();
         let mut natives = Vec::new();
-        let runs = ctx.reps(|| {
+        let runs = ctx.reps_until(lat, ctx.bounds.memlat, || {
             natives.push(need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY)?);
             let (o, dram) = ctx.emulated("memlat", &args, lat, false)?;
             drams.push(dram);
@@ -1072,7 +1179,8 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             let mut runs: Vec<ReferencedRuns> =
                 vec![ReferencedRuns::default(); p.multilat_lat.len()];
             let mut counts = (f64::NAN, f64::NAN);
-            for _ in 0..ctx.reps {
+            // Adaptive: stops once no latency's verdict can change.
+            while !multilat_settled(&native_runs, &runs, counts, &p.multilat_lat, ctx) {
                 native_runs.push(need(
                     "multilat",
                     &ctx.native("multilat", &args)?,
@@ -1108,6 +1216,28 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether a multilat configuration's repetitions so far settle every
+/// latency's verdict ([`settled`]): each repetition's emulated run
+/// against the formula with that repetition's native run and DRAM
+/// latency.
+fn multilat_settled(
+    native: &[f64],
+    runs: &[ReferencedRuns],
+    (nd, nn): (f64, f64),
+    lats: &[f64],
+    ctx: &Ctx,
+) -> bool {
+    runs.iter().zip(lats).all(|(r, &lat)| {
+        let errors: Vec<f64> = r
+            .emulated
+            .iter()
+            .zip(native.iter().zip(&r.dram))
+            .map(|(&e, (&n, &d))| error_pct(e, multilat_expectation(n, nd, nn, d, lat).0))
+            .collect();
+        settled(&errors, ctx.bounds.multilat, ctx.reps)
+    })
 }
 
 /// The measured runs of one mtlat or multilat point, all in ns: the
@@ -1302,7 +1432,18 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             // emulator involved; then the emulated run, given the same DRAM
             // latency, measured just before the two.
             let mut r = ReferencedRuns::default();
-            for _ in 0..mtlat_reps(ctx.reps, n as u64, cpus) {
+            let max = mtlat_reps(ctx.reps, n as u64, cpus);
+            // Adaptive: each emulated run against its own repetition's
+            // reference, until the rest cannot change the verdict.
+            while !settled(
+                &r.emulated
+                    .iter()
+                    .zip(&r.reference)
+                    .map(|(&e, &x)| error_pct(e, x))
+                    .collect::<Vec<_>>(),
+                ctx.bounds.mtlat,
+                max,
+            ) {
                 r.native
                     .push(need("mtlat", &ctx.native("mtlat", &args)?, MTLAT_KEY)?);
                 let dram = ctx.dram_now();
@@ -1323,7 +1464,7 @@ fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
 fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let args = memlat_args(p, 1);
     ctx.say("overhead: memlat native and --no-inject, interleaved");
-    let (native_runs, runs) = ctx.interleaved(
+    let (native_runs, runs) = ctx.interleaved_majority(
         || need("memlat", &ctx.native("memlat", &args)?, MEMLAT_KEY),
         || {
             need(
@@ -1837,6 +1978,52 @@ mod tests {
     }
 
     #[test]
+    fn repetitions_stop_once_the_rest_cannot_change_the_verdict() {
+        // Fewer than a majority of 5: never settled.
+        assert!(!settled(&[0.1, 0.2], 2.0, 5));
+        // Three of five within 80% of a 2% bound: the median of five lies
+        // within their range, so the point passes whatever comes.
+        assert!(settled(&[0.1, -1.2, 1.5], 2.0, 5));
+        // One of them near the bound (or past it): two more runs could
+        // move the median across it.
+        assert!(!settled(&[0.1, -1.2, 1.7], 2.0, 5));
+        assert!(!settled(&[0.1, 3.0, 4.0], 2.0, 5));
+        // All past the bound on one side: a miss either way.
+        assert!(settled(&[3.0, 4.4, 2.6], 2.0, 5));
+        assert!(settled(&[-3.0, -4.4, -2.6], 2.0, 5));
+        // Past it on both sides: not settled.
+        assert!(!settled(&[-3.0, 4.4, 2.6], 2.0, 5));
+        // The last repetition always ends; unknown errors never settle
+        // early; a point with no bound stops at the majority.
+        assert!(settled(&[9.0, -9.0, 0.0, 1.0, 2.0], 2.0, 5));
+        assert!(!settled(&[f64::NAN, 0.1, 0.1], 2.0, 5));
+        assert!(settled(&[50.0, 1.0, 2.0], f64::INFINITY, 5));
+        assert!(!settled(&[50.0, 1.0], f64::INFINITY, 5));
+        // Twice the repetitions (oversubscribed mtlat): six of ten.
+        assert!(!settled(&[0.0; 5], 5.0, 10));
+        assert!(settled(&[0.0; 6], 5.0, 10));
+        // One repetition: one run.
+        assert!(!settled(&[], 2.0, 1));
+        assert!(settled(&[40.0], 2.0, 1));
+    }
+
+    #[test]
+    fn the_median_of_all_runs_stays_within_the_majority_range() {
+        // The property `settled` rests on: with more than half of the runs
+        // in, whatever the others read, the final median is within the
+        // range of those made.
+        let first = [10.0, 12.0, 11.0];
+        for a in [-100.0, 9.0, 10.5, 11.5, 100.0] {
+            for b in [-100.0, 9.5, 11.0, 13.0, 100.0] {
+                let mut all = first.to_vec();
+                all.extend([a, b]);
+                let m = summarize(&all).median;
+                assert!((10.0..=12.0).contains(&m), "{a} {b}: {m}");
+            }
+        }
+    }
+
+    #[test]
     fn a_report_is_met_when_every_judged_point_is() {
         let mut overhead = judged(100.0, 180.0, f64::INFINITY);
         overhead.study = "overhead".into();
@@ -1849,6 +2036,7 @@ mod tests {
             llc_bytes: 0,
             llc_curve: Vec::new(),
             seconds: 0.0,
+            study_seconds: Vec::new(),
             points: vec![judged(400.0, 410.0, 15.0), overhead],
         };
         assert!(r.all_met());

@@ -37,7 +37,7 @@ pub struct Args {
     /// workset and bandwidth studies' also PNG).
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Runs per point (median and spread are reported).
+    /// Runs per point at most: memlat, multilat, mtlat and bandwidth stop early once the remaining runs cannot change a point's verdict (median and spread are reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Only these studies (comma-separated: memlat, chains, multilat, mtlat,
@@ -107,6 +107,15 @@ pub fn run(args: Args) -> Result<u8> {
         write_device_page(&args, page, device, &report)?;
     }
     let secs = started.elapsed().as_secs_f64();
+    for st in &report.study_seconds {
+        println!(
+            "  {:<10} {:>4.0} min {:>2.0} s  ({} runs judged)",
+            st.study,
+            (st.seconds / 60.0).floor(),
+            st.seconds % 60.0,
+            st.runs
+        );
+    }
     println!(
         "pmlab validate: {} points in {:.0} min {:.0} s",
         report.points.len(),

@@ -160,13 +160,24 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             let mut emu = vec![Vec::new(); p.targets.len()];
             let mut stream = vec![Vec::new(); p.targets.len()];
             let mut drams = vec![Vec::new(); p.targets.len()];
-            for _ in 0..reps {
+            // Adaptive ([`settled`]): stops once no target's verdict can
+            // change (a target not below the reach so far has no bound).
+            let done = |emu: &[Vec<f64>], reach: &[f64]| {
+                let r = summarize(reach).median;
+                p.targets.iter().zip(emu).all(|(&bw, runs)| {
+                    let errors: Vec<f64> = runs.iter().map(|&v| error_pct(v, bw)).collect();
+                    settled(&errors, bound_for(bw, r, ctx.bounds.bandwidth), reps)
+                })
+            };
+            while !done(&emu, &reach) {
                 native.push(need("stream", &ctx.native("stream", &args)?, KEY)?);
+                // One DRAM figure a repetition: the runs are given it as
+                // both latencies (nothing added per miss), so its drift
+                // over the repetition moves nothing the study judges.
                 let dram = (ctx.dram_now() * 100.0).round() / 100.0;
                 let o = ctx.emulated_with("stream", &args, dram, false, dram, &sample)?;
                 reach.push(need("stream", &o, KEY)?);
                 for (j, &bw) in p.targets.iter().enumerate() {
-                    let dram = (ctx.dram_now() * 100.0).round() / 100.0;
                     let flags = [
                         sample[0].clone(),
                         sample[1].clone(),

@@ -626,6 +626,7 @@ mod tests {
             llc_bytes: 0,
             llc_curve: Vec::new(),
             seconds: 12.0,
+            study_seconds: Vec::new(),
             points: vec![
                 pt(
                     "optane-1dimm block=64B region=4KiB",

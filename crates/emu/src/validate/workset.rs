@@ -4,7 +4,8 @@
 //! each against its native run, and the one-chain curves against their
 //! `--no-inject` runs (the hooks' cost does not depend on the chains).
 //!
-//! Below half the LLC the emulated runs are sampled ([`SAMPLE`],
+//! Below half the LLC, and below [`FITS_SHARE`] of the modelled cache
+//! ([`sampled_here`]), the emulated runs are sampled ([`SAMPLE`],
 //! [`sample_flags`]): with every access hooked, an in-cache access costs
 //! about twice its native time, which no injection takes back; the
 //! sampled model charges a window's miss on a line it never saw by the
@@ -24,8 +25,12 @@
 //! Each point's note gives the probe's own miss share at its region next
 //! to the native program's `m`: where they differ, the program's layout
 //! or its short run, not the model's size, is the difference. Every curve
-//! then runs natively, with `--no-inject` and emulated, and each
-//! repetition's expectation comes from its own native run. Points whose
+//! then runs natively, with `--no-inject` and emulated; below four times
+//! the LLC each of those runs is followed by a native run, and judged
+//! against the native runs right before and after it (`bracketed`,
+//! [`paired_expectation`]; run again once when they moved,
+//! [`pair_moved`]). A repetition whose probe and one-chain natives
+//! disagree ([`probe_disagrees`]) is measured again once. Points whose
 //! native reference moved are marked ([`unstable`]).
 //!
 //! memlat runs with `-q`: its chains linked in one sequential pass (a
@@ -87,6 +92,23 @@ pub fn sample_flags(cls: Class) -> Vec<String> {
         Class::Near => vec![s("--sample"), s(SAMPLE)],
         Class::Mid | Class::Far => Vec::new(),
     }
+}
+
+/// How far below the modelled cache's size a region still runs sampled
+/// ([`sampled_here`]), as a share of that size.
+pub const FITS_SHARE: f64 = 0.85;
+
+/// Whether a region of `region` bytes runs sampled: below half the LLC
+/// (`llc`, the knee; [`Class::Near`]), or below [`FITS_SHARE`] of the
+/// random-replacement model the emulated runs are given (`model` bytes,
+/// 0: unknown). Up to there the model itself keeps a cyclic region whole
+/// (it charges next to no misses, sampled or not: 0.002 serial misses
+/// per load at 8 MiB with a 9.5-10 MiB model in the idle run of
+/// 2026-11-24), and hooking every access only adds its cost (memlat with
+/// 4 chains at 8 MiB read 33 ns fully hooked against 4.8 sampled, native
+/// 5-7).
+pub fn sampled_here(region: u64, llc: u64, model: u64) -> bool {
+    class(region, llc) == Class::Near || (model > 0 && region as f64 <= FITS_SHARE * model as f64)
 }
 
 /// The miss share of a chase curve (region bytes, ns per load; regions
@@ -258,10 +280,127 @@ pub fn unstable(native: &[f64], knees: &[u64], region: u64) -> Option<String> {
 /// the DRAM measurement of its repetition.
 #[derive(Default, Clone)]
 struct Runs {
+    /// The first native run of each repetition.
     native: Vec<f64>,
     no_inject: Vec<f64>,
+    /// Per target, each repetition's emulated run.
     emulated: Vec<Vec<f64>>,
+    /// Per target, the native runs right before and right after each
+    /// emulated run (both the repetition's first native where not
+    /// paired).
+    pairs: Vec<Vec<(f64, f64)>>,
+    /// The DRAM latency of each repetition.
     dram: Vec<f64>,
+    /// Emulated runs whose natives moved ([`pair_moved`]) and were run
+    /// again; of those, the ones whose natives moved again.
+    retried: usize,
+    moved: usize,
+}
+
+/// Regions below this many MiB run more accesses ([`accesses_at`]).
+pub const SMALL_REGION_MIB: u64 = 16;
+
+/// The accesses of a run at `region_mib`: `base` from
+/// [`SMALL_REGION_MIB`] up, up to ten times more below it (inversely to
+/// the region). In cache an access costs 5-20 ns, so 300,000 of them
+/// time 2-6 ms, against which the run's fixed costs (its first sampling
+/// windows before the policy has timed the code, the epoch ends at the
+/// clock reads around the timed loop) are percents; the longer loops cost
+/// tens of ms.
+pub fn accesses_at(base: u64, region_mib: u64) -> u64 {
+    base * (SMALL_REGION_MIB / region_mib.max(1)).clamp(1, 10)
+}
+
+/// How far the knee probe's miss share at a region may be from a
+/// one-chain native run's there before the repetition is measured again
+/// ([`probe_disagrees`]). The probe's chain and the programs differ in
+/// layout (at 16 MiB, in the idle run of 2026-11-24, the probe's ramp read
+/// about 0.6 where memlat's native m was 0.29), so only a larger gap says
+/// that the cache moved between the probe and the runs.
+pub const PROBE_GAP: f64 = 0.4;
+
+/// The one-chain native miss share (`(native - in_cache) / (dram -
+/// in_cache)` on the probe's own scale) farthest from the probe's miss
+/// share `probe_m` at the region, when it is more than [`PROBE_GAP`] away:
+/// the emulated runs modelled a cache (fitted to the probe) that the
+/// program did not meet. None when they agree.
+pub fn probe_disagrees(probe_m: f64, natives: &[f64], in_cache: f64, dram: f64) -> Option<f64> {
+    if dram.is_nan() || in_cache.is_nan() || dram <= in_cache {
+        return None;
+    }
+    natives
+        .iter()
+        .map(|&n| ((n - in_cache) / (dram - in_cache)).clamp(0.0, 1.0))
+        .filter(|m| (m - probe_m).abs() > PROBE_GAP)
+        .max_by(|a, b| (a - probe_m).abs().total_cmp(&(b - probe_m).abs()))
+}
+
+/// Whether the native runs right before (`before`) and after (`after`)
+/// an emulated run differ by more than [`UNSTABLE_NATIVE`] of their mean:
+/// the cache the emulated run met is not known.
+pub fn pair_moved(before: f64, after: f64) -> bool {
+    (before - after).abs() > UNSTABLE_NATIVE * (before + after) / 2.0
+}
+
+/// `(expected, m)` of an emulated run between the native runs `pair`
+/// (before, after): the mean of the two [`expectation`]s.
+pub fn paired_expectation(
+    pair: (f64, f64),
+    c_k: f64,
+    c_1: f64,
+    dram: f64,
+    target: f64,
+) -> (f64, f64) {
+    let a = expectation(pair.0, c_k, c_1, dram, target);
+    let b = expectation(pair.1, c_k, c_1, dram, target);
+    ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0)
+}
+
+/// What two targets' emulated medians say (`(t1, e1)`, `(t2, e2)`, ns)
+/// with the DRAM latency `dram`: `(m, base)`, the serial misses per access
+/// the emulator charged (the line's slope over `target - DRAM`) and where
+/// the line meets `target = DRAM` (the time with nothing added: native
+/// plus the hooks' exposed cost). Against the native `m` and time, they
+/// tell a miss of the model (the slope) from one of the cost (the base).
+pub fn charged_line(t1: f64, e1: f64, t2: f64, e2: f64, dram: f64) -> Option<(f64, f64)> {
+    if (t2 - t1).abs() < 1.0 || !e1.is_finite() || !e2.is_finite() {
+        return None;
+    }
+    let m = (e2 - e1) / (t2 - t1);
+    Some((m, e1 - m * (t1 - dram)))
+}
+
+/// Runs `run` between two native runs (`before`, updated to the native
+/// after it) when `paired`, once more (with fresh natives) when the two
+/// moved ([`pair_moved`]); returns the run's value and its pair. Not
+/// paired: `run` alone, its pair the repetition's native twice.
+fn bracketed(
+    paired: bool,
+    before: &mut f64,
+    native: &mut dyn FnMut() -> Result<f64>,
+    run: &mut dyn FnMut() -> Result<f64>,
+    counts: (&mut usize, &mut usize),
+) -> Result<(f64, (f64, f64))> {
+    let v = run()?;
+    if !paired {
+        return Ok((v, (*before, *before)));
+    }
+    let after = native()?;
+    if !pair_moved(*before, after) {
+        let pair = (*before, after);
+        *before = after;
+        return Ok((v, pair));
+    }
+    *counts.0 += 1;
+    *before = after;
+    let v = run()?;
+    let after = native()?;
+    let pair = (*before, after);
+    if pair_moved(pair.0, pair.1) {
+        *counts.1 += 1;
+    }
+    *before = after;
+    Ok((v, pair))
 }
 
 pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
@@ -292,9 +431,15 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
     let mut probe_m: Vec<Vec<f64>> = vec![Vec::new(); p.regions.len()];
     let mut models: Vec<Vec<u64>> = vec![Vec::new(); p.regions.len()];
     let mut sampled: Vec<Vec<bool>> = vec![Vec::new(); p.regions.len()];
+    // Per region, the repetition measured again because the probe and the
+    // natives disagreed, and whether they still did.
+    let mut redo: Vec<Option<(f64, f64, bool)>> = vec![None; p.regions.len()];
     for (ri, &r) in p.regions.iter().enumerate() {
-        for _ in 0..reps {
+        let mut rep = 0;
+        while rep < reps {
+            let snapshot: Vec<Runs> = all.iter().map(|c| c[ri].clone()).collect();
             let dram = ctx.dram_now();
+            let mut probe_here: Option<(f64, f64)> = None;
             if let Some(pr) = probe.as_mut() {
                 let (knee, curve) = pr.measure(dram);
                 knees[ri].push(knee);
@@ -303,42 +448,116 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                 let fit = calibrate::fit_model_bytes(&curve, in_cache, dram, floor);
                 if let Some(m) = curve_miss(&curve, in_cache, dram, r << 20) {
                     probe_m[ri].push(m);
+                    probe_here = Some((m, in_cache));
                 }
                 models[ri].push(fit.unwrap_or_else(|| calibrate::random_model_bytes(knee)));
                 *ctx.llc_now.borrow_mut() = fit
                     .and_then(calibrate::instr_llc_model)
                     .or_else(|| calibrate::instr_llc_for(knee));
             }
-            // Sampled below half the LLC as measured now.
+            // Sampled below half the LLC as measured now, or where the
+            // model given keeps the region whole.
             let llc_now = knees[ri].last().copied().filter(|&k| k > 0);
-            let sample = sample_flags(class(r << 20, llc_now.unwrap_or(ctx.llc_bytes)));
+            let model_now = if probe.is_some() {
+                models[ri].last().copied().unwrap_or(0)
+            } else {
+                0
+            };
+            let sample = if sampled_here(r << 20, llc_now.unwrap_or(ctx.llc_bytes), model_now) {
+                sample_flags(Class::Near)
+            } else {
+                Vec::new()
+            };
             sampled[ri].push(!sample.is_empty());
+            // Below four times the LLC the native curve moves with the
+            // machine: each emulated run is judged against the native runs
+            // right before and right after it.
+            let paired = class(r << 20, llc_now.unwrap_or(ctx.llc_bytes)) != Class::Far;
             for (ci, &(prog, k)) in curves.iter().enumerate() {
                 if !p.has(k, r) {
                     continue;
                 }
-                let mut args = vec![s("-c"), s(k), s("-r"), s(r), s("-n"), s(p.accesses)];
+                let mut args = vec![
+                    s("-c"),
+                    s(k),
+                    s("-r"),
+                    s(r),
+                    s("-n"),
+                    s(accesses_at(p.accesses, r)),
+                ];
                 if prog == "memlat" {
                     // Linked in one sequential pass, as idxchase is: the
                     // shuffle of a 1 GiB region takes ~10 s under emulation.
                     args.push(s("-q"));
                 }
                 let runs = &mut all[ci][ri];
-                runs.native
-                    .push(need(prog, &ctx.native(prog, &args)?, MEMLAT_KEY)?);
+                let mut native = || need(prog, &ctx.native(prog, &args)?, MEMLAT_KEY);
+                let mut before = native()?;
+                runs.native.push(before);
                 // --no-inject with one chain only: the hooks' cost does not
                 // depend on the chains.
                 if k == 1 {
-                    let o = ctx.emulated_with(prog, &args, p.lat[0], true, dram, &sample)?;
-                    runs.no_inject.push(need(prog, &o, MEMLAT_KEY)?);
+                    let (v, _) = bracketed(
+                        paired,
+                        &mut before,
+                        &mut native,
+                        &mut || {
+                            let o =
+                                ctx.emulated_with(prog, &args, p.lat[0], true, dram, &sample)?;
+                            need(prog, &o, MEMLAT_KEY)
+                        },
+                        (&mut runs.retried, &mut runs.moved),
+                    )?;
+                    runs.no_inject.push(v);
                 }
                 runs.emulated.resize(p.lat.len(), Vec::new());
+                runs.pairs.resize(p.lat.len(), Vec::new());
                 for (j, &lat) in p.lat.iter().enumerate() {
-                    let o = ctx.emulated_with(prog, &args, lat, false, dram, &sample)?;
-                    runs.emulated[j].push(need(prog, &o, MEMLAT_KEY)?);
+                    let (v, pair) = bracketed(
+                        paired,
+                        &mut before,
+                        &mut native,
+                        &mut || {
+                            let o = ctx.emulated_with(prog, &args, lat, false, dram, &sample)?;
+                            need(prog, &o, MEMLAT_KEY)
+                        },
+                        (&mut runs.retried, &mut runs.moved),
+                    )?;
+                    runs.emulated[j].push(v);
+                    runs.pairs[j].push(pair);
                 }
                 runs.dram.push(dram);
             }
+            // The probe against the one-chain natives of this repetition:
+            // measured again (once a region) when they disagree.
+            if paired {
+                if let Some((pm, in_cache)) = probe_here {
+                    let natives: Vec<f64> = curves
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &(_, k))| k == 1)
+                        .filter_map(|(ci, _)| all[ci][ri].native.last().copied())
+                        .collect();
+                    if let Some(nm) = probe_disagrees(pm, &natives, in_cache, dram) {
+                        if redo[ri].is_none() {
+                            redo[ri] = Some((pm, nm, false));
+                            for (ci, s) in snapshot.into_iter().enumerate() {
+                                all[ci][ri] = s;
+                            }
+                            knees[ri].pop();
+                            probe_m[ri].pop();
+                            models[ri].pop();
+                            sampled[ri].pop();
+                            ctx.say(&format!(
+                                "workset: {r} MiB: the probe's miss share {pm:.2} against a native {nm:.2}: measured again"
+                            ));
+                            continue;
+                        }
+                        redo[ri] = Some((pm, nm, true));
+                    }
+                }
+            }
+            rep += 1;
         }
         *ctx.llc_now.borrow_mut() = None;
         let k = summarize(&knees[ri].iter().map(|&k| k as f64).collect::<Vec<_>>());
@@ -403,7 +622,27 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             let native = summarize(&runs.native).median;
             let cls = class(r << 20, llc_at(ri));
             let name = format!("{prog} chains={k} region={r}MiB");
-            let shaky = unstable(&runs.native, &knees[ri], r << 20);
+            let shaky = unstable(&runs.native, &knees[ri], r << 20).or_else(|| {
+                (runs.moved > 0).then(|| {
+                    format!(
+                        "the native runs around {} emulated run(s) moved by over {:.0}% even when run again",
+                        runs.moved,
+                        UNSTABLE_NATIVE * 100.0
+                    )
+                })
+            }).or_else(|| {
+                redo[ri].filter(|x| x.2).map(|(pm, nm, _)| {
+                    format!(
+                        "the knee probe's miss share here ({pm:.2}) and a one-chain native's ({nm:.2}) disagreed by over {PROBE_GAP}, also when measured again"
+                    )
+                })
+            });
+            let redo_note = match redo[ri] {
+                Some((pm, nm, false)) => format!(
+                    "; a repetition measured again: the knee probe's miss share here {pm:.2} against a one-chain native's {nm:.2}"
+                ),
+                _ => String::new(),
+            };
             let mib = |v: &[u64]| {
                 v.iter()
                     .map(|&k| (k as f64 / 1048576.0 * 10.0).round() / 10.0)
@@ -427,18 +666,54 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                         .collect::<Vec<_>>()
                 )
             };
+            let dram = summarize(&runs.dram).median;
+            let native_m = expectation(native, c_k, c_1, dram, dram + 1.0).1;
+            // The emulated line through the targets' medians: the serial
+            // misses charged (its slope) against the native m, and its
+            // base (nothing added) against native: model against cost.
+            let line_note = if p.lat.len() >= 2 {
+                let last = p.lat.len() - 1;
+                charged_line(
+                    p.lat[0],
+                    summarize(&runs.emulated[0]).median,
+                    p.lat[last],
+                    summarize(&runs.emulated[last]).median,
+                    dram,
+                )
+                .map_or(String::new(), |(m_emu, base)| {
+                    format!(
+                        "; between the targets the emulator charged m {m_emu:.3} (native m {native_m:.3}: the model's share of the error {:+.1} ns at {} ns) on a base of {base:.1} ns at L = DRAM (native {native:.1}: the hooks' exposed cost {:+.1} ns)",
+                        (m_emu - native_m) * (p.lat[last] - dram),
+                        p.lat[last],
+                        base - native
+                    )
+                })
+            } else {
+                String::new()
+            };
+            let moved_note = if runs.retried > 0 {
+                format!(
+                    "; {} emulated run(s) run again because the natives around them moved by over {:.0}%, {} of them moved again",
+                    runs.retried,
+                    UNSTABLE_NATIVE * 100.0,
+                    runs.moved
+                )
+            } else {
+                String::new()
+            };
             for (j, &lat) in p.lat.iter().enumerate() {
-                // Each repetition's expectation from the native run and
-                // the DRAM latency measured next to it.
-                let per: Vec<(f64, f64)> = runs
-                    .native
+                // Each run's expectation from the native runs right
+                // beside it (the repetition's native where not paired)
+                // and the DRAM latency of its repetition.
+                let per: Vec<(f64, f64)> = runs.pairs[j]
                     .iter()
                     .zip(&runs.dram)
-                    .map(|(&n, &d)| expectation(n, c_k, c_1, d, lat))
+                    .map(|(&pair, &d)| paired_expectation(pair, c_k, c_1, d, lat))
                     .collect();
                 let expected = summarize(&per.iter().map(|x| x.0).collect::<Vec<_>>()).median;
                 let m = summarize(&per.iter().map(|x| x.1).collect::<Vec<_>>()).median;
-                let dram = summarize(&runs.dram).median;
+                let natives: Vec<f64> = runs.pairs[j].iter().map(|&(a, b)| (a + b) / 2.0).collect();
+                let native = summarize(&natives).median;
                 let mut pt = simple_point(
                     "workset",
                     name.clone(),
@@ -448,12 +723,12 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                     runs.emulated[j].clone(),
                     bound(&ctx.bounds, cls, expected),
                     format!(
-                        "per repetition native + m x ({lat} - DRAM), the native run and DRAM measured next to the emulated one (median: native {native:.1}, m {m:.3}, DRAM {dram:.1}); m = (native - in-cache {c_k:.1}) / (DRAM - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC{knee_note}{}",
+                        "per run native + m x ({lat} - DRAM), native the mean of the native runs right before and after it below 4x the LLC (else the repetition's), DRAM measured at the repetition's start (median: native {native:.1}, m {m:.3}, DRAM {dram:.1}); m = (native - in-cache {c_k:.1}) / (DRAM - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC{knee_note}{line_note}{moved_note}{redo_note}{}",
                         shaky.as_ref().map_or(String::new(), |w| format!("; native unstable: {w}"))
                     ),
                     runs.dram.clone(),
                 );
-                pt.native_runs = runs.native.clone();
+                pt.native_runs = natives;
                 pt.native_unstable = shaky.is_some();
                 push(ctx, out, pt);
             }
@@ -711,6 +986,128 @@ mod tests {
         assert_eq!(curve_miss(&c, 40.0, 150.0, mib), None);
         assert_eq!(curve_miss(&c, 40.0, 150.0, 64 * mib), None);
         assert_eq!(curve_miss(&c, 200.0, 150.0, 16 * mib), None);
+    }
+
+    #[test]
+    fn small_regions_run_longer() {
+        assert_eq!(accesses_at(300_000, 1), 3_000_000);
+        assert_eq!(accesses_at(300_000, 4), 1_200_000);
+        assert_eq!(accesses_at(300_000, 8), 600_000);
+        assert_eq!(accesses_at(300_000, 16), 300_000);
+        assert_eq!(accesses_at(300_000, 1024), 300_000);
+        assert_eq!(accesses_at(300_000, 0), 3_000_000);
+    }
+
+    #[test]
+    fn each_run_is_judged_against_the_natives_beside_it() {
+        // Natives 40 and 95 around the run (in cache 40, DRAM 150): the
+        // mean of the two expectations, m 0.25 (0 and 0.5).
+        let (e, m) = paired_expectation((40.0, 95.0), 40.0, 40.0, 150.0, 1000.0);
+        assert!((m - 0.25).abs() < 1e-12, "{m}");
+        assert!((e - (40.0 + 520.0) / 2.0).abs() < 1e-9, "{e}");
+        // The same native twice: the plain expectation.
+        assert_eq!(
+            paired_expectation((95.0, 95.0), 40.0, 40.0, 150.0, 1000.0),
+            expectation(95.0, 40.0, 40.0, 150.0, 1000.0)
+        );
+        // Moved: over 20% of their mean apart.
+        assert!(!pair_moved(100.0, 110.0));
+        assert!(pair_moved(21.0, 107.0));
+        assert!(pair_moved(100.0, 125.0));
+    }
+
+    #[test]
+    fn a_run_whose_natives_moved_is_run_again_once() {
+        // Natives read in turn; the runs count themselves.
+        let natives = std::cell::RefCell::new(vec![100.0, 40.0, 41.0, 42.0]);
+        let mut native = || Ok(natives.borrow_mut().remove(0));
+        let calls = std::cell::Cell::new(0.0);
+        let mut run = || {
+            calls.set(calls.get() + 1.0);
+            Ok(calls.get())
+        };
+        let (mut retried, mut moved) = (0, 0);
+        let mut before = 41.0;
+        // Before 41, after 100: moved; again between 100 and 40: moved
+        // again (counted), the second run kept.
+        let (v, pair) = bracketed(
+            true,
+            &mut before,
+            &mut native,
+            &mut run,
+            (&mut retried, &mut moved),
+        )
+        .unwrap();
+        assert_eq!(
+            (v, pair, before, retried, moved),
+            (2.0, (100.0, 40.0), 40.0, 1, 1)
+        );
+        // Between 40 and 41: kept at once.
+        let (v, pair) = bracketed(
+            true,
+            &mut before,
+            &mut native,
+            &mut run,
+            (&mut retried, &mut moved),
+        )
+        .unwrap();
+        assert_eq!(
+            (v, pair, before, retried, moved),
+            (3.0, (40.0, 41.0), 41.0, 1, 1)
+        );
+        // Not paired: no native run, the repetition's native twice.
+        let (v, pair) = bracketed(
+            false,
+            &mut before,
+            &mut native,
+            &mut run,
+            (&mut retried, &mut moved),
+        )
+        .unwrap();
+        assert_eq!((v, pair), (4.0, (41.0, 41.0)));
+        assert_eq!(natives.borrow().len(), 1);
+    }
+
+    #[test]
+    fn regions_the_model_keeps_whole_run_sampled() {
+        let mib = 1u64 << 20;
+        // Below half the knee: sampled whatever the model.
+        assert!(sampled_here(4 * mib, 14 * mib, 0));
+        // 8 MiB against a 13.6 MiB knee is past its half, but within 85%
+        // of a 10 MiB model: sampled.
+        assert!(sampled_here(8 * mib, 13 * mib + 6 * mib / 10, 10 * mib));
+        // Past 85% of the model, or the model unknown: every access hooked.
+        assert!(!sampled_here(9 * mib, 14 * mib, 10 * mib));
+        assert!(!sampled_here(8 * mib, 14 * mib, 0));
+        assert!(!sampled_here(16 * mib, 14 * mib, 10 * mib));
+    }
+
+    #[test]
+    fn a_probe_far_from_the_natives_is_named() {
+        // Probe: no misses at 8 MiB; natives (in cache 10, DRAM 150) at
+        // 12 ns (m 0.01) and 94 ns (m 0.6): the second is past the gap.
+        let nm = probe_disagrees(0.0, &[12.0, 94.0], 10.0, 150.0).unwrap();
+        assert!((nm - 0.6).abs() < 1e-12, "{nm}");
+        // Within the gap (memlat's layout against the probe's at 16 MiB:
+        // 0.29 against 0.6): agreed.
+        assert_eq!(
+            probe_disagrees(0.6, &[10.0 + 0.29 * 140.0], 10.0, 150.0),
+            None
+        );
+        // No ramp, no natives: nothing to say.
+        assert_eq!(probe_disagrees(0.0, &[94.0], 150.0, 150.0), None);
+        assert_eq!(probe_disagrees(0.0, &[], 10.0, 150.0), None);
+    }
+
+    #[test]
+    fn the_line_through_two_targets_splits_model_from_cost() {
+        // Native 60 ns, DRAM 150, m 0.2, hooks +10 ns: at 300 ns
+        // 60 + 10 + 0.2 x 150 = 100, at 1000 ns 70 + 0.2 x 850 = 240.
+        let (m, base) = charged_line(300.0, 100.0, 1000.0, 240.0, 150.0).unwrap();
+        assert!((m - 0.2).abs() < 1e-12, "{m}");
+        assert!((base - 70.0).abs() < 1e-9, "{base}");
+        assert_eq!(charged_line(300.0, 100.0, 300.0, 240.0, 150.0), None);
+        assert_eq!(charged_line(300.0, f64::NAN, 1000.0, 240.0, 150.0), None);
     }
 
     #[test]
