@@ -79,7 +79,7 @@ const MAX_RECORD: usize = 256 << 20;
 const REWRITE_AFTER: u64 = 4096;
 /// A persistent engine's applied index is recorded every this many entries.
 const META_EVERY: u64 = 1024;
-const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
 
 #[allow(clippy::result_large_err)]
 fn io_err(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: io::Error) -> StorageError {
@@ -503,6 +503,36 @@ impl SmState {
         Ok(StoredSnapshot { meta, data })
     }
 
+    /// The state at the applied index as a snapshot built on its own
+    /// thread and streamed as it grows (see [`crate::snapstream`]): the
+    /// metadata, no data, and an id naming the build.
+    fn stream_state(&mut self, inner: Arc<Mutex<SmState>>) -> Snapshot<TypeConfig> {
+        let index = self.applied.map_or(0, |l| l.index);
+        let at = index.min(self.engine.last_version());
+        self.built += 1;
+        let base = format!("{index}-{}", self.built);
+        let hint = snapshot_hint(self.last_len) as u64;
+        let id = crate::snapstream::spawn_build(&base, hint, move |sink| {
+            let mut g = inner.lock().unwrap_or_else(|p| p.into_inner());
+            crate::catchup::mark(|| format!("snapshot build begin at {index}"));
+            for p in g.engine.snapshot(at)? {
+                let (k, v) = p?;
+                sink.pair(&k, &v)?;
+            }
+            g.last_len = sink.total() as usize;
+            crate::catchup::mark(|| format!("snapshot build end {} bytes", sink.total()));
+            Ok(())
+        });
+        Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: self.applied,
+                last_membership: self.membership.clone(),
+                snapshot_id: id,
+            },
+            snapshot: Box::new(Cursor::new(Vec::new())),
+        }
+    }
+
     /// Build a snapshot at the applied index, keep it (see [`SmState::keep`])
     /// and drop the versions below it.
     #[allow(clippy::result_large_err)]
@@ -815,14 +845,11 @@ impl RaftStateMachine<TypeConfig> for FileSm {
             if g.opening {
                 return Ok(Some(metadata_only_snapshot(applied, &g.membership)));
             }
-            // Built for a follower: handed over without a copy and not
-            // kept (what is kept is what openraft's policy builds).
-            let snap = g.encode_state()?;
+            // Built for a follower on its own thread and sent as it
+            // grows (`snapstream`), not kept (what is kept is what
+            // openraft's policy builds).
             g.snapshot = None;
-            return Ok(Some(Snapshot {
-                meta: snap.meta,
-                snapshot: Box::new(Cursor::new(snap.data)),
-            }));
+            return Ok(Some(g.stream_state(self.inner.clone())));
         }
         let s = g.snapshot.as_ref().unwrap();
         let out = Snapshot {
@@ -1098,6 +1125,41 @@ impl StateMachine {
         match self {
             StateMachine::File(_) => LogPlacement::File,
             StateMachine::Engine(_) => LogPlacement::Engine,
+        }
+    }
+}
+
+impl StateMachine {
+    /// Begin staging the snapshot `meta` as its data arrives (see
+    /// [`crate::engine_log::EngineSm::stage_begin`]); `false` for the
+    /// separate-log placement, which installs the data whole.
+    pub fn stage_begin(&self, meta: &SnapshotMeta) -> bool {
+        match self {
+            StateMachine::File(_) => false,
+            StateMachine::Engine(s) => s.stage_begin(meta),
+        }
+    }
+
+    /// The next piece of the data of the snapshot `id` being staged.
+    pub fn stage_data(&self, id: &str, piece: Vec<u8>) -> Result<(), String> {
+        match self {
+            StateMachine::File(_) => Err("no snapshot being staged".into()),
+            StateMachine::Engine(s) => s.stage_data(id, piece),
+        }
+    }
+
+    /// All the data of the snapshot `id` being staged arrived.
+    pub fn stage_end(&self, id: &str) -> Result<(), String> {
+        match self {
+            StateMachine::File(_) => Err("no snapshot being staged".into()),
+            StateMachine::Engine(s) => s.stage_end(id),
+        }
+    }
+
+    /// Drop the staging of snapshot `id` if its install did not take it.
+    pub fn stage_drop(&self, id: &str) {
+        if let StateMachine::Engine(s) = self {
+            s.stage_drop(id)
         }
     }
 }
