@@ -188,7 +188,7 @@ struct Staging {
     member: Option<Vec<u8>>,
     /// The data as received: if the staged restore is dropped on the way
     /// (another write came first), `install` restores from it instead.
-    chunks: Vec<Vec<u8>>,
+    chunks: Vec<Box<dyn AsRef<[u8]> + Send>>,
     /// Every pair arrived and was written.
     complete: bool,
 }
@@ -939,7 +939,11 @@ impl EngineSm {
     /// into the engine now (reserved keys left out, the membership record
     /// put in its key order), and the piece is kept until the install.
     /// `Err` on data that is not a snapshot (the staging is dropped).
-    pub fn stage_data(&self, id: &str, piece: Vec<u8>) -> Result<(), String> {
+    pub fn stage_data<B: AsRef<[u8]> + Send + 'static>(
+        &self,
+        id: &str,
+        piece: B,
+    ) -> Result<(), String> {
         let mut g = lock(&self.inner);
         let Inner {
             staging, engine, ..
@@ -952,7 +956,7 @@ impl EngineSm {
         // data is then restored by `install` instead.
         let mut live = engine.stage_active();
         let member = &mut st.member;
-        let r = st.feed.feed(&piece, &mut |k, v| {
+        let r = st.feed.feed(piece.as_ref(), &mut |k, v| {
             if is_reserved(k) || !live {
                 return Ok(());
             }
@@ -964,7 +968,7 @@ impl EngineSm {
             live = live && engine.stage_push(k, v).is_ok();
             Ok(())
         });
-        st.chunks.push(piece);
+        st.chunks.push(Box::new(piece));
         if let Err(e) = r {
             // Not snapshot data: the transfer fails.
             *staging = None;
@@ -1035,7 +1039,9 @@ impl EngineSm {
             } else {
                 g.engine.stage_abort();
                 if data.is_empty() {
-                    data = st.chunks.concat();
+                    for c in &st.chunks {
+                        data.extend_from_slice((**c).as_ref());
+                    }
                 }
             }
         }

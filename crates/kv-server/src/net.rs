@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::snapstream::Piece;
+use crate::snapstream::{PageBuf, Piece};
 use crate::store::StateMachine;
 use crate::types::codec::{self, DResult, Dec, DecodeError, Enc};
 use crate::types::{NodeAddr, NodeId, Raft, TypeConfig};
@@ -499,7 +499,7 @@ async fn receive_streamed_snapshot<R: AsyncRead + Unpin>(
     let mut pieces = None;
     match &staged {
         Some(sm) => {
-            let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            let (tx, rx) = std::sync::mpsc::channel::<PageBuf>();
             let (sm, id) = (sm.clone(), id.clone());
             writer = Some(tokio::task::spawn_blocking(
                 move || -> Result<(), String> {
@@ -550,8 +550,11 @@ async fn receive_streamed_snapshot<R: AsyncRead + Unpin>(
         }
         match &pieces {
             Some(tx) => {
-                let mut piece = Vec::new();
-                read_onto(r, &mut piece, n).await?;
+                // Each chunk in its own huge-page buffer, kept until the
+                // install (see `EngineSm::stage_data`).
+                let mut piece = PageBuf::new(n)?;
+                r.read_exact(&mut piece.spare()[..n]).await?;
+                piece.advance(n);
                 if tx.send(piece).is_err() {
                     // The writer stopped on bad data: its error follows.
                     break;

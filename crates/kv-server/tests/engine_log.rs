@@ -543,3 +543,59 @@ async fn a_staged_install_commits_or_leaves_the_old_state() {
     assert!(!sm.stage_begin(&meta), "btree installs whole");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The separate-log placement stages into a persistent engine (`wal`)
+/// the same way: committed by the install, restored from the kept data
+/// when an apply dropped the stage; a volatile engine (`mem`) installs
+/// whole.
+#[tokio::test]
+async fn a_staged_install_beside_a_separate_log() {
+    let dir = tmpdir("staged-file");
+    let open_file = |engine: &str, d: &Path| {
+        let e = open_engine(engine, d, 16 << 20).unwrap();
+        store::open(d, e, LogPlacement::File).unwrap()
+    };
+    let (mut log, mut sm) = open_file("wal", &dir.join("leader"));
+    let cmds = (0..30).map(|i| set(&format!("w{i:02}"), "new")).collect();
+    log.blocking_append(first_term(cmds)).await.unwrap();
+    apply_upto(&mut log, &mut sm, 0, 31).await;
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let data = snap.snapshot.into_inner();
+    let meta = snap.meta;
+    for (name, write_between) in [("f", false), ("g", true)] {
+        let (mut log, mut sm) = open_file("wal", &dir.join(name));
+        log.blocking_append(first_term(vec![set("w00", "old")]))
+            .await
+            .unwrap();
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+        assert!(sm.stage_begin(&meta));
+        for (i, piece) in data.chunks(700).enumerate() {
+            if write_between && i == 2 {
+                log.blocking_append(vec![normal(1, 1, 3, set("late", "1"))])
+                    .await
+                    .unwrap();
+                apply_upto(&mut log, &mut sm, 3, 3).await;
+            }
+            sm.stage_data(&meta.snapshot_id, piece.to_vec()).unwrap();
+        }
+        assert_eq!(get(&sm, "w00").as_deref(), Some("old"), "{name}: unseen");
+        sm.stage_end(&meta.snapshot_id).unwrap();
+        sm.install_snapshot(&meta, Box::new(std::io::Cursor::new(Vec::new())))
+            .await
+            .unwrap();
+        assert_eq!(get(&sm, "w00").as_deref(), Some("new"), "{name}");
+        assert_eq!(get(&sm, "w29").as_deref(), Some("new"), "{name}");
+        assert_eq!(get(&sm, "late"), None, "{name}");
+        drop((log, sm));
+        let (_log, sm) = open_file("wal", &dir.join(name));
+        assert_eq!(get(&sm, "w17").as_deref(), Some("new"), "{name}: reopened");
+    }
+    let (_log, sm) = open_file("mem", &dir.join("m"));
+    assert!(!sm.stage_begin(&meta), "mem installs whole");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
