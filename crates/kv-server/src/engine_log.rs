@@ -61,7 +61,10 @@
 //!   *S + 1*, the membership record included. `restore` is atomic: a crash
 //!   in the middle leaves the old log and state, or the new state whose
 //!   floor says the log is purged up to *S* with *S*'s term and membership
-//!   in its record. No other metadata has to agree with it.
+//!   in its record. No other metadata has to agree with it. A snapshot
+//!   streamed to this node is written into the engine as it arrives, as a
+//!   staged restore (`EngineSm::stage_begin`) that the install commits
+//!   with the same atomicity; a crash before leaves the old log and state.
 //! * Linearizable reads use openraft's read index (`ensure_linearizable`),
 //!   then read at the applied index: never an uncommitted version.
 

@@ -590,8 +590,8 @@ pub async fn serve_raft(listener: TcpListener, raft: Raft) {
 }
 
 /// [`serve_raft`], with the node's state machine: a snapshot streamed to
-/// it is then written into its engine as it arrives (see
-/// [`receive_streamed_snapshot`]).
+/// it ([`RpcRequest::StreamedSnapshot`]) is then written into its engine
+/// as it arrives (see [`StateMachine::stage_begin`]).
 pub async fn serve_raft_with(listener: TcpListener, raft: Raft, sm: Option<StateMachine>) {
     let permits = Arc::new(Semaphore::new(MAX_RAFT_CONNS));
     // Dropping the set (when this task is aborted) ends every connection.
