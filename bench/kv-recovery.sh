@@ -15,8 +15,11 @@
 # "native pm"; pm: every node under `pmlab run --source instrumented
 # --pm-latency $PM_LATENCY`, default 305), POOL_MB (512), KV_DIR (the
 # nodes' data, default on /dev/shm: see bench/kv-common.sh), PMKV_TIMING=1
-# (each recovery's timed steps on stderr: snapshot built, sent, received,
-# installed; entries appended). A few minutes (about one per row).
+# (each recovery's timed steps on stderr: snapshot build, transfer, staging,
+# install, entries appended; each with the process CPU time since that
+# node's previous step, the build and staging threads with their own CPU
+# time and page faults: on a shared machine compare those, not the wall
+# times). A few minutes (about one per row).
 set -eu
 . "$(dirname "$0")/common.sh"
 WRITES=${1:-15000}

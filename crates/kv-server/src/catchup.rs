@@ -38,19 +38,55 @@ fn epoch_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
+fn clock_us(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// CPU time the process has used, µs (all its threads).
+fn cpu_us() -> u64 {
+    clock_us(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time the calling thread has used, µs, and the page faults it took
+/// (minor ones: no I/O), for [`mark`] lines about one thread's work.
+pub fn thread_usage() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid value to overwrite.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage to write to.
+    let faults = if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } == 0 {
+        ru.ru_minflt as u64
+    } else {
+        0
+    };
+    (clock_us(libc::CLOCK_THREAD_CPUTIME_ID), faults)
+}
+
 /// With `PMKV_TIMING=1` in the environment, print one line
-/// `pmkv-timing <µs since the epoch> <what>` on stderr (a node's log):
-/// the steps of a recovery (snapshot built, sent, received, installed;
-/// entries appended and applied), lined up across processes by the
-/// wall clock. Without it, nothing is done (`what` is not called).
+/// `pmkv-timing <µs since the epoch> cpu=<process CPU µs> <what>` on
+/// stderr (a node's log): the steps of a recovery (snapshot built, sent,
+/// received, installed; entries appended and applied), lined up across
+/// processes by the wall clock, with the CPU time the process had used
+/// (on a shared machine the wall time between steps includes waiting for
+/// a CPU; the CPU time does not). Without it, nothing is done (`what` is
+/// not called).
 pub fn mark(what: impl FnOnce() -> String) {
     if timing_on() {
-        eprintln!("{MARK_PREFIX} {} {}", epoch_us(), what());
+        eprintln!("{MARK_PREFIX} {} cpu={} {}", epoch_us(), cpu_us(), what());
     }
 }
 
 /// The [`mark`] lines of the node log `log` (node `node`) timed between
-/// `from_us` and `to_us` (µs since the epoch), as (µs, node, what).
+/// `from_us` and `to_us` (µs since the epoch), as (µs, node, what), each
+/// `what` followed by the process CPU time since the node's previous line
+/// in that window (`[cpu +x.x ms]`).
 fn read_marks(
     log: &std::path::Path,
     node: NodeId,
@@ -60,14 +96,29 @@ fn read_marks(
     let Ok(text) = std::fs::read_to_string(log) else {
         return Vec::new();
     };
+    let mut last_cpu: Option<u64> = None;
     text.lines()
         .filter_map(|l| {
             let rest = l.strip_prefix(MARK_PREFIX)?.trim_start();
             let (t, what) = rest.split_once(' ')?;
             let t: u64 = t.parse().ok()?;
-            (from_us..=to_us)
-                .contains(&t)
-                .then(|| (t, node, what.to_string()))
+            let (cpu, what) = match what.strip_prefix("cpu=").and_then(|w| w.split_once(' ')) {
+                Some((c, w)) => (c.parse::<u64>().ok(), w),
+                None => (None, what),
+            };
+            if !(from_us..=to_us).contains(&t) {
+                return None;
+            }
+            let what = match (cpu, last_cpu) {
+                (Some(c), Some(p)) => {
+                    format!("{what}  [cpu +{:.1} ms]", c.saturating_sub(p) as f64 / 1e3)
+                }
+                _ => what.to_string(),
+            };
+            if cpu.is_some() {
+                last_cpu = cpu;
+            }
+            Some((t, node, what))
         })
         .collect()
 }

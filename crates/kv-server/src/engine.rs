@@ -71,6 +71,31 @@ pub trait KvEngine: Send {
         self.restore(index, &mut owned)
     }
 
+    /// Begin a staged restore at `index` (`pmlab_kv::Engine::stage_begin`:
+    /// pairs written as they arrive, visible only once committed, dropped
+    /// by any other write); `Ok(false)` when the engine has none.
+    fn stage_begin(&mut self, _index: u64) -> EngineResult<bool> {
+        Ok(false)
+    }
+
+    /// Write one pair (keys increasing) of the staged restore.
+    fn stage_push(&mut self, _key: &[u8], _value: &[u8]) -> EngineResult<()> {
+        Err(EngineError("no staged restore in progress".into()))
+    }
+
+    /// Whether a staged restore is in progress.
+    fn stage_active(&self) -> bool {
+        false
+    }
+
+    /// Make the staged restore the whole contents (atomic, durable).
+    fn stage_commit(&mut self) -> EngineResult<()> {
+        Err(EngineError("no staged restore in progress".into()))
+    }
+
+    /// Drop the staged restore, if any.
+    fn stage_abort(&mut self) {}
+
     /// The discard floor: reads below it fail. After a restart it tells
     /// what the engine can still serve (a Raft log kept in the engine has
     /// purged every entry below it).
@@ -327,6 +352,26 @@ impl KvEngine for PmEngine {
         entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
     ) -> EngineResult<()> {
         self.0.restore_sorted(index, entries).map_err(pm_err)
+    }
+
+    fn stage_begin(&mut self, index: u64) -> EngineResult<bool> {
+        self.0.stage_begin(index).map_err(pm_err)
+    }
+
+    fn stage_push(&mut self, key: &[u8], value: &[u8]) -> EngineResult<()> {
+        self.0.stage_push(key, value).map_err(pm_err)
+    }
+
+    fn stage_active(&self) -> bool {
+        self.0.stage_active()
+    }
+
+    fn stage_commit(&mut self) -> EngineResult<()> {
+        self.0.stage_commit().map_err(pm_err)
+    }
+
+    fn stage_abort(&mut self) {
+        self.0.stage_abort()
     }
 
     fn get(&self, key: &[u8]) -> EngineResult<Option<Vec<u8>>> {

@@ -61,7 +61,10 @@
 //!   *S + 1*, the membership record included. `restore` is atomic: a crash
 //!   in the middle leaves the old log and state, or the new state whose
 //!   floor says the log is purged up to *S* with *S*'s term and membership
-//!   in its record. No other metadata has to agree with it.
+//!   in its record. No other metadata has to agree with it. A snapshot
+//!   streamed to this node is written into the engine as it arrives, as a
+//!   staged restore (`EngineSm::stage_begin`) that the install commits
+//!   with the same atomicity; a crash before leaves the old log and state.
 //! * Linearizable reads use openraft's read index (`ensure_linearizable`),
 //!   then read at the applied index: never an uncommitted version.
 
@@ -77,6 +80,7 @@ use openraft::{CommittedLeaderId, EntryPayload, ErrorSubject, ErrorVerb, Vote};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineError, KvEngine};
+use crate::snapstream::PairFeed;
 use crate::store::{encode_snapshot, metadata_only_snapshot, snapshot_pairs, write_atomic};
 use crate::types::{
     Cmd, Entry, LogId, NodeId, Reply, SnapshotMeta, StorageError, StoredMembership,
@@ -176,6 +180,22 @@ struct Cached {
     data: Arc<Vec<u8>>,
 }
 
+/// A snapshot written into the engine as its data arrives (a staged
+/// restore, see [`EngineSm::stage_begin`]); committed by `install`.
+struct Staging {
+    /// The snapshot's id and last log id.
+    id: String,
+    at: LogId,
+    feed: PairFeed,
+    /// The membership record, until it is written in its key order.
+    member: Option<Vec<u8>>,
+    /// The data as received: if the staged restore is dropped on the way
+    /// (another write came first), `install` restores from it instead.
+    chunks: Vec<Box<dyn AsRef<[u8]> + Send>>,
+    /// Every pair arrived and was written.
+    complete: bool,
+}
+
 struct Inner {
     dir: PathBuf,
     engine: Box<dyn KvEngine>,
@@ -189,6 +209,7 @@ struct Inner {
     membership: StoredMembership,
     pending_purge: Option<LogId>,
     snapshot: Option<Cached>,
+    staging: Option<Staging>,
     built: u64,
     /// Bytes of the last snapshot built (a size hint for the next).
     last_len: usize,
@@ -404,6 +425,75 @@ impl Inner {
         Ok(())
     }
 
+    /// Whether installing a snapshot up to `s` replaces the engine's
+    /// contents: not when it is older than what is purged, nor when the
+    /// log already holds its last entry (then only the applied index
+    /// moves).
+    fn restores(&self, s: LogId) -> Result<bool, EngineError> {
+        let v = ver(s.index);
+        let floor = self.engine.floor();
+        let last = self.engine.last_version();
+        if v < floor {
+            return Ok(false);
+        }
+        let have = if v > floor && v <= last {
+            self.leader_at(v)? == s.leader_id && self.slots.contains_key(&v)
+        } else {
+            v == floor && self.purged()? == Some(s)
+        };
+        Ok(!have)
+    }
+
+    /// The membership record a restore up to `s` writes.
+    fn member_record(s: LogId, membership: &StoredMembership) -> Result<Vec<u8>, EngineError> {
+        let rec = Record {
+            log_id: s,
+            body: Body::Membership(membership.clone()),
+        };
+        serde_json::to_vec(&rec).map_err(|err| EngineError(err.to_string()))
+    }
+
+    /// Drop the staged restore (the engine keeps its contents).
+    fn stage_drop(&mut self) {
+        if self.staging.take().is_some() {
+            self.engine.stage_abort();
+        }
+    }
+
+    /// A snapshot at `applied` built on its own thread and streamed as it
+    /// grows (see [`crate::snapstream`]): the metadata, no data, and an id
+    /// naming the build.
+    fn stream(
+        &mut self,
+        inner: Arc<Mutex<Inner>>,
+        applied: LogId,
+    ) -> Snapshot<crate::types::TypeConfig> {
+        self.built += 1;
+        let base = format!("{}-{}", applied.index, self.built);
+        let hint = crate::store::snapshot_hint(self.last_len) as u64;
+        let id = crate::snapstream::spawn_build(&base, hint, move |sink| {
+            let mut g = lock(&inner);
+            crate::catchup::mark(|| format!("snapshot build begin at {}", applied.index));
+            for p in g.engine.snapshot(ver(applied.index))? {
+                let (k, v) = p?;
+                if !is_reserved(&k) {
+                    sink.pair(&k, &v)?;
+                }
+            }
+            g.last_len = sink.total() as usize;
+            crate::catchup::mark(|| format!("snapshot build end {} bytes", sink.total()));
+            Ok(())
+        });
+        Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(applied),
+                last_membership: self.membership.clone(),
+                snapshot_id: id,
+            },
+            snapshot: Box::new(Cursor::new(Vec::new())),
+        }
+    }
+
     fn build(&mut self) -> Result<Cached, EngineError> {
         let Some(applied) = self.applied else {
             return Err(EngineError(
@@ -513,6 +603,7 @@ pub fn open(dir: &Path, engine: Box<dyn KvEngine>) -> io::Result<(EngineLog, Eng
         membership: StoredMembership::default(),
         pending_purge: None,
         snapshot: None,
+        staging: None,
         built: 0,
         last_len: 0,
         opening: true,
@@ -798,17 +889,11 @@ impl EngineSm {
             if g.opening {
                 return Ok(Some(metadata_only_snapshot(applied, &g.membership)));
             }
-            // Built for a follower: handed over without a copy (the next
-            // follower gets one built then).
-            let c = g
-                .build()
-                .map_err(|e| eng(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
+            // Built for a follower on its own thread and sent as it grows
+            // (`snapstream`); not kept (the next follower gets one built
+            // then).
             g.snapshot = None;
-            let data = Arc::try_unwrap(c.data).unwrap_or_else(|d| d.as_ref().clone());
-            return Ok(Some(Snapshot {
-                meta: c.meta,
-                snapshot: Box::new(Cursor::new(data)),
-            }));
+            return Ok(Some(g.stream(self.inner.clone(), applied)));
         }
         let c = g.snapshot.as_ref().unwrap();
         let out = Snapshot {
@@ -819,53 +904,184 @@ impl EngineSm {
         Ok(Some(out))
     }
 
+    /// Begin writing the snapshot `meta` into the engine as its data
+    /// arrives ([`EngineSm::stage_data`], [`EngineSm::stage_end`]): a
+    /// staged restore, invisible until [`EngineSm::install`] of the same
+    /// snapshot commits it (atomically: a crash before leaves the old
+    /// contents). `false` when it would not be restored (older than the
+    /// log's floor, or its last entry already in the log), when another
+    /// snapshot is being staged, or when the engine cannot stage: the
+    /// data is then collected and installed whole.
+    pub fn stage_begin(&self, meta: &SnapshotMeta) -> bool {
+        let mut g = lock(&self.inner);
+        let Some(s) = meta.last_log_id else {
+            return false;
+        };
+        if g.staging.is_some() || !g.restores(s).unwrap_or(false) {
+            return false;
+        }
+        let Ok(member) = Inner::member_record(s, &meta.last_membership) else {
+            return false;
+        };
+        if !matches!(g.engine.stage_begin(ver(s.index)), Ok(true)) {
+            return false;
+        }
+        g.staging = Some(Staging {
+            id: meta.snapshot_id.clone(),
+            at: s,
+            feed: PairFeed::new(),
+            member: Some(member),
+            chunks: Vec::new(),
+            complete: false,
+        });
+        crate::catchup::mark(|| format!("install staged begin at {}", s.index));
+        true
+    }
+
+    /// The next piece of the data of the staged snapshot `id`: its pairs are written
+    /// into the engine now (reserved keys left out, the membership record
+    /// put in its key order), and the piece is kept until the install.
+    /// `Err` on data that is not a snapshot (the staging is dropped).
+    pub fn stage_data<B: AsRef<[u8]> + Send + 'static>(
+        &self,
+        id: &str,
+        piece: B,
+    ) -> Result<(), String> {
+        let mut g = lock(&self.inner);
+        let Inner {
+            staging, engine, ..
+        } = &mut *g;
+        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
+            return Err("no snapshot being staged".into());
+        };
+        // A write the engine refuses (or a write of another kind that
+        // dropped the stage on the way) ends the staged restore; the kept
+        // data is then restored by `install` instead.
+        let mut live = engine.stage_active();
+        let member = &mut st.member;
+        let r = st.feed.feed(piece.as_ref(), &mut |k, v| {
+            if is_reserved(k) || !live {
+                return Ok(());
+            }
+            if k > MEMBER_KEY {
+                if let Some(rec) = member.take() {
+                    live = engine.stage_push(MEMBER_KEY, &rec).is_ok();
+                }
+            }
+            live = live && engine.stage_push(k, v).is_ok();
+            Ok(())
+        });
+        st.chunks.push(Box::new(piece));
+        if let Err(e) = r {
+            // Not snapshot data: the transfer fails.
+            *staging = None;
+            engine.stage_abort();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// All the data of the staged snapshot `id` arrived: `Err` if it ends inside a
+    /// pair (the staging is dropped).
+    pub fn stage_end(&self, id: &str) -> Result<(), String> {
+        let mut g = lock(&self.inner);
+        let Inner {
+            staging, engine, ..
+        } = &mut *g;
+        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
+            return Err("no snapshot being staged".into());
+        };
+        if let Err(e) = st.feed.finish() {
+            *staging = None;
+            engine.stage_abort();
+            return Err(e);
+        }
+        if let Some(rec) = st.member.take() {
+            if engine.stage_active() && engine.stage_push(MEMBER_KEY, &rec).is_err() {
+                engine.stage_abort();
+            }
+        }
+        st.complete = true;
+        crate::catchup::mark(|| format!("install staged {} bytes", st.feed.bytes));
+        Ok(())
+    }
+
+    /// Drop the staging of snapshot `id`, if it is still there (its
+    /// install did not happen: openraft refused or ignored it).
+    pub fn stage_drop(&self, id: &str) {
+        let mut g = lock(&self.inner);
+        if g.staging.as_ref().is_some_and(|st| st.id == id) {
+            g.stage_drop();
+        }
+    }
+
     /// Install a snapshot received from the leader (see the module docs).
+    /// A snapshot staged as it arrived ([`EngineSm::stage_begin`]) comes
+    /// with no data: its staged restore is committed, or, if a write
+    /// dropped it on the way, the kept data is restored as usual.
     #[allow(clippy::result_large_err)]
-    pub fn install(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StorageError> {
+    pub fn install(&self, meta: &SnapshotMeta, mut data: Vec<u8>) -> Result<(), StorageError> {
         let sig = Some(meta.signature());
         let e = |e: EngineError| eng(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Write, e);
         let Some(s) = meta.last_log_id else {
             return Ok(());
         };
-        crate::catchup::mark(|| format!("install begin {} bytes at {}", data.len(), s.index));
-        let pairs = snapshot_pairs(&data).map_err(|err| {
-            StorageError::from_io_error(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Read, err)
-        })?;
-        crate::catchup::mark(|| "install decoded".into());
         let mut g = lock(&self.inner);
-        let v = ver(s.index);
-        let floor = g.engine.floor();
-        let last = g.engine.last_version();
-        if v < floor {
-            // Older than what this node has already purged: nothing to do.
-            return Ok(());
+        let mut committed = false;
+        if g.staging
+            .as_ref()
+            .is_some_and(|st| st.id == meta.snapshot_id)
+        {
+            let st = g.staging.take().expect("checked");
+            if st.complete && st.at == s && g.engine.stage_active() && g.restores(s).map_err(e)? {
+                g.engine.stage_commit().map_err(e)?;
+                crate::catchup::mark(|| "install committed the staged restore".into());
+                g.slots.clear();
+                g.last_leader = Some(s.leader_id);
+                committed = true;
+            } else {
+                g.engine.stage_abort();
+                if data.is_empty() {
+                    for c in &st.chunks {
+                        data.extend_from_slice((**c).as_ref());
+                    }
+                }
+            }
         }
-        let have = if v > floor && v <= last {
-            g.leader_at(v).map_err(e)? == s.leader_id && g.slots.contains_key(&v)
-        } else {
-            v == floor && g.purged().map_err(e)? == Some(s)
-        };
-        if !have {
-            let rec = Record {
-                log_id: s,
-                body: Body::Membership(meta.last_membership.clone()),
-            };
-            let rec = serde_json::to_vec(&rec).map_err(|err| e(EngineError(err.to_string())))?;
-            // The membership record in its place in key order.
-            let mut all: Vec<(&[u8], &[u8])> =
-                pairs.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-            let at = all.partition_point(|(k, _)| *k < MEMBER_KEY);
-            all.insert(at, (MEMBER_KEY, &rec));
-            g.engine
-                .restore_sorted(v, &mut all.into_iter())
-                .map_err(e)?;
-            crate::catchup::mark(|| "install restored".into());
-            g.slots.clear();
-            g.last_leader = Some(s.leader_id);
+        if !committed {
+            crate::catchup::mark(|| format!("install begin {} bytes at {}", data.len(), s.index));
+            let pairs = snapshot_pairs(&data).map_err(|err| {
+                StorageError::from_io_error(
+                    ErrorSubject::Snapshot(sig.clone()),
+                    ErrorVerb::Read,
+                    err,
+                )
+            })?;
+            crate::catchup::mark(|| "install decoded".into());
+            if ver(s.index) < g.engine.floor() {
+                // Older than what this node has already purged: nothing to do.
+                return Ok(());
+            }
+            if g.restores(s).map_err(e)? {
+                let rec = Inner::member_record(s, &meta.last_membership).map_err(e)?;
+                // The membership record in its place in key order.
+                let mut all: Vec<(&[u8], &[u8])> =
+                    pairs.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
+                let at = all.partition_point(|(k, _)| *k < MEMBER_KEY);
+                all.insert(at, (MEMBER_KEY, &rec));
+                g.engine
+                    .restore_sorted(ver(s.index), &mut all.into_iter())
+                    .map_err(e)?;
+                crate::catchup::mark(|| "install restored".into());
+                g.slots.clear();
+                g.last_leader = Some(s.leader_id);
+            }
         }
         g.applied = Some(s);
         g.membership = meta.last_membership.clone();
-        g.snapshot = Some(Cached {
+        // A staged snapshot leaves no data to keep: the next follower that
+        // needs one from this node gets one built then.
+        g.snapshot = (!data.is_empty()).then(|| Cached {
             meta: meta.clone(),
             data: Arc::new(data),
         });

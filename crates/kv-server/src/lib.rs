@@ -23,5 +23,6 @@ pub mod net;
 pub mod proxy;
 pub mod resp;
 pub mod server;
+pub mod snapstream;
 pub mod store;
 pub mod types;

@@ -27,6 +27,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::snapstream::{PageBuf, Piece};
+use crate::store::StateMachine;
 use crate::types::codec::{self, DResult, Dec, DecodeError, Enc};
 use crate::types::{NodeAddr, NodeId, Raft, TypeConfig};
 
@@ -45,6 +47,7 @@ const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
 const KIND_FULL_SNAPSHOT: u8 = 4;
+const KIND_STREAMED_SNAPSHOT: u8 = 5;
 
 /// Write one frame (the body of `enc` after its 4 reserved bytes) with one
 /// write call.
@@ -132,7 +135,9 @@ pub struct SnapshotHead {
     pub vote: openraft::Vote<NodeId>,
     /// What the snapshot covers.
     pub meta: openraft::SnapshotMeta<NodeId, NodeAddr>,
-    /// Bytes of data after the frame.
+    /// Bytes of data after the frame ([`RpcRequest::FullSnapshot`]), or
+    /// the bytes expected, for the receiver's buffer
+    /// ([`RpcRequest::StreamedSnapshot`]).
     pub len: u64,
 }
 
@@ -148,7 +153,17 @@ pub enum RpcRequest {
     /// (see [`Connection`]'s `full_snapshot`); answered as a
     /// [`RpcResponse::Snapshot`] once it is installed.
     FullSnapshot(SnapshotHead),
+    /// A whole snapshot sent while it is built: this head, then chunks
+    /// `[u32 LE n][n bytes]` after the frame, ended by `n = 0` (or
+    /// [`STREAM_FAILED`]: the build failed); answered as a
+    /// [`RpcResponse::Snapshot`] once it is installed.
+    StreamedSnapshot(SnapshotHead),
 }
+
+/// The chunk length that ends a streamed snapshot whose build failed.
+pub const STREAM_FAILED: u32 = u32::MAX;
+/// Largest chunk of a streamed snapshot accepted.
+pub const MAX_STREAM_CHUNK: usize = 64 << 20;
 
 /// The answer to an [`RpcRequest`].
 pub enum RpcResponse {
@@ -191,8 +206,12 @@ impl RpcRequest {
                 e.bytes(&q.data);
                 e
             }
-            RpcRequest::FullSnapshot(h) => {
-                let mut e = frame(KIND_FULL_SNAPSHOT, 512);
+            RpcRequest::FullSnapshot(h) | RpcRequest::StreamedSnapshot(h) => {
+                let kind = match self {
+                    RpcRequest::FullSnapshot(_) => KIND_FULL_SNAPSHOT,
+                    _ => KIND_STREAMED_SNAPSHOT,
+                };
+                let mut e = frame(kind, 512);
                 e.vote(&h.vote);
                 e.json(&h.meta);
                 e.u64(h.len);
@@ -247,13 +266,18 @@ impl RpcRequest {
                     }),
                 )
             }
-            KIND_FULL_SNAPSHOT => {
+            KIND_FULL_SNAPSHOT | KIND_STREAMED_SNAPSHOT => {
                 let vote = r.vote()?;
                 let meta = r.json()?;
                 let len = r.u64()?;
+                let head = SnapshotHead { vote, meta, len };
                 done(
                     &r,
-                    RpcRequest::FullSnapshot(SnapshotHead { vote, meta, len }),
+                    if kind == KIND_FULL_SNAPSHOT {
+                        RpcRequest::FullSnapshot(head)
+                    } else {
+                        RpcRequest::StreamedSnapshot(head)
+                    },
                 )
             }
             k => Err(DecodeError(format!("unknown request kind {k}"))),
@@ -358,12 +382,22 @@ impl RpcResponse {
 /// The wait before a snapshot send dials an unreachable node again (as
 /// `backoff` between other calls).
 const DIAL_BACKOFF: Duration = Duration::from_millis(5);
+/// The wait before a snapshot send dials its unreachable follower again:
+/// shorter than [`DIAL_BACKOFF`], since the follower is found this much
+/// later on average after it starts listening (a failed dial on loopback
+/// costs a few µs).
+const SNAPSHOT_DIAL_BACKOFF: Duration = Duration::from_millis(2);
 /// A snapshot held longer than this while its follower was unreachable is
 /// given back for a fresh one when the follower answers.
 const SNAPSHOT_HELD_FOR: Duration = Duration::from_millis(100);
 /// How long a snapshot send keeps dialling an unreachable follower before
 /// it hands the failure back to openraft.
 const SNAPSHOT_DIAL_FOR: Duration = Duration::from_secs(10);
+/// The same for a snapshot not built yet (streamed, see `snapstream`):
+/// giving it back costs nothing, and openraft's next one is taken at the
+/// applied index then, so the one sent when the follower answers is at
+/// most this old (no fresh one to fetch first).
+const SNAPSHOT_DIAL_UNBUILT: Duration = Duration::from_millis(50);
 
 /// Largest snapshot accepted in one stream, in bytes (a bogus length is
 /// refused before anything is allocated).
@@ -408,8 +442,157 @@ async fn receive_full_snapshot<R: AsyncRead + Unpin>(
     Ok(RpcResponse::Snapshot(res))
 }
 
+/// Read `n` bytes from `r` onto the end of `buf` (grown as needed, at
+/// least doubling).
+async fn read_onto<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
+    let want = buf.len() + n;
+    if buf.capacity() < want {
+        buf.try_reserve(n.max(buf.capacity() - buf.len()))
+            .map_err(|e| io::Error::other(format!("snapshot piece of {n} bytes: {e}")))?;
+    }
+    while buf.len() < want {
+        // The capacity is there: `read_buf` fills it and allocates nothing.
+        let left = (want - buf.len()) as u64;
+        if (&mut *r).take(left).read_buf(buf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
+/// Receive a snapshot streamed in chunks ([`RpcRequest::StreamedSnapshot`]),
+/// hand it to openraft to install, and return the answer to send. With a
+/// state machine that can stage it (`sm`, see
+/// [`StateMachine::stage_begin`]), each chunk is written into the engine
+/// on a blocking thread while the next one arrives, and openraft's
+/// install commits what was staged; otherwise the chunks are collected
+/// into one buffer and installed whole. An error (bad data, a failed
+/// build, a short read) drops the connection and the staging.
+async fn receive_streamed_snapshot<R: AsyncRead + Unpin>(
+    raft: &Raft,
+    sm: Option<&StateMachine>,
+    r: &mut R,
+    head: SnapshotHead,
+) -> io::Result<RpcResponse> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+    let id = head.meta.snapshot_id.clone();
+    let staged = sm.filter(|sm| sm.stage_begin(&head.meta)).cloned();
+    /// Drops the staging on every way out (a no-op once installed).
+    struct Unstage(Option<StateMachine>, String);
+    impl Drop for Unstage {
+        fn drop(&mut self) {
+            if let Some(sm) = &self.0 {
+                sm.stage_drop(&self.1);
+            }
+        }
+    }
+    let _unstage = Unstage(staged.clone(), id.clone());
+    crate::catchup::mark(|| {
+        format!(
+            "snapshot receive begin (streamed{}, about {} bytes)",
+            if staged.is_some() { ", staged" } else { "" },
+            head.len
+        )
+    });
+    let mut data = Vec::new();
+    let mut writer = None;
+    let mut pieces = None;
+    match &staged {
+        Some(sm) => {
+            let (tx, rx) = std::sync::mpsc::channel::<PageBuf>();
+            let (sm, id) = (sm.clone(), id.clone());
+            writer = Some(tokio::task::spawn_blocking(
+                move || -> Result<(), String> {
+                    let (cpu0, flt0) = crate::catchup::thread_usage();
+                    for piece in rx {
+                        sm.stage_data(&id, piece)?;
+                    }
+                    let r = sm.stage_end(&id);
+                    let (cpu1, flt1) = crate::catchup::thread_usage();
+                    crate::catchup::mark(|| {
+                        format!(
+                            "staging thread: cpu {:.1} ms, {} page faults",
+                            (cpu1 - cpu0) as f64 / 1e3,
+                            flt1 - flt0
+                        )
+                    });
+                    r
+                },
+            ));
+            pieces = Some(tx);
+        }
+        None => {
+            if data
+                .try_reserve_exact(head.len.min(MAX_SNAPSHOT) as usize)
+                .is_ok()
+            {
+                crate::store::huge_pages(&mut data);
+            }
+        }
+    }
+    let mut total = 0u64;
+    loop {
+        let mut len = [0u8; 4];
+        r.read_exact(&mut len).await?;
+        let n = u32::from_le_bytes(len);
+        if n == 0 {
+            break;
+        }
+        if n == STREAM_FAILED {
+            return Err(bad("the leader's snapshot build failed".into()));
+        }
+        let n = n as usize;
+        total += n as u64;
+        if n > MAX_STREAM_CHUNK || total > MAX_SNAPSHOT {
+            return Err(bad(format!(
+                "snapshot chunk of {n} bytes ({total} in all): over the cap"
+            )));
+        }
+        match &pieces {
+            Some(tx) => {
+                // Each chunk in its own huge-page buffer, kept until the
+                // install (see `EngineSm::stage_data`).
+                let mut piece = PageBuf::new(n)?;
+                r.read_exact(&mut piece.spare()[..n]).await?;
+                piece.advance(n);
+                if tx.send(piece).is_err() {
+                    // The writer stopped on bad data: its error follows.
+                    break;
+                }
+            }
+            None => read_onto(r, &mut data, n).await?,
+        }
+    }
+    drop(pieces);
+    if let Some(w) = writer {
+        match w.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(bad(e)),
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        }
+    }
+    crate::catchup::mark(|| format!("snapshot receive end {total} bytes"));
+    let snapshot = openraft::storage::Snapshot {
+        meta: head.meta,
+        snapshot: Box::new(io::Cursor::new(data)),
+    };
+    let res = raft
+        .install_full_snapshot(head.vote, snapshot)
+        .await
+        .map(|s| InstallSnapshotResponse { vote: s.vote })
+        .map_err(RaftError::Fatal);
+    Ok(RpcResponse::Snapshot(res))
+}
+
 /// Serve Raft RPCs on `listener` until the task is dropped.
 pub async fn serve_raft(listener: TcpListener, raft: Raft) {
+    serve_raft_with(listener, raft, None).await
+}
+
+/// [`serve_raft`], with the node's state machine: a snapshot streamed to
+/// it ([`RpcRequest::StreamedSnapshot`]) is then written into its engine
+/// as it arrives (see [`StateMachine::stage_begin`]).
+pub async fn serve_raft_with(listener: TcpListener, raft: Raft, sm: Option<StateMachine>) {
     let permits = Arc::new(Semaphore::new(MAX_RAFT_CONNS));
     // Dropping the set (when this task is aborted) ends every connection.
     let mut conns = tokio::task::JoinSet::new();
@@ -423,6 +606,7 @@ pub async fn serve_raft(listener: TcpListener, raft: Raft) {
             continue;
         };
         let raft = raft.clone();
+        let sm = sm.clone();
         conns.spawn(async move {
             let _permit = permit;
             let _ = sock.set_nodelay(true);
@@ -447,6 +631,12 @@ pub async fn serve_raft(listener: TcpListener, raft: Raft) {
                     }
                     RpcRequest::FullSnapshot(head) => {
                         match receive_full_snapshot(&raft, &mut r, head).await {
+                            Ok(resp) => resp,
+                            Err(_) => break,
+                        }
+                    }
+                    RpcRequest::StreamedSnapshot(head) => {
+                        match receive_streamed_snapshot(&raft, sm.as_ref(), &mut r, head).await {
                             Ok(resp) => resp,
                             Err(_) => break,
                         }
@@ -599,6 +789,80 @@ impl Connection {
     }
 }
 
+/// `fut`, or a timed-out error after `ttl`.
+async fn within<T>(
+    ttl: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(ttl, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{what} timed out"),
+        )),
+    }
+}
+
+impl Connection {
+    /// Write the head frame, then each chunk of `build` as it is filled
+    /// (each within `ttl`), then read the answer (within `ttl` plus 250 ms
+    /// per MiB sent); a failure drops the connection.
+    async fn stream_build(
+        &mut self,
+        head: &RpcRequest,
+        build: &mut crate::snapstream::Build,
+        ttl: Duration,
+    ) -> Result<RpcResponse, CallError> {
+        self.dial(ttl).await?;
+        let Some((r, w)) = self.conn.as_mut() else {
+            return Err(CallError::Network(io::ErrorKind::NotConnected.into()));
+        };
+        let addr = &self.addr;
+        let exchange = async {
+            within(ttl, "snapshot head", write_frame(w, head.encode())).await?;
+            let mut total = 0u64;
+            loop {
+                let piece = within(ttl, "snapshot build", async {
+                    Ok::<_, io::Error>(build.rx.recv().await)
+                })
+                .await?;
+                match piece {
+                    Some(Piece::Chunk(c)) => {
+                        total += (c.len() - 4) as u64;
+                        within(ttl, "snapshot chunk", w.write_all(&c)).await?;
+                        let _ = build.back.send(c);
+                    }
+                    Some(Piece::End(_)) => {
+                        within(ttl, "snapshot end", w.write_all(&0u32.to_le_bytes())).await?;
+                        break;
+                    }
+                    other => {
+                        let why = match other {
+                            Some(Piece::Failed(e)) => e,
+                            _ => "the build stopped".into(),
+                        };
+                        let _ = w.write_all(&STREAM_FAILED.to_le_bytes()).await;
+                        return Err(io::Error::other(format!("snapshot build: {why}")));
+                    }
+                }
+            }
+            crate::catchup::mark(|| format!("snapshot sent {total} bytes"));
+            let answer = ttl + Duration::from_millis(250 * (total >> 20));
+            let b = within(answer, "snapshot install", read_frame(r)).await?;
+            open_frame(&b, addr).and_then(|(kind, msg)| {
+                RpcResponse::decode(kind, msg)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            })
+        };
+        let res = exchange.await;
+        res.map_err(|e| {
+            self.conn = None;
+            CallError::Network(e)
+        })
+    }
+}
+
 fn rpc_err<E: std::error::Error>(e: CallError) -> RPCError<NodeId, NodeAddr, E> {
     match e {
         CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
@@ -678,15 +942,38 @@ impl RaftNetwork<TypeConfig> for Connection {
     > {
         let meta = snapshot.meta;
         let data = snapshot.snapshot.into_inner();
+        // A snapshot built for this send has no data, only an id naming
+        // its build (`snapstream`): it is sent while it is built.
+        let mut build = None;
+        if data.is_empty() && crate::snapstream::names_build(&meta.snapshot_id) {
+            build = crate::snapstream::take_build(&meta.snapshot_id);
+            if build.is_none() {
+                return Err(NetworkError::new(&io::Error::other(
+                    "the snapshot's build is gone: fetch a new one",
+                ))
+                .into());
+            }
+        }
         // Transfer and install take time in proportion to the size: the
-        // RPC timeout plus 250 ms per MiB.
+        // RPC timeout plus 250 ms per MiB (a streamed one: per chunk, and
+        // for the answer, see `stream_build`).
         let ttl = option.hard_ttl() + Duration::from_millis(250 * (data.len() as u64 >> 20));
-        let head = RpcRequest::FullSnapshot(SnapshotHead {
-            vote,
-            meta,
-            len: data.len() as u64,
+        let head = match &build {
+            Some(b) => RpcRequest::StreamedSnapshot(SnapshotHead {
+                vote,
+                meta,
+                len: b.hint,
+            }),
+            None => RpcRequest::FullSnapshot(SnapshotHead {
+                vote,
+                meta,
+                len: data.len() as u64,
+            }),
+        };
+        crate::catchup::mark(|| match &build {
+            Some(_) => "snapshot send begin (streamed)".to_string(),
+            None => format!("snapshot send begin {} bytes", data.len()),
         });
-        crate::catchup::mark(|| format!("snapshot send begin {} bytes", data.len()));
         let mut cancel = std::pin::pin!(cancel);
         // An unreachable follower (being restarted) is dialled every
         // backoff step, for up to `SNAPSHOT_DIAL_FOR`, without giving the
@@ -709,9 +996,16 @@ impl RaftNetwork<TypeConfig> for Connection {
                     .into());
                 }
                 Ok(()) => {}
-                Err(CallError::Unreachable(_)) if started.elapsed() < SNAPSHOT_DIAL_FOR => {
+                Err(CallError::Unreachable(_))
+                    if started.elapsed()
+                        < if build.is_some() {
+                            SNAPSHOT_DIAL_UNBUILT
+                        } else {
+                            SNAPSHOT_DIAL_FOR
+                        } =>
+                {
                     tokio::select! {
-                        _ = tokio::time::sleep(DIAL_BACKOFF) => {}
+                        _ = tokio::time::sleep(SNAPSHOT_DIAL_BACKOFF) => {}
                         c = cancel.as_mut() => return Err(c.into()),
                     }
                 }
@@ -719,8 +1013,16 @@ impl RaftNetwork<TypeConfig> for Connection {
                 Err(CallError::Network(e)) => return Err(NetworkError::new(&e).into()),
             }
         }
+        if let Some(b) = build.as_mut() {
+            b.start();
+        }
         let res = tokio::select! {
-            r = self.stream_snapshot(&head, &data, ttl) => r,
+            r = async {
+                match build.as_mut() {
+                    Some(b) => self.stream_build(&head, b, ttl).await,
+                    None => self.stream_snapshot(&head, &data, ttl).await,
+                }
+            } => r,
             c = cancel.as_mut() => {
                 // A frame may be half written: the next call dials again.
                 self.conn = None;

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::KvEngine;
 use crate::engine_log::is_reserved;
-use crate::net::{serve_raft, Network};
+use crate::net::{serve_raft_with, Network};
 use crate::resp::{parse_command, Value};
 use crate::store::{self, LogPlacement, StateMachine};
 use crate::types::{Cmd, NodeAddr, NodeId, Raft, Reply};
@@ -162,7 +162,11 @@ impl Node {
             members: cfg.members.clone(),
             unsafe_local_reads: cfg.unsafe_local_reads,
         });
-        let mut tasks = vec![tokio::spawn(serve_raft(raft_l, raft.clone()))];
+        let mut tasks = vec![tokio::spawn(serve_raft_with(
+            raft_l,
+            raft.clone(),
+            Some(shared.sm.clone()),
+        ))];
         tasks.push(tokio::spawn(serve_clients(
             client_l,
             shared.clone(),

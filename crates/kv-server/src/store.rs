@@ -79,7 +79,7 @@ const MAX_RECORD: usize = 256 << 20;
 const REWRITE_AFTER: u64 = 4096;
 /// A persistent engine's applied index is recorded every this many entries.
 const META_EVERY: u64 = 1024;
-const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
 
 #[allow(clippy::result_large_err)]
 fn io_err(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: io::Error) -> StorageError {
@@ -427,12 +427,23 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
+/// A snapshot written into a persistent engine as its data arrives (a
+/// staged restore, see [`FileSm::stage_begin`]); committed by the install.
+struct FileStaging {
+    id: String,
+    feed: crate::snapstream::PairFeed,
+    /// The data as received, restored from if a write dropped the stage.
+    chunks: Vec<Box<dyn AsRef<[u8]> + Send>>,
+    complete: bool,
+}
+
 struct SmState {
     dir: PathBuf,
     engine: Box<dyn KvEngine>,
     applied: Option<LogId>,
     membership: StoredMembership,
     snapshot: Option<StoredSnapshot>,
+    staging: Option<FileStaging>,
     since_meta: u64,
     built: u64,
     /// Bytes of the last snapshot built (a size hint for the next).
@@ -501,6 +512,36 @@ impl SmState {
             snapshot_id: format!("{index}-{}", self.built),
         };
         Ok(StoredSnapshot { meta, data })
+    }
+
+    /// The state at the applied index as a snapshot built on its own
+    /// thread and streamed as it grows (see [`crate::snapstream`]): the
+    /// metadata, no data, and an id naming the build.
+    fn stream_state(&mut self, inner: Arc<Mutex<SmState>>) -> Snapshot<TypeConfig> {
+        let index = self.applied.map_or(0, |l| l.index);
+        let at = index.min(self.engine.last_version());
+        self.built += 1;
+        let base = format!("{index}-{}", self.built);
+        let hint = snapshot_hint(self.last_len) as u64;
+        let id = crate::snapstream::spawn_build(&base, hint, move |sink| {
+            let mut g = inner.lock().unwrap_or_else(|p| p.into_inner());
+            crate::catchup::mark(|| format!("snapshot build begin at {index}"));
+            for p in g.engine.snapshot(at)? {
+                let (k, v) = p?;
+                sink.pair(&k, &v)?;
+            }
+            g.last_len = sink.total() as usize;
+            crate::catchup::mark(|| format!("snapshot build end {} bytes", sink.total()));
+            Ok(())
+        });
+        Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: self.applied,
+                last_membership: self.membership.clone(),
+                snapshot_id: id,
+            },
+            snapshot: Box::new(Cursor::new(Vec::new())),
+        }
     }
 
     /// Build a snapshot at the applied index, keep it (see [`SmState::keep`])
@@ -642,6 +683,7 @@ impl FileSm {
             applied: None,
             membership: StoredMembership::default(),
             snapshot: None,
+            staging: None,
             since_meta: 0,
             opening: true,
             built: 0,
@@ -699,6 +741,87 @@ impl FileSm {
     /// The current value of `key` (call after the read index is applied).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         self.lock().engine.get(key)
+    }
+
+    /// Begin writing the snapshot `meta` into a persistent engine as its
+    /// data arrives (a staged restore committed by the install of the same
+    /// snapshot; a crash before leaves the old contents). `false` for a
+    /// volatile engine, a snapshot not past the applied index, another
+    /// staging in progress, or an engine that cannot stage.
+    pub fn stage_begin(&self, meta: &SnapshotMeta) -> bool {
+        let mut g = self.lock();
+        let Some(s) = meta.last_log_id else {
+            return false;
+        };
+        if !g.engine.persistent() || g.staging.is_some() || Some(s) <= g.applied {
+            return false;
+        }
+        if !matches!(g.engine.stage_begin(s.index), Ok(true)) {
+            return false;
+        }
+        g.staging = Some(FileStaging {
+            id: meta.snapshot_id.clone(),
+            feed: crate::snapstream::PairFeed::new(),
+            chunks: Vec::new(),
+            complete: false,
+        });
+        crate::catchup::mark(|| format!("install staged begin at {}", s.index));
+        true
+    }
+
+    /// The next piece of the data of the staged snapshot `id`.
+    pub fn stage_data<B: AsRef<[u8]> + Send + 'static>(
+        &self,
+        id: &str,
+        piece: B,
+    ) -> Result<(), String> {
+        let mut g = self.lock();
+        let SmState {
+            staging, engine, ..
+        } = &mut *g;
+        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
+            return Err("no snapshot being staged".into());
+        };
+        let mut live = engine.stage_active();
+        let r = st.feed.feed(piece.as_ref(), &mut |k, v| {
+            live = live && engine.stage_push(k, v).is_ok();
+            Ok(())
+        });
+        st.chunks.push(Box::new(piece));
+        if let Err(e) = r {
+            *staging = None;
+            engine.stage_abort();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// All the data of the staged snapshot `id` arrived.
+    pub fn stage_end(&self, id: &str) -> Result<(), String> {
+        let mut g = self.lock();
+        let SmState {
+            staging, engine, ..
+        } = &mut *g;
+        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
+            return Err("no snapshot being staged".into());
+        };
+        if let Err(e) = st.feed.finish() {
+            *staging = None;
+            engine.stage_abort();
+            return Err(e);
+        }
+        st.complete = true;
+        crate::catchup::mark(|| format!("install staged {} bytes", st.feed.bytes));
+        Ok(())
+    }
+
+    /// Drop the staging of snapshot `id` if its install did not take it.
+    pub fn stage_drop(&self, id: &str) {
+        let mut g = self.lock();
+        if g.staging.as_ref().is_some_and(|st| st.id == id) {
+            g.staging = None;
+            g.engine.stage_abort();
+        }
     }
 
     /// The applied log index.
@@ -780,18 +903,41 @@ impl RaftStateMachine<TypeConfig> for FileSm {
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        crate::catchup::mark(|| format!("install begin {} bytes", data.len()));
+        let mut data = snapshot.into_inner();
         let sig = Some(meta.signature());
-        let pairs = snapshot_pairs(&data)
-            .map_err(|e| io_err(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Read, e))?;
-        crate::catchup::mark(|| "install decoded".into());
         let mut g = self.lock();
         let at = meta.last_log_id.map_or(0, |l| l.index);
-        g.engine
-            .restore_sorted(at, &mut pairs.into_iter())
-            .map_err(engine_err)?;
-        crate::catchup::mark(|| "install restored".into());
+        let mut committed = false;
+        if g.staging
+            .as_ref()
+            .is_some_and(|st| st.id == meta.snapshot_id)
+        {
+            // Staged as it arrived: commit it, or restore from the kept
+            // data if a write dropped the stage on the way.
+            let st = g.staging.take().expect("checked");
+            if st.complete && g.engine.stage_active() {
+                g.engine.stage_commit().map_err(engine_err)?;
+                crate::catchup::mark(|| "install committed the staged restore".into());
+                committed = true;
+            } else {
+                g.engine.stage_abort();
+                if data.is_empty() {
+                    for c in &st.chunks {
+                        data.extend_from_slice((**c).as_ref());
+                    }
+                }
+            }
+        }
+        if !committed {
+            crate::catchup::mark(|| format!("install begin {} bytes", data.len()));
+            let pairs = snapshot_pairs(&data)
+                .map_err(|e| io_err(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Read, e))?;
+            crate::catchup::mark(|| "install decoded".into());
+            g.engine
+                .restore_sorted(at, &mut pairs.into_iter())
+                .map_err(engine_err)?;
+            crate::catchup::mark(|| "install restored".into());
+        }
         g.applied = meta.last_log_id;
         g.membership = meta.last_membership.clone();
         let snap = StoredSnapshot {
@@ -800,7 +946,9 @@ impl RaftStateMachine<TypeConfig> for FileSm {
         };
         g.keep(&snap)
             .map_err(|e| io_err(ErrorSubject::Snapshot(sig), ErrorVerb::Write, e))?;
-        g.snapshot = Some(snap);
+        // A staged snapshot leaves no data to keep: the next follower that
+        // needs one from this node gets one built then.
+        g.snapshot = (!snap.data.is_empty()).then_some(snap);
         crate::catchup::mark(|| "install end".into());
         Ok(())
     }
@@ -815,14 +963,11 @@ impl RaftStateMachine<TypeConfig> for FileSm {
             if g.opening {
                 return Ok(Some(metadata_only_snapshot(applied, &g.membership)));
             }
-            // Built for a follower: handed over without a copy and not
-            // kept (what is kept is what openraft's policy builds).
-            let snap = g.encode_state()?;
+            // Built for a follower on its own thread and sent as it
+            // grows (`snapstream`), not kept (what is kept is what
+            // openraft's policy builds).
             g.snapshot = None;
-            return Ok(Some(Snapshot {
-                meta: snap.meta,
-                snapshot: Box::new(Cursor::new(snap.data)),
-            }));
+            return Ok(Some(g.stream_state(self.inner.clone())));
         }
         let s = g.snapshot.as_ref().unwrap();
         let out = Snapshot {
@@ -1098,6 +1243,47 @@ impl StateMachine {
         match self {
             StateMachine::File(_) => LogPlacement::File,
             StateMachine::Engine(_) => LogPlacement::Engine,
+        }
+    }
+}
+
+impl StateMachine {
+    /// Begin staging the snapshot `meta` as its data arrives (see
+    /// [`crate::engine_log::EngineSm::stage_begin`] and
+    /// [`FileSm::stage_begin`]); `false` when the data is to be installed
+    /// whole.
+    pub fn stage_begin(&self, meta: &SnapshotMeta) -> bool {
+        match self {
+            StateMachine::File(s) => s.stage_begin(meta),
+            StateMachine::Engine(s) => s.stage_begin(meta),
+        }
+    }
+
+    /// The next piece of the data of the snapshot `id` being staged.
+    pub fn stage_data<B: AsRef<[u8]> + Send + 'static>(
+        &self,
+        id: &str,
+        piece: B,
+    ) -> Result<(), String> {
+        match self {
+            StateMachine::File(s) => s.stage_data(id, piece),
+            StateMachine::Engine(s) => s.stage_data(id, piece),
+        }
+    }
+
+    /// All the data of the snapshot `id` being staged arrived.
+    pub fn stage_end(&self, id: &str) -> Result<(), String> {
+        match self {
+            StateMachine::File(s) => s.stage_end(id),
+            StateMachine::Engine(s) => s.stage_end(id),
+        }
+    }
+
+    /// Drop the staging of snapshot `id` if its install did not take it.
+    pub fn stage_drop(&self, id: &str) {
+        match self {
+            StateMachine::File(s) => s.stage_drop(id),
+            StateMachine::Engine(s) => s.stage_drop(id),
         }
     }
 }

@@ -436,3 +436,166 @@ async fn anchor_holds_the_log_when_libpmemobj_is_built_in() {
     purge_snapshot_and_install("anchor").await;
     a_crash_around_an_install_leaves_old_or_new_state("anchor").await;
 }
+
+/// A snapshot written into the engine as it arrives (`stage_*`): invisible
+/// and gone after a crash before the install, committed by the install,
+/// and restored from the kept data when a write dropped the staged
+/// restore on the way. `btree` has no staged restore: it says so.
+#[tokio::test]
+async fn a_staged_install_commits_or_leaves_the_old_state() {
+    let dir = tmpdir("staged");
+    let snap = {
+        let (mut log, mut sm) = open("list", &dir.join("leader"));
+        let cmds = (0..40)
+            .map(|i| set(&format!("k{i:02}"), &"n".repeat(300 + i)))
+            .collect();
+        log.blocking_append(first_term(cmds)).await.unwrap();
+        apply_upto(&mut log, &mut sm, 0, 41).await;
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap()
+    };
+    let data = snap.snapshot.into_inner();
+    let meta = snap.meta;
+    let old = |d: PathBuf| async move {
+        let (mut log, mut sm) = open("list", &d);
+        log.blocking_append(first_term(vec![set("k00", "old")]))
+            .await
+            .unwrap();
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+    };
+    let feed = |sm: &StateMachine, upto: usize| {
+        for piece in data[..upto].chunks(1000) {
+            sm.stage_data(&meta.snapshot_id, piece.to_vec()).unwrap();
+        }
+    };
+    let f = dir.join("f");
+    old(f.clone()).await;
+    {
+        let (mut log, mut sm) = open("list", &f);
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+        assert!(sm.stage_begin(&meta));
+        assert!(!sm.stage_begin(&meta), "one staging at a time");
+        feed(&sm, data.len() / 2);
+        assert_eq!(get(&sm, "k00").as_deref(), Some("old"), "staged is unseen");
+        // The node dies here.
+    }
+    {
+        let (mut log, mut sm) = open("list", &f);
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+        assert_eq!(get(&sm, "k00").as_deref(), Some("old"), "the old state");
+        assert!(sm.stage_begin(&meta));
+        feed(&sm, data.len());
+        sm.stage_end(&meta.snapshot_id).unwrap();
+        sm.install_snapshot(&meta, Box::new(std::io::Cursor::new(Vec::new())))
+            .await
+            .unwrap();
+        assert_eq!(get(&sm, "k00").as_deref(), Some(&"n".repeat(300)[..]));
+        sm.stage_drop(&meta.snapshot_id);
+    }
+    {
+        let (mut log, mut sm) = open("list", &f);
+        let st = log.get_log_state().await.unwrap();
+        assert_eq!(st.last_purged_log_id, Some(id(1, 1, 41)));
+        assert_eq!(get(&sm, "k39").as_deref(), Some(&"n".repeat(339)[..]));
+        let (_, m) = sm.applied_state().await.unwrap();
+        assert_eq!(m, meta.last_membership);
+    }
+    // A write in the middle drops the staged restore; the install then
+    // restores the data kept on the way.
+    let g = dir.join("g");
+    old(g.clone()).await;
+    {
+        let (mut log, mut sm) = open("list", &g);
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+        assert!(sm.stage_begin(&meta));
+        feed(&sm, 3000);
+        log.blocking_append(vec![normal(1, 1, 3, set("late", "1"))])
+            .await
+            .unwrap();
+        for piece in data[3000..].chunks(1000) {
+            sm.stage_data(&meta.snapshot_id, piece.to_vec()).unwrap();
+        }
+        sm.stage_end(&meta.snapshot_id).unwrap();
+        sm.install_snapshot(&meta, Box::new(std::io::Cursor::new(Vec::new())))
+            .await
+            .unwrap();
+        assert_eq!(get(&sm, "k00").as_deref(), Some(&"n".repeat(300)[..]));
+        assert_eq!(get(&sm, "late"), None);
+    }
+    // Data that is not a snapshot fails the staging.
+    let h = dir.join("h");
+    old(h.clone()).await;
+    {
+        let (mut log, mut sm) = open("list", &h);
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+        assert!(sm.stage_begin(&meta));
+        let mut bad = data[..100].to_vec();
+        bad[0] ^= 0xff;
+        assert!(sm.stage_data(&meta.snapshot_id, bad).is_err());
+        assert!(sm.stage_end(&meta.snapshot_id).is_err(), "dropped");
+        assert_eq!(get(&sm, "k00").as_deref(), Some("old"));
+    }
+    let b = dir.join("b");
+    let (_log, sm) = open("btree", &b);
+    assert!(!sm.stage_begin(&meta), "btree installs whole");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The separate-log placement stages into a persistent engine (`wal`)
+/// the same way: committed by the install, restored from the kept data
+/// when an apply dropped the stage; a volatile engine (`mem`) installs
+/// whole.
+#[tokio::test]
+async fn a_staged_install_beside_a_separate_log() {
+    let dir = tmpdir("staged-file");
+    let open_file = |engine: &str, d: &Path| {
+        let e = open_engine(engine, d, 16 << 20).unwrap();
+        store::open(d, e, LogPlacement::File).unwrap()
+    };
+    let (mut log, mut sm) = open_file("wal", &dir.join("leader"));
+    let cmds = (0..30).map(|i| set(&format!("w{i:02}"), "new")).collect();
+    log.blocking_append(first_term(cmds)).await.unwrap();
+    apply_upto(&mut log, &mut sm, 0, 31).await;
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let data = snap.snapshot.into_inner();
+    let meta = snap.meta;
+    for (name, write_between) in [("f", false), ("g", true)] {
+        let (mut log, mut sm) = open_file("wal", &dir.join(name));
+        log.blocking_append(first_term(vec![set("w00", "old")]))
+            .await
+            .unwrap();
+        apply_upto(&mut log, &mut sm, 0, 2).await;
+        assert!(sm.stage_begin(&meta));
+        for (i, piece) in data.chunks(700).enumerate() {
+            if write_between && i == 2 {
+                log.blocking_append(vec![normal(1, 1, 3, set("late", "1"))])
+                    .await
+                    .unwrap();
+                apply_upto(&mut log, &mut sm, 3, 3).await;
+            }
+            sm.stage_data(&meta.snapshot_id, piece.to_vec()).unwrap();
+        }
+        assert_eq!(get(&sm, "w00").as_deref(), Some("old"), "{name}: unseen");
+        sm.stage_end(&meta.snapshot_id).unwrap();
+        sm.install_snapshot(&meta, Box::new(std::io::Cursor::new(Vec::new())))
+            .await
+            .unwrap();
+        assert_eq!(get(&sm, "w00").as_deref(), Some("new"), "{name}");
+        assert_eq!(get(&sm, "w29").as_deref(), Some("new"), "{name}");
+        assert_eq!(get(&sm, "late"), None, "{name}");
+        drop((log, sm));
+        let (_log, sm) = open_file("wal", &dir.join(name));
+        assert_eq!(get(&sm, "w17").as_deref(), Some("new"), "{name}: reopened");
+    }
+    let (_log, sm) = open_file("mem", &dir.join("m"));
+    assert!(!sm.stage_begin(&meta), "mem installs whole");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1234,18 +1234,23 @@ impl Engine for BTreeEngine {
 
     fn snapshot(&self, index: u64) -> Result<Snapshot<'_>> {
         check_read(self.floor, index)?;
-        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for (k, head) in self.leaves()? {
-            for (at, r) in self.chain(head, self.floor)? {
-                if r.ver <= index {
-                    if let Some(v) = self.value(at, &r)? {
-                        out.push((self.key_bytes(&k)?, v));
+        // The leaves now, each value read as the iterator reaches it (not
+        // the whole state copied first).
+        let it = self.leaves()?.into_iter().filter_map(move |(k, head)| {
+            let pair = || -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+                for (at, r) in self.chain(head, self.floor)? {
+                    if r.ver <= index {
+                        return match self.value(at, &r)? {
+                            Some(v) => Ok(Some((self.key_bytes(&k)?, v))),
+                            None => Ok(None),
+                        };
                     }
-                    break;
                 }
-            }
-        }
-        Ok(Snapshot::new(index, Box::new(out.into_iter().map(Ok))))
+                Ok(None)
+            };
+            pair().transpose()
+        });
+        Ok(Snapshot::new(index, Box::new(it)))
     }
 
     fn restore(

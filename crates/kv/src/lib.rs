@@ -273,6 +273,45 @@ pub trait Engine: Send {
         self.restore(index, &mut owned)
     }
 
+    /// Begin a staged restore at version `index`: pairs given one by one
+    /// ([`Engine::stage_push`], in increasing key order) are written as
+    /// they come, invisible to readers and to a restart, until
+    /// [`Engine::stage_commit`] makes them the whole contents at once
+    /// (as [`Engine::restore`]). Any other write first drops a staged
+    /// restore (as [`Engine::stage_abort`]), so the engine is never left
+    /// half restored. `Ok(false)`: this engine has no staged restore (the
+    /// default); the caller collects the pairs and calls
+    /// [`Engine::restore_sorted`].
+    fn stage_begin(&mut self, _index: u64) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Write one pair of the staged restore; keys must increase. On error
+    /// the staged restore is dropped.
+    fn stage_push(&mut self, _key: &[u8], _value: &[u8]) -> Result<()> {
+        Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "no staged restore in progress",
+        ))
+    }
+
+    /// Whether a staged restore is in progress (begun, not dropped).
+    fn stage_active(&self) -> bool {
+        false
+    }
+
+    /// Make the staged restore the whole contents: durable and atomic on
+    /// return.
+    fn stage_commit(&mut self) -> Result<()> {
+        Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "no staged restore in progress",
+        ))
+    }
+
+    /// Drop the staged restore (if any): the contents stay as they were.
+    fn stage_abort(&mut self) {}
+
     /// Every retained version, sorted by key then version.
     fn history(&self) -> Result<Vec<VersionEntry>>;
 

@@ -14,7 +14,7 @@
 //! fresh chain and ends them with a base record; after it, versions
 //! increase in stream order, rollbacks aside.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::index::Index;
 use crate::pool::{Pool, PoolConfig, CB};
 use crate::{
@@ -46,7 +46,27 @@ pub(crate) struct LogEngine {
     live: u64,
     /// No automatic compaction below this many bytes in use (after one failed).
     retry_at: u64,
+    /// A staged restore in progress (see [`Engine::stage_begin`]).
+    staged: Option<Staged>,
 }
+
+/// A restore written pair by pair into a fresh chain that no root names
+/// yet: a crash or an abort leaves the old chain, the commit swings the
+/// root to the new one.
+struct Staged {
+    /// The working root before it began (put back by an abort: the pages
+    /// it took return to the free list, which their writes did not touch).
+    saved: crate::pool::Meta,
+    index: Index<Val>,
+    live: u64,
+    at: u64,
+    last_key: Option<Vec<u8>>,
+    /// Bytes written since the last flush.
+    unflushed: u64,
+}
+
+/// A staged restore flushes what it wrote every this many bytes.
+const STAGE_FLUSH: u64 = 1 << 20;
 
 /// A record's header and key (its value follows them in the stream).
 fn record_head(kind: u8, key: &[u8], value_len: usize, version: u64) -> Vec<u8> {
@@ -118,6 +138,7 @@ impl LogEngine {
             pending: 0,
             live,
             retry_at: 0,
+            staged: None,
         }
     }
 
@@ -404,6 +425,7 @@ impl Engine for LogEngine {
     }
 
     fn put(&mut self, key: &[u8], value: Option<&[u8]>, version: u64) -> Result<()> {
+        self.stage_abort();
         check_version(self.index.last, version)?;
         check_sizes(key, value)?;
         let kind = if value.is_some() { SET } else { DEL };
@@ -438,6 +460,7 @@ impl Engine for LogEngine {
     }
 
     fn rollback_above(&mut self, index: u64) -> Result<()> {
+        self.stage_abort();
         crate::check_read(self.index.floor, index)?;
         if index < self.index.last {
             self.append(ROLLBACK, &[], &[], index, false)?;
@@ -449,6 +472,7 @@ impl Engine for LogEngine {
     }
 
     fn discard_below(&mut self, index: u64) -> Result<()> {
+        self.stage_abort();
         for (k, _, v) in self.index.discard(index)? {
             self.live -= rec_size(&k, &v);
         }
@@ -466,6 +490,7 @@ impl Engine for LogEngine {
         index: u64,
         entries: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
+        self.stage_abort();
         let map = crate::restore_entries(entries)?;
         let entries = map
             .iter()
@@ -478,6 +503,7 @@ impl Engine for LogEngine {
         index: u64,
         entries: &mut dyn Iterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<()> {
+        self.stage_abort();
         let pairs: Vec<(&[u8], &[u8])> = entries.collect();
         if !crate::sorted_pairs(&pairs)? {
             let mut owned = pairs.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
@@ -485,6 +511,101 @@ impl Engine for LogEngine {
         }
         let entries = pairs.iter().map(|(k, v)| (*k, index, Some(*v)));
         self.rewrite(entries, index, index)
+    }
+
+    fn stage_begin(&mut self, index: u64) -> Result<bool> {
+        self.stage_abort();
+        self.sync()?;
+        // A pending GC is finished (and committed) first, so that an
+        // abort puts back a root whose GC range is still its own.
+        if self.pool.cur.gc_head != 0 {
+            self.pool.finish_gc()?;
+        }
+        let saved = self.pool.cur;
+        if let Err(e) = self.pool.fresh_chain() {
+            self.pool.cur = saved;
+            return Err(e);
+        }
+        self.staged = Some(Staged {
+            saved,
+            index: Index::new(index, index),
+            live: 0,
+            at: index,
+            last_key: None,
+            unflushed: 0,
+        });
+        Ok(true)
+    }
+
+    fn stage_push(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let Some(mut st) = self.staged.take() else {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "list: no staged restore in progress",
+            ));
+        };
+        let r = (|| {
+            check_sizes(key, Some(value))?;
+            if st.last_key.as_deref().is_some_and(|k| k >= key) {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "list: staged restore: key {} not above the one before",
+                        show(key)
+                    ),
+                ));
+            }
+            let val = self.append(SET, key, value, st.at, false)?;
+            st.live += rec_size(key, &val);
+            st.index.push(key, st.at, val)?;
+            st.last_key = Some(key.to_vec());
+            st.unflushed += HDR + (key.len() + value.len()) as u64;
+            if st.unflushed >= STAGE_FLUSH {
+                self.pool.flush_dirty();
+                st.unflushed = 0;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                self.staged = Some(st);
+                Ok(())
+            }
+            Err(e) => {
+                self.pool.cur = st.saved;
+                Err(e)
+            }
+        }
+    }
+
+    fn stage_active(&self) -> bool {
+        self.staged.is_some()
+    }
+
+    fn stage_commit(&mut self) -> Result<()> {
+        let Some(st) = self.staged.take() else {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "list: no staged restore in progress",
+            ));
+        };
+        if let Err(e) = self.append(BASE, &[], &[], st.at, false) {
+            self.pool.cur = st.saved;
+            return Err(e);
+        }
+        self.index = st.index;
+        self.live = st.live;
+        self.pool.cur.last = st.at;
+        self.pool.cur.floor = st.at;
+        self.pool.commit();
+        self.pending = 0;
+        self.pool.finish_gc()
+    }
+
+    fn stage_abort(&mut self) {
+        if let Some(st) = self.staged.take() {
+            self.pool.cur = st.saved;
+        }
     }
 
     fn history(&self) -> Result<Vec<VersionEntry>> {
@@ -522,6 +643,7 @@ impl Engine for LogEngine {
     }
 
     fn compact(&mut self) -> Result<()> {
+        self.stage_abort();
         self.sync()?;
         let history = self.history()?;
         let entries = history

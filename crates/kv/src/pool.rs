@@ -834,6 +834,32 @@ impl Pool {
     /// Group commit: flush every range written since the last commit, fence
     /// once, write the working root into the inactive slot, flush and fence.
     pub fn commit(&mut self) {
+        self.flush_dirty();
+        pm::drain();
+        self.cur.seq = self.committed.seq + 1;
+        let slot = 1 - self.active;
+        let bytes = self.cur.encode();
+        let off = SLOT_OFF[slot];
+        // SAFETY: the slot lies within the header.
+        unsafe {
+            // Word by word, as plain stores: a fixed-size copy is lowered
+            // to moves that compiler instrumentation (`pmlab cargo`) does
+            // not see, so traces would miss the slot's stores.
+            let dst = self.base.add(off as usize) as *mut u64;
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                let v = u64::from_ne_bytes(w.try_into().expect("8-byte chunk"));
+                std::ptr::write_volatile(dst.add(i), v);
+            }
+            pm::persist(self.base.add(off as usize), bytes.len());
+        }
+        self.active = slot;
+        self.committed = self.cur;
+    }
+
+    /// Flush every range written since the last flush (no fence: the
+    /// next [`Pool::commit`] orders them). A long write (a staged
+    /// restore) flushes as it goes, so its commit has little left to do.
+    pub fn flush_dirty(&mut self) {
         // Each dirty line once: ranges written apart can share a line, and
         // flushing it twice costs a second write-back for nothing (`pmlab
         // check` reports it as a redundant flush). The ranges are sorted
@@ -864,25 +890,6 @@ impl Pool {
             flush(r);
         }
         self.dirty = dirty;
-        pm::drain();
-        self.cur.seq = self.committed.seq + 1;
-        let slot = 1 - self.active;
-        let bytes = self.cur.encode();
-        let off = SLOT_OFF[slot];
-        // SAFETY: the slot lies within the header.
-        unsafe {
-            // Word by word, as plain stores: a fixed-size copy is lowered
-            // to moves that compiler instrumentation (`pmlab cargo`) does
-            // not see, so traces would miss the slot's stores.
-            let dst = self.base.add(off as usize) as *mut u64;
-            for (i, w) in bytes.chunks_exact(8).enumerate() {
-                let v = u64::from_ne_bytes(w.try_into().expect("8-byte chunk"));
-                std::ptr::write_volatile(dst.add(i), v);
-            }
-            pm::persist(self.base.add(off as usize), bytes.len());
-        }
-        self.active = slot;
-        self.committed = self.cur;
     }
 
     /// Start a new, empty chain for a compaction or restore: the current

@@ -609,3 +609,72 @@ fn restore_sorted_matches_restore_in_each_engine_and_survives_reopen() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+#[test]
+fn staged_restore_commits_atomically_and_any_other_write_drops_it() {
+    for kind in [EngineKind::List, EngineKind::Wal] {
+        let ctx = format!("engine {}", kind.name());
+        let d = dir(&format!("staged-{}", kind.name()));
+        let opts = Options {
+            size: 64 << 20,
+            ..Options::default()
+        };
+        let mut r = Rng::new(11);
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..400)
+            .map(|i| (format!("s{i:05}").into_bytes(), val(&mut r)))
+            .collect();
+        let snap = |e: &dyn Engine, at: u64| -> Vec<(Vec<u8>, Vec<u8>)> {
+            e.snapshot(at).unwrap().map(|p| p.unwrap()).collect()
+        };
+        let mut e = create(&d.join("a"), kind, &opts).unwrap();
+        for v in 1..=30u64 {
+            e.put(format!("old{v:03}").as_bytes(), Some(b"x"), v)
+                .unwrap();
+        }
+        e.sync().unwrap();
+        let before = snap(e.as_ref(), 30);
+        // Staged, not committed: readers and a reopen see the old state.
+        assert!(e.stage_begin(700).unwrap(), "{ctx}: stages");
+        for (k, v) in &pairs[..200] {
+            e.stage_push(k, v).unwrap();
+        }
+        assert!(e.stage_active());
+        assert_eq!(snap(e.as_ref(), 30), before, "{ctx}: staged is invisible");
+        drop(e);
+        let mut e = open(&d.join("a"), kind, &opts).unwrap();
+        assert_eq!(snap(e.as_ref(), 30), before, "{ctx}: reopened mid-stage");
+        assert!(!e.stage_active());
+        e.check().unwrap();
+        // A write drops the staged restore; the old state goes on.
+        assert!(e.stage_begin(700).unwrap());
+        e.stage_push(&pairs[0].0, &pairs[0].1).unwrap();
+        e.put(b"old031", Some(b"y"), 31).unwrap();
+        assert!(!e.stage_active(), "{ctx}: a write drops the stage");
+        assert!(e.stage_commit().is_err());
+        e.sync().unwrap();
+        assert_eq!(e.get(b"old031").unwrap().as_deref(), Some(&b"y"[..]));
+        e.check().unwrap();
+        // Keys out of order drop it too.
+        assert!(e.stage_begin(700).unwrap());
+        e.stage_push(b"b", b"1").unwrap();
+        assert!(e.stage_push(b"a", b"1").is_err(), "{ctx}: out of order");
+        assert!(!e.stage_active());
+        e.check().unwrap();
+        // A whole staged restore commits as `restore` would.
+        assert!(e.stage_begin(700).unwrap());
+        for (k, v) in &pairs {
+            e.stage_push(k, v).unwrap();
+        }
+        e.stage_commit().unwrap();
+        assert_eq!((e.last_version(), e.floor()), (700, 700), "{ctx}");
+        assert_eq!(snap(e.as_ref(), 700), pairs, "{ctx}: committed");
+        e.put(b"zz", Some(b"after"), 701).unwrap();
+        e.sync().unwrap();
+        drop(e);
+        let e = open(&d.join("a"), kind, &opts).unwrap();
+        let mut want = pairs.clone();
+        want.push((b"zz".to_vec(), b"after".to_vec()));
+        assert_eq!(snap(e.as_ref(), 701), want, "{ctx}: reopened");
+        e.check().unwrap();
+    }
+}
