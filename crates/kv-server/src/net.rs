@@ -508,7 +508,7 @@ pub struct Network {
 pub struct Pool(Arc<std::sync::Mutex<std::collections::HashMap<NodeId, Vec<Stream>>>>);
 
 /// Most idle connections kept per target.
-const POOL_PER_TARGET: usize = 4;
+const POOL_PER_TARGET: usize = 16;
 
 impl Pool {
     fn take(&self, target: NodeId) -> Option<Stream> {
@@ -1153,6 +1153,7 @@ mod tests {
     use super::*;
     use crate::types::{Cmd, Entry, LogId};
     use openraft::{CommittedLeaderId, EntryPayload, SnapshotMeta, Vote};
+    use std::sync::atomic::AtomicU64;
 
     fn lid(term: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -1282,6 +1283,98 @@ mod tests {
         match RpcResponse::decode(kind, msg).unwrap() {
             RpcResponse::Vote(Ok(got)) => assert_eq!(got, v),
             _ => panic!("another answer"),
+        }
+    }
+
+    /// A stand-in follower: answers every AppendEntries `Success`,
+    /// counting the connections accepted and the frames read.
+    async fn fake_follower() -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let (conns, frames) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (c2, f2) = (conns.clone(), frames.clone());
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                c2.fetch_add(1, Ordering::SeqCst);
+                let f3 = f2.clone();
+                tokio::spawn(async move {
+                    let (r, mut w) = s.into_split();
+                    let mut r = BufReader::new(r);
+                    while read_frame(&mut r).await.is_ok() {
+                        f3.fetch_add(1, Ordering::SeqCst);
+                        let ok = RpcResponse::Append(Ok(AppendEntriesResponse::Success));
+                        if write_frame(&mut w, ok.encode()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, conns, frames)
+    }
+
+    fn append(
+        prev: Option<LogId>,
+        entries: Vec<Entry>,
+        commit: Option<LogId>,
+    ) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: prev,
+            entries,
+            leader_commit: commit,
+        }
+    }
+
+    #[tokio::test]
+    async fn commit_only_appends_are_held_back_and_connections_pooled() {
+        let (addr, conns, frames) = fake_follower().await;
+        let node = NodeAddr {
+            raft: addr,
+            client: String::new(),
+        };
+        let opt = || RPCOption::new(Duration::from_secs(5));
+        let entry = |i| Entry {
+            log_id: lid(2, i),
+            payload: EntryPayload::Normal(Cmd::Set {
+                key: vec![1],
+                value: vec![2],
+            }),
+        };
+        for (lag, held) in [(Duration::from_secs(5), true), (Duration::ZERO, false)] {
+            let mut net = Network {
+                commit_lag: lag,
+                ..Default::default()
+            };
+            let mut c = net.new_client(2, &node).await;
+            let before = frames.load(Ordering::SeqCst);
+            // Entry 5, then its commit alone: held back (not sent) with a lag.
+            let r = c.append_entries(
+                append(Some(lid(2, 4)), vec![entry(5)], Some(lid(2, 4))),
+                opt(),
+            );
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            let r = c.append_entries(append(Some(lid(2, 5)), vec![], Some(lid(2, 5))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            let sent = frames.load(Ordering::SeqCst) - before;
+            assert_eq!(sent, if held { 1 } else { 2 }, "lag {lag:?}");
+            // A heartbeat with the commit already seen goes out; so does
+            // one with another prev_log_id.
+            let r = c.append_entries(append(Some(lid(2, 5)), vec![], Some(lid(2, 5))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            let r = c.append_entries(append(Some(lid(2, 3)), vec![], Some(lid(2, 6))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            assert_eq!(frames.load(Ordering::SeqCst) - before, sent + 2);
+            // A fresh connection's first commit-only message is sent.
+            drop(c);
+            let accepted = conns.load(Ordering::SeqCst);
+            let mut c = net.new_client(2, &node).await;
+            let before = frames.load(Ordering::SeqCst);
+            let r = c.append_entries(append(Some(lid(2, 5)), vec![], Some(lid(2, 7))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            assert_eq!(frames.load(Ordering::SeqCst) - before, 1);
+            // ... on the pooled connection: no new dial.
+            assert_eq!(conns.load(Ordering::SeqCst), accepted);
         }
     }
 
