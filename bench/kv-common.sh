@@ -62,7 +62,7 @@ kv_cluster_start() {
 	[ "$1" = pm ] && _bin=$ISERVER
 	rm -rf "$KV_DIR/cluster"
 	"$_bin" cluster --nodes 3 --dir "$KV_DIR/cluster" --base-port "$3" --engine "$2" --pool-mb "$POOL_MB" --runtime "${RUNTIME:-current}" \
-		--wrap "$(kv_wrap "$1")" >"$TMP/cluster.out" 2>&1 &
+		${NODE_FLAGS:-} --wrap "$(kv_wrap "$1")" >"$TMP/cluster.out" 2>&1 &
 	KV_CLUSTER=$!
 	_i=0
 	until grep -q '^leader: node' "$TMP/cluster.out" 2>/dev/null; do

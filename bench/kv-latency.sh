@@ -15,8 +15,12 @@
 # the server and only the pools PM), RUNTIME (the nodes' --runtime, default
 # current), PMKV_BASE_PORT (7600), KV_DIR (the
 # nodes' data, default on /dev/shm: see bench/kv-common.sh), OUT (plots,
-# default results/kv-latency). Nothing is recorded: copy the rows into
-# docs/benchmarks.md with the machine line. A few minutes for the defaults.
+# default results/kv-latency), NODE_FLAGS (more flags for every node, e.g.
+# "--commit-lag-ms 0" or "--spin-us 50"), SET_TRACE=1 (one client only,
+# the nodes record each SET's stages, PMKV_SET_TRACE, and the median of
+# each step is printed after each row: see docs/kv-server.md). Nothing is
+# recorded: copy the rows into docs/benchmarks.md with the machine line. A
+# few minutes for the defaults.
 set -eu
 . "$(dirname "$0")/common.sh"
 OPS=${1:-2000}
@@ -53,16 +57,26 @@ echo "|---|---|---|---|---|---|---|---|"
 for mode in $MODES; do
 	for e in $ENGINES; do
 		kv_engine_ok "$e" || continue
+		rm -f "$TMP"/set-trace-*.txt
+		if [ "${SET_TRACE:-0}" = 1 ]; then export PMKV_SET_TRACE="$TMP/set-trace-%p.txt"; CLIENTS=1; else CLIENTS=1,20; fi
 		kv_cluster_start "$mode" "$e" "$BASE" || { echo "| $e | $mode | cluster failed (see above) | | | | $(thesis "$e") |"; continue; }
 		ADDRS="127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))"
-		"$SERVER" bench --addrs "$ADDRS" --clients 1,20 --ops "$OPS" --value-size "$VALUE" \
+		"$SERVER" bench --addrs "$ADDRS" --clients "$CLIENTS" --ops "$OPS" --value-size "$VALUE" \
 			--json --plot "$OUT/latency-$e-$mode.svg" >"$TMP/bench.json" ||
 			{ kv_cluster_stop; echo "| $e | $mode | bench failed (see above) | | | | $(thesis "$e") |"; continue; }
 		one=$(sed -n '1p' "$TMP/bench.json")
 		many=$(sed -n '2p' "$TMP/bench.json")
 		rb1=$(kv_redis_benchmark "$KV_LEADER_PORT" 1 $((OPS)) "$VALUE")
-		rb20=$(kv_redis_benchmark "$KV_LEADER_PORT" 20 $((OPS * 5)) "$VALUE")
+		rb20=-
+		[ "$CLIENTS" = 1 ] || rb20=$(kv_redis_benchmark "$KV_LEADER_PORT" 20 $((OPS * 5)) "$VALUE")
 		kv_cluster_stop
+		unset PMKV_SET_TRACE
+		if [ "${SET_TRACE:-0}" = 1 ]; then
+			echo "| $e | $mode | $(json_us "$one" p50_us) / $(json_us "$one" p90_us) / $(json_us "$one" p99_us) | - | - | $rb1 / - | $(thesis "$e") |"
+			"$SERVER" set-trace "$TMP"/set-trace-*.txt || true
+			BASE=$((BASE + 3))
+			continue
+		fi
 		echo "| $e | $mode | $(json_us "$one" p50_us) / $(json_us "$one" p90_us) / $(json_us "$one" p99_us) | $(json_us "$many" p50_us) / $(json_us "$many" p90_us) | $(json_us "$many" throughput_ops) | $rb1 / $rb20 | $(thesis "$e") |"
 		BASE=$((BASE + 3))
 	done

@@ -300,7 +300,20 @@ impl Inner {
         if from >= to {
             return Ok(out);
         }
-        let mut leader = self.leader_at(from)?;
+        // The leader of the entries before the first record in the range.
+        // Reading up to the last entry with no record in the range (the
+        // replication of new entries), it is the last entry's leader,
+        // known without decoding the two records `leader_at` reads.
+        let mut leader = None;
+        let to_end = to == self.engine.last_version() + 1;
+        let first_record = self
+            .slots
+            .range(from..to)
+            .find(|(_, (_, kind))| *kind == Kind::Record)
+            .map(|(v, _)| *v);
+        if first_record.is_none() && to_end {
+            leader = self.last_leader;
+        }
         for v in from..to {
             let Some((key, kind)) = self.slots.get(&v) else {
                 return Err(EngineError(format!("log entry {} is missing", v - 1)));
@@ -313,7 +326,7 @@ impl Inner {
                         .ok_or_else(|| {
                             EngineError(format!("log entry {}: its record is missing", v - 1))
                         })?;
-                    leader = r.log_id.leader_id;
+                    leader = Some(r.log_id.leader_id);
                     let payload = match r.body {
                         Body::Blank => EntryPayload::Blank,
                         Body::Miss(c) => EntryPayload::Normal(c),
@@ -329,7 +342,11 @@ impl Inner {
                         },
                         None => Cmd::Del { key: key.clone() },
                     };
-                    (LogId::new(leader, v - 1), EntryPayload::Normal(cmd))
+                    let l = match leader {
+                        Some(l) => l,
+                        None => *leader.insert(self.leader_at(v)?),
+                    };
+                    (LogId::new(l, v - 1), EntryPayload::Normal(cmd))
                 }
             };
             out.push(Entry { log_id, payload });

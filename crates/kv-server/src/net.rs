@@ -10,7 +10,7 @@
 //! again. Both ends set `TCP_NODELAY` and write each frame with one call.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -616,6 +616,11 @@ pub async fn serve_raft_with(listener: TcpListener, raft: Raft, sm: Option<State
             let (r, mut w) = sock.into_split();
             let mut r = BufReader::with_capacity(64 * 1024, r);
             while let Ok(body) = read_frame(&mut r).await {
+                let t_recv = if set_trace::on() {
+                    set_trace::now_ns()
+                } else {
+                    0
+                };
                 let Ok((kind, msg)) = open_frame(&body, &peer) else {
                     break;
                 };
@@ -623,8 +628,21 @@ pub async fn serve_raft_with(listener: TcpListener, raft: Raft, sm: Option<State
                     break;
                 };
                 drop(body);
+                let mut traced = None;
                 let resp = match req {
-                    RpcRequest::Append(q) => RpcResponse::Append(raft.append_entries(q).await),
+                    RpcRequest::Append(q) => {
+                        if set_trace::on() {
+                            traced = q.entries.last().map(|e| e.log_id.index);
+                            if let Some(i) = traced {
+                                set_trace::mark_at("recv", i, 0, t_recv);
+                            }
+                        }
+                        let a = raft.append_entries(q).await;
+                        if let Some(i) = traced {
+                            set_trace::mark("appended", i, 0);
+                        }
+                        RpcResponse::Append(a)
+                    }
                     RpcRequest::Vote(q) => RpcResponse::Vote(raft.vote(q).await),
                     RpcRequest::Snapshot(q) => {
                         RpcResponse::Snapshot(raft.install_snapshot(q).await)
@@ -645,6 +663,9 @@ pub async fn serve_raft_with(listener: TcpListener, raft: Raft, sm: Option<State
                 if write_frame(&mut w, resp.encode()).await.is_err() {
                     break;
                 }
+                if let Some(i) = traced {
+                    set_trace::mark("replied", i, 0);
+                }
             }
         });
     }
@@ -653,10 +674,45 @@ pub async fn serve_raft_with(listener: TcpListener, raft: Raft, sm: Option<State
 /// Creates a [`Connection`] per target node. `routes` overrides the
 /// address dialled for some nodes (the fault tests route each link through
 /// its own proxy).
+///
+/// Idle connections are pooled per target: openraft asks for a new
+/// [`Connection`] on every leadership check of a linearizable read (and
+/// drops it after one AppendEntries), so without the pool each GET would
+/// dial every follower afresh. A connection goes back to the pool when its
+/// [`Connection`] is dropped between calls (never one with a frame half
+/// written or an answer unread), and the next [`Connection`] to that
+/// target takes it.
 #[derive(Clone, Default)]
 pub struct Network {
     /// Node id to the `host:port` to dial instead of its Raft address.
     pub routes: std::collections::BTreeMap<NodeId, String>,
+    /// How long a commit-only AppendEntries may be held back (see
+    /// [`Connection`]); zero sends each one at once.
+    pub commit_lag: Duration,
+    /// Idle connections per target.
+    pub pool: Pool,
+}
+
+/// Idle Raft connections per target node (see [`Network`]).
+#[derive(Clone, Default)]
+pub struct Pool(Arc<std::sync::Mutex<std::collections::HashMap<NodeId, Vec<Stream>>>>);
+
+/// Most idle connections kept per target.
+const POOL_PER_TARGET: usize = 16;
+
+impl Pool {
+    fn take(&self, target: NodeId) -> Option<Stream> {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get_mut(&target).and_then(Vec::pop)
+    }
+
+    fn give(&self, target: NodeId, s: Stream) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let v = m.entry(target).or_default();
+        if v.len() < POOL_PER_TARGET {
+            v.push(s);
+        }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -670,7 +726,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 .get(&target)
                 .cloned()
                 .unwrap_or_else(|| node.raft.clone()),
-            conn: None,
+            conn: self.pool.take(target),
+            pooled: true,
+            pool: self.pool.clone(),
+            commit_lag: self.commit_lag,
+            last: None,
         }
     }
 }
@@ -680,11 +740,62 @@ type Stream = (
     tokio::net::tcp::OwnedWriteHalf,
 );
 
+/// What the last AppendEntries this connection sent told its follower.
+struct LastAppend {
+    vote: openraft::Vote<NodeId>,
+    /// The follower's last entry as acknowledged (the `prev_log_id` of a
+    /// following heartbeat).
+    matching: Option<crate::types::LogId>,
+    /// The commit index sent, or held back since ([`Connection`]).
+    commit: Option<crate::types::LogId>,
+    /// When the last frame was sent.
+    at: tokio::time::Instant,
+}
+
+/// Counts of AppendEntries sent and held back by this process (shown by
+/// the `INFO` command).
+pub static APPENDS_SENT: AtomicU64 = AtomicU64::new(0);
+/// Commit-only AppendEntries held back (see [`Connection`]).
+pub static COMMITS_HELD: AtomicU64 = AtomicU64::new(0);
+
 /// A client connection to one node.
+///
+/// **Commit-only messages held back.** Once an entry is committed,
+/// openraft sends every idle follower an AppendEntries carrying no entries
+/// and only the new commit index, and waits for its answer before the
+/// next entries can go: with one client, two Raft round trips per
+/// follower and SET, the second competing with the next SET for the
+/// CPUs. When such a message (no entries, the same vote and
+/// `prev_log_id` as the last successful call, only a higher
+/// `leader_commit`) comes within `commit_lag` of the last frame sent on
+/// this connection, it is answered `Success` at once without being sent:
+/// the follower learns the commit index from the next AppendEntries (the
+/// next entries or openraft's heartbeat, every `heartbeat_interval`).
+/// Nothing the leader decides depends on it: the commit index is the
+/// leader's, computed from the answers to real entries, and the answer
+/// claims no more than the follower already acknowledged (its `matching`
+/// unchanged). Linearizable reads confirm leadership on connections of
+/// their own (a fresh [`Connection`], whose first call is always sent).
+/// A follower's state machine then trails the leader's by up to one
+/// heartbeat when writes stop.
 pub struct Connection {
     target: NodeId,
     addr: String,
     conn: Option<Stream>,
+    /// `conn` came from the pool and has not been used by this
+    /// connection yet: it may have been closed by its peer meanwhile.
+    pooled: bool,
+    pool: Pool,
+    commit_lag: Duration,
+    last: Option<LastAppend>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(s) = self.conn.take() {
+            self.pool.give(self.target, s);
+        }
+    }
 }
 
 enum CallError {
@@ -693,27 +804,37 @@ enum CallError {
 }
 
 impl Connection {
+    /// Send `req` and read its answer. The stream is taken out of `self`
+    /// during the exchange and put back only after a whole answer was
+    /// read: a call cancelled half way (openraft's own timeout) drops it,
+    /// so no later call can read an earlier call's answer.
+    ///
+    /// A pooled stream's first call that fails (its peer restarted since,
+    /// say) is made again once on a new connection: every request sent
+    /// this way (AppendEntries, a vote) may be received twice.
     async fn call(&mut self, req: &RpcRequest, ttl: Duration) -> Result<RpcResponse, CallError> {
-        if self.conn.is_none() {
-            let sock = match tokio::time::timeout(ttl, TcpStream::connect(&self.addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return Err(CallError::Unreachable(e)),
-                Err(_) => {
-                    return Err(CallError::Unreachable(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "connect timed out",
-                    )))
-                }
-            };
-            let _ = sock.set_nodelay(true);
-            let (r, w) = sock.into_split();
-            self.conn = Some((BufReader::with_capacity(16 * 1024, r), w));
+        let reused = std::mem::take(&mut self.pooled) && self.conn.is_some();
+        match self.call_once(req, ttl).await {
+            Err(CallError::Network(e)) if reused && e.kind() != io::ErrorKind::TimedOut => {
+                self.call_once(req, ttl).await
+            }
+            r => r,
         }
+    }
+
+    async fn call_once(
+        &mut self,
+        req: &RpcRequest,
+        ttl: Duration,
+    ) -> Result<RpcResponse, CallError> {
+        self.dial(ttl).await?;
+        let Some((mut r, mut w)) = self.conn.take() else {
+            return Err(CallError::Network(io::ErrorKind::NotConnected.into()));
+        };
         let frame = req.encode();
-        let (r, w) = self.conn.as_mut().unwrap();
         let exchange = async {
-            write_frame(w, frame).await?;
-            read_frame(r).await
+            write_frame(&mut w, frame).await?;
+            read_frame(&mut r).await
         };
         let addr = &self.addr;
         let res = match tokio::time::timeout(ttl, exchange).await {
@@ -724,10 +845,26 @@ impl Connection {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "rpc timed out")),
         };
-        res.map_err(|e| {
-            self.conn = None;
-            CallError::Network(e)
-        })
+        match res {
+            Ok(resp) => {
+                self.conn = Some((r, w));
+                Ok(resp)
+            }
+            Err(e) => Err(CallError::Network(e)),
+        }
+    }
+
+    /// Whether `rpc` is a commit-only AppendEntries that may be held back.
+    fn may_hold(&self, rpc: &AppendEntriesRequest<TypeConfig>) -> bool {
+        let Some(l) = &self.last else {
+            return false;
+        };
+        rpc.entries.is_empty()
+            && self.conn.is_some()
+            && rpc.vote == l.vote
+            && rpc.prev_log_id == l.matching
+            && rpc.leader_commit > l.commit
+            && l.at.elapsed() < self.commit_lag
     }
 }
 
@@ -890,7 +1027,24 @@ impl RaftNetwork<TypeConfig> for Connection {
                 return Err(PayloadTooLarge::new_entries_hint(i as u64).into());
             }
         }
-        match self
+        if self.may_hold(&rpc) {
+            if let Some(l) = &mut self.last {
+                l.commit = rpc.leader_commit;
+            }
+            COMMITS_HELD.fetch_add(1, Ordering::Relaxed);
+            return Ok(AppendEntriesResponse::Success);
+        }
+        let vote = rpc.vote;
+        let commit = rpc.leader_commit;
+        let last_sent = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+        self.last = None;
+        APPENDS_SENT.fetch_add(1, Ordering::Relaxed);
+        let at = tokio::time::Instant::now();
+        let traced = last_sent.filter(|_| set_trace::on() && !rpc.entries.is_empty());
+        if let Some(l) = traced {
+            set_trace::mark("send", l.index, self.target);
+        }
+        let res = match self
             .call(&RpcRequest::Append(rpc), option.hard_ttl())
             .await
             .map_err(rpc_err)?
@@ -899,7 +1053,19 @@ impl RaftNetwork<TypeConfig> for Connection {
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
             _ => Err(mismatch()),
+        };
+        if let Some(l) = traced {
+            set_trace::mark("ack", l.index, self.target);
         }
+        if let Ok(AppendEntriesResponse::Success) = &res {
+            self.last = Some(LastAppend {
+                vote,
+                matching: last_sent,
+                commit,
+                at,
+            });
+        }
+        res
     }
 
     async fn install_snapshot(
@@ -1075,11 +1241,221 @@ impl RaftNetwork<TypeConfig> for Connection {
     }
 }
 
+/// Per-SET stage timestamps, to see where a replicated write's time goes.
+///
+/// With `PMKV_SET_TRACE=FILE` in a node's environment (`%p` in FILE
+/// stands for the process id, for the nodes of one `cluster` command),
+/// the node records
+/// the monotonic clock (shared by the processes of one machine) at each
+/// stage of every entry it handles and writes them to FILE at shutdown,
+/// one line `STAGE INDEX PEER NS` each: on the leader `req` (a write
+/// handed to openraft), `send` and `ack` per follower (an AppendEntries
+/// carrying the entry written, its answer read), `done` (openraft
+/// answered: committed and applied), `out` (the client's reply written);
+/// on a follower `recv` (the AppendEntries read), `appended` (openraft
+/// answered it) and `replied` (the answer written). `pmkv-server
+/// set-trace FILE...` lines them up by log index.
+pub mod set_trace {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, OnceLock};
+
+    /// Most records kept (the rest are dropped).
+    const CAP: usize = 4 << 20;
+
+    struct Trace {
+        file: String,
+        recs: Mutex<Vec<(&'static str, u64, u64, u64)>>,
+    }
+
+    fn trace() -> Option<&'static Trace> {
+        static T: OnceLock<Option<Trace>> = OnceLock::new();
+        T.get_or_init(|| {
+            std::env::var("PMKV_SET_TRACE").ok().map(|file| Trace {
+                file: file.replace("%p", &std::process::id().to_string()),
+                recs: Mutex::new(Vec::new()),
+            })
+        })
+        .as_ref()
+    }
+
+    /// Whether tracing is on.
+    pub fn on() -> bool {
+        trace().is_some()
+    }
+
+    /// The monotonic clock in ns.
+    pub fn now_ns() -> u64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    }
+
+    /// Record `stage` of entry `index` (to or from node `peer`) at `ns`.
+    pub fn mark_at(stage: &'static str, index: u64, peer: u64, ns: u64) {
+        if let Some(t) = trace() {
+            let mut r = t.recs.lock().unwrap_or_else(|e| e.into_inner());
+            if r.len() < CAP {
+                r.push((stage, index, peer, ns));
+            }
+        }
+    }
+
+    /// Record `stage` of entry `index` now.
+    pub fn mark(stage: &'static str, index: u64, peer: u64) {
+        if on() {
+            mark_at(stage, index, peer, now_ns());
+        }
+    }
+
+    /// The index of the last write this thread handed to openraft (for the
+    /// `out` stage).
+    pub static LAST_WRITE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    /// Note the reply to the last write as written.
+    pub fn mark_out() {
+        if on() {
+            let i = LAST_WRITE.swap(u64::MAX, Ordering::Relaxed);
+            if i != u64::MAX {
+                mark("out", i, 0);
+            }
+        }
+    }
+
+    /// Write the records to the file (at shutdown); errors are reported on
+    /// stderr.
+    pub fn dump() {
+        let Some(t) = trace() else {
+            return;
+        };
+        let recs = std::mem::take(&mut *t.recs.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut out = String::with_capacity(recs.len() * 32);
+        for (s, i, p, ns) in recs {
+            out.push_str(&format!("{s} {i} {p} {ns}\n"));
+        }
+        if let Err(e) = std::fs::write(&t.file, out) {
+            eprintln!("pmkv-server: PMKV_SET_TRACE {}: {e}", t.file);
+        }
+    }
+
+    /// The median time of each step of a SET, from the trace files of
+    /// every node: one line per step, in us, and the number of SETs seen
+    /// whole.
+    pub fn report(files: &[std::path::PathBuf]) -> Result<String, String> {
+        use std::collections::HashMap;
+        // index -> stage -> [(peer, ns)]
+        let mut by: HashMap<u64, HashMap<String, Vec<(u64, u64)>>> = HashMap::new();
+        for (fi, f) in files.iter().enumerate() {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            for (n, l) in text.lines().enumerate() {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let bad = || format!("{}:{}: expected STAGE INDEX PEER NS", f.display(), n + 1);
+                let [stage, i, p, ns] = w[..] else {
+                    return Err(bad());
+                };
+                let num = |x: &str| x.parse::<u64>().map_err(|_| bad());
+                let peer = if stage == "recv" || stage == "appended" || stage == "replied" {
+                    // A follower's stages are told apart by their file.
+                    fi as u64
+                } else {
+                    num(p)?
+                };
+                by.entry(num(i)?)
+                    .or_default()
+                    .entry(stage.to_string())
+                    .or_default()
+                    .push((peer, num(ns)?));
+            }
+        }
+        let steps = [
+            "leader: write handed to openraft -> first AppendEntries written (RaftCore, log append and flush, replication task, log read)",
+            "-> a follower has read it (loopback, wake-up)",
+            "follower: openraft append_entries (RaftCore, log append and flush)",
+            "follower: answer written",
+            "-> the leader has read the first answer (loopback, wake-up)",
+            "leader: first answer -> openraft answers the write (commit, apply)",
+            "leader: -> reply written to the client",
+            "leader: write handed to openraft -> reply written (total in the leader)",
+        ];
+        let mut d: Vec<Vec<f64>> = vec![Vec::new(); steps.len()];
+        let first = |v: Option<&Vec<(u64, u64)>>| v.and_then(|v| v.iter().map(|x| x.1).min());
+        let mut whole = 0;
+        for st in by.values() {
+            let (Some(req), Some(send), Some(done), Some(out)) = (
+                first(st.get("req")),
+                first(st.get("send")),
+                first(st.get("done")),
+                first(st.get("out")),
+            ) else {
+                continue;
+            };
+            // The follower whose answer came first.
+            let Some(&(fpeer, ack)) = st.get("ack").and_then(|a| a.iter().min_by_key(|x| x.1))
+            else {
+                continue;
+            };
+            let Some(&(_, sent)) = st.get("send").and_then(|a| a.iter().find(|x| x.0 == fpeer))
+            else {
+                continue;
+            };
+            // The follower's own stages: the one file whose recv is
+            // between this send and ack.
+            let fol = st.get("recv").and_then(|r| {
+                r.iter()
+                    .filter(|x| x.1 >= sent && x.1 <= ack)
+                    .map(|x| x.0)
+                    .next()
+            });
+            let get = |name: &str, f: u64| {
+                st.get(name)
+                    .and_then(|v| v.iter().find(|x| x.0 == f))
+                    .map(|x| x.1)
+            };
+            let Some(f) = fol else { continue };
+            let (Some(recv), Some(app), Some(rep)) =
+                (get("recv", f), get("appended", f), get("replied", f))
+            else {
+                continue;
+            };
+            whole += 1;
+            let us = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1000.0;
+            let vals = [
+                us(req, send),
+                us(sent, recv),
+                us(recv, app),
+                us(app, rep),
+                us(rep, ack),
+                us(ack, done),
+                us(done, out),
+                us(req, out),
+            ];
+            for (k, v) in vals.into_iter().enumerate() {
+                d[k].push(v);
+            }
+        }
+        if whole == 0 {
+            return Err("no SET is traced whole on the leader and a follower: give every node's file (PMKV_SET_TRACE on each node)".into());
+        }
+        let mut out = format!("SETs traced whole: {whole}\nstep: p50 / p90 us\n");
+        for (k, s) in steps.iter().enumerate() {
+            let v = &mut d[k];
+            v.sort_by(|a, b| a.total_cmp(b));
+            let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+            out.push_str(&format!("{s}: {:.1} / {:.1}\n", q(0.5), q(0.9)));
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::types::{Cmd, Entry, LogId};
     use openraft::{CommittedLeaderId, EntryPayload, SnapshotMeta, Vote};
+    use std::sync::atomic::AtomicU64;
 
     fn lid(term: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -1209,6 +1585,98 @@ mod tests {
         match RpcResponse::decode(kind, msg).unwrap() {
             RpcResponse::Vote(Ok(got)) => assert_eq!(got, v),
             _ => panic!("another answer"),
+        }
+    }
+
+    /// A stand-in follower: answers every AppendEntries `Success`,
+    /// counting the connections accepted and the frames read.
+    async fn fake_follower() -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let (conns, frames) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (c2, f2) = (conns.clone(), frames.clone());
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                c2.fetch_add(1, Ordering::SeqCst);
+                let f3 = f2.clone();
+                tokio::spawn(async move {
+                    let (r, mut w) = s.into_split();
+                    let mut r = BufReader::new(r);
+                    while read_frame(&mut r).await.is_ok() {
+                        f3.fetch_add(1, Ordering::SeqCst);
+                        let ok = RpcResponse::Append(Ok(AppendEntriesResponse::Success));
+                        if write_frame(&mut w, ok.encode()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, conns, frames)
+    }
+
+    fn append(
+        prev: Option<LogId>,
+        entries: Vec<Entry>,
+        commit: Option<LogId>,
+    ) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: prev,
+            entries,
+            leader_commit: commit,
+        }
+    }
+
+    #[tokio::test]
+    async fn commit_only_appends_are_held_back_and_connections_pooled() {
+        let (addr, conns, frames) = fake_follower().await;
+        let node = NodeAddr {
+            raft: addr,
+            client: String::new(),
+        };
+        let opt = || RPCOption::new(Duration::from_secs(5));
+        let entry = |i| Entry {
+            log_id: lid(2, i),
+            payload: EntryPayload::Normal(Cmd::Set {
+                key: vec![1],
+                value: vec![2],
+            }),
+        };
+        for (lag, held) in [(Duration::from_secs(5), true), (Duration::ZERO, false)] {
+            let mut net = Network {
+                commit_lag: lag,
+                ..Default::default()
+            };
+            let mut c = net.new_client(2, &node).await;
+            let before = frames.load(Ordering::SeqCst);
+            // Entry 5, then its commit alone: held back (not sent) with a lag.
+            let r = c.append_entries(
+                append(Some(lid(2, 4)), vec![entry(5)], Some(lid(2, 4))),
+                opt(),
+            );
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            let r = c.append_entries(append(Some(lid(2, 5)), vec![], Some(lid(2, 5))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            let sent = frames.load(Ordering::SeqCst) - before;
+            assert_eq!(sent, if held { 1 } else { 2 }, "lag {lag:?}");
+            // A heartbeat with the commit already seen goes out; so does
+            // one with another prev_log_id.
+            let r = c.append_entries(append(Some(lid(2, 5)), vec![], Some(lid(2, 5))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            let r = c.append_entries(append(Some(lid(2, 3)), vec![], Some(lid(2, 6))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            assert_eq!(frames.load(Ordering::SeqCst) - before, sent + 2);
+            // A fresh connection's first commit-only message is sent.
+            drop(c);
+            let accepted = conns.load(Ordering::SeqCst);
+            let mut c = net.new_client(2, &node).await;
+            let before = frames.load(Ordering::SeqCst);
+            let r = c.append_entries(append(Some(lid(2, 5)), vec![], Some(lid(2, 7))), opt());
+            assert_eq!(r.await.unwrap(), AppendEntriesResponse::Success);
+            assert_eq!(frames.load(Ordering::SeqCst) - before, 1);
+            // ... on the pooled connection: no new dial.
+            assert_eq!(conns.load(Ordering::SeqCst), accepted);
         }
     }
 

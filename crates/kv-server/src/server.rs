@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::KvEngine;
 use crate::engine_log::is_reserved;
-use crate::net::{serve_raft_with, Network};
+use crate::net::{serve_raft_with, set_trace, Network};
 use crate::resp::{parse_command, Value};
 use crate::store::{self, LogPlacement, StateMachine};
 use crate::types::{Cmd, NodeAddr, NodeId, Raft, Reply};
@@ -37,6 +37,9 @@ impl std::error::Error for Error {}
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a read may wait for the leader to confirm its leadership.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default of [`NodeConfig::commit_lag_ms`].
+pub const DEFAULT_COMMIT_LAG_MS: u64 = 50;
 
 /// Settings of one node.
 #[derive(Debug, Clone)]
@@ -66,6 +69,10 @@ pub struct NodeConfig {
     /// ([`LogPlacement::default_for`]: in the PM engine for `list`,
     /// `btree` and `anchor`, a separate file for `wal` and `mem`).
     pub raft_log: Option<LogPlacement>,
+    /// How long after its last AppendEntries to a follower the leader may
+    /// hold back a commit-only one (the commit index then rides on the
+    /// next message; see [`crate::net::Connection`]), ms; 0 sends each.
+    pub commit_lag_ms: u64,
 }
 
 impl NodeConfig {
@@ -83,6 +90,7 @@ impl NodeConfig {
             routes: BTreeMap::new(),
             unsafe_local_reads: false,
             raft_log: None,
+            commit_lag_ms: DEFAULT_COMMIT_LAG_MS,
         }
     }
 
@@ -148,6 +156,8 @@ impl Node {
             raft_config,
             Network {
                 routes: cfg.routes.clone(),
+                commit_lag: Duration::from_millis(cfg.commit_lag_ms),
+                pool: Default::default(),
             },
             log,
             sm.clone(),
@@ -210,6 +220,7 @@ impl Node {
             t.abort();
         }
         let _ = self.shared.raft.shutdown().await;
+        set_trace::dump();
     }
 }
 
@@ -275,6 +286,7 @@ async fn client_conn(mut sock: TcpStream, shared: Arc<Shared>) {
         if !out.is_empty() && sock.write_all(&out).await.is_err() {
             return;
         }
+        set_trace::mark_out();
         out.clear();
         if close {
             return;
@@ -308,11 +320,24 @@ impl Shared {
     }
 
     async fn write(&self, cmd: Cmd) -> Result<Reply, Value> {
+        let t0 = if set_trace::on() {
+            set_trace::now_ns()
+        } else {
+            0
+        };
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(cmd)).await {
             Err(_) => Err(err(
                 "TIMEOUT the write was not confirmed in time and may or may not take effect",
             )),
-            Ok(Ok(r)) => Ok(r.data),
+            Ok(Ok(r)) => {
+                if set_trace::on() {
+                    let i = r.log_id.index;
+                    set_trace::mark_at("req", i, 0, t0);
+                    set_trace::mark("done", i, 0);
+                    set_trace::LAST_WRITE.store(i, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(r.data)
+            }
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(self.redirect(&f))
             }
@@ -459,13 +484,15 @@ async fn exec(shared: &Shared, args: &[Vec<u8>]) -> Value {
                 "slave"
             };
             let text = format!(
-                "# Server\r\nredis_version:7.0.0-pmkv\r\n# Replication\r\nrole:{role}\r\nraft_id:{}\r\nraft_leader:{}\r\nraft_term:{}\r\nraft_applied:{}\r\nengine:{}\r\nraft_log:{}\r\n",
+                "# Server\r\nredis_version:7.0.0-pmkv\r\n# Replication\r\nrole:{role}\r\nraft_id:{}\r\nraft_leader:{}\r\nraft_term:{}\r\nraft_applied:{}\r\nengine:{}\r\nraft_log:{}\r\nraft_appends_sent:{}\r\nraft_commits_held:{}\r\n",
                 shared.id,
                 m.current_leader.map_or("none".to_string(), |l| l.to_string()),
                 m.current_term,
                 shared.sm.applied_index(),
                 shared.sm.engine_name(),
-                shared.sm.placement().name()
+                shared.sm.placement().name(),
+                crate::net::APPENDS_SENT.load(std::sync::atomic::Ordering::Relaxed),
+                crate::net::COMMITS_HELD.load(std::sync::atomic::Ordering::Relaxed),
             );
             Value::Bulk(text.into_bytes())
         }
@@ -507,3 +534,59 @@ pub const COMMANDS: &[&str] = &[
     "GET", "SET", "DEL", "CAS", "PING", "ECHO", "CONFIG", "COMMAND", "INFO", "RAFTINFO",
     "LOCALGET", "SELECT", "CLIENT", "QUIT",
 ];
+
+/// A spin-before-block hook for a tokio runtime (`on_thread_park`): before
+/// the thread sleeps in `epoll_wait`, poll the runtime's epoll instance
+/// without blocking for up to `spin` (an epoll descriptor is readable
+/// while it holds ready events, and polling it consumes none), so that a
+/// message arriving within that time is taken without the thread going to
+/// sleep and being woken. The descriptor is looked up in `/proc/self/fd`
+/// at the first park; when the process holds none or more than one, the
+/// hook says so once on stderr and does nothing.
+pub fn spin_before_park(spin: Duration) -> impl Fn() + Send + Sync + 'static {
+    let epfd = std::sync::OnceLock::new();
+    move || {
+        let Some(fd) = *epfd.get_or_init(|| {
+            let fd = find_epoll_fd();
+            if fd.is_none() {
+                eprintln!("pmkv-server: --spin-us: no single epoll descriptor in /proc/self/fd, spinning is off");
+            }
+            fd
+        }) else {
+            return;
+        };
+        let end = std::time::Instant::now() + spin;
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one valid pollfd, no timeout.
+            let n = unsafe { libc::poll(&mut p, 1, 0) };
+            if n != 0 || std::time::Instant::now() >= end {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The process's epoll descriptor, if it holds exactly one.
+fn find_epoll_fd() -> Option<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        if target.as_os_str() == "anon_inode:[eventpoll]" {
+            if let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) {
+                found.push(fd);
+            }
+        }
+    }
+    match found[..] {
+        [fd] => Some(fd),
+        _ => None,
+    }
+}

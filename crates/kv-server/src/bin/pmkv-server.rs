@@ -62,6 +62,15 @@ struct Tuning {
     /// multi (a pool of --worker-threads threads).
     #[arg(long, default_value = "current")]
     runtime: String,
+    /// Hold back a commit-only AppendEntries (no entries, only a new commit
+    /// index) sent within this many ms of the last one to that follower:
+    /// the commit index rides on the next message (0: send each at once).
+    #[arg(long, default_value_t = pmlab_kv_server::server::DEFAULT_COMMIT_LAG_MS)]
+    commit_lag_ms: u64,
+    /// Before sleeping in epoll, poll for up to this many us for a message
+    /// (spin-before-block; 0: off). Costs CPU; see docs/kv-server.md.
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
 }
 
 #[derive(Subcommand)]
@@ -119,6 +128,13 @@ enum Cmd {
     Bench(BenchArgs),
     /// Run a fault schedule against a local cluster and check the history.
     Faults(FaultArgs),
+    /// The median time of each step of a SET from the PMKV_SET_TRACE
+    /// files of a cluster's nodes (leader and followers).
+    #[command(hide = true)]
+    SetTrace {
+        /// One file per node.
+        files: Vec<PathBuf>,
+    },
     /// One relay process of `bench --mode floor` (prints its port).
     #[command(hide = true)]
     FloorRelay {
@@ -317,6 +333,17 @@ fn check_tuning(t: &Tuning) -> Result<Checked> {
     if election.0 == 0 || election.0 >= election.1 {
         return Err(bad());
     }
+    if t.commit_lag_ms >= election.0 {
+        bail!(
+            "--commit-lag-ms {}: give less than the election timeout's minimum ({} ms), e.g. {}",
+            t.commit_lag_ms,
+            election.0,
+            t.heartbeat_ms.min(election.0 / 2)
+        );
+    }
+    if t.spin_us > 100_000 {
+        bail!("--spin-us {}: give 0 (off) to 100000", t.spin_us);
+    }
     let multi_thread = match t.runtime.as_str() {
         "current" => false,
         "multi" => true,
@@ -358,6 +385,10 @@ fn tuning_args(t: &Tuning) -> Vec<String> {
         t.max_clients.to_string(),
         "--runtime".into(),
         t.runtime.clone(),
+        "--commit-lag-ms".into(),
+        t.commit_lag_ms.to_string(),
+        "--spin-us".into(),
+        t.spin_us.to_string(),
     ]
 }
 
@@ -410,16 +441,21 @@ fn serve(
     cfg.max_clients = t.max_clients;
     cfg.routes = route_map;
     cfg.raft_log = checked.placement;
-    let rt = if checked.multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(worker_threads)
-            .enable_all()
-            .build()?
+    cfg.commit_lag_ms = t.commit_lag_ms;
+    let mut builder = if checked.multi_thread {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(worker_threads);
+        b
     } else {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
     };
+    builder.enable_all();
+    if t.spin_us > 0 {
+        builder.on_thread_park(pmlab_kv_server::server::spin_before_park(
+            Duration::from_micros(t.spin_us),
+        ));
+    }
+    let rt = builder.build()?;
     rt.block_on(async move {
         let me = cfg.members.get(&cfg.id).cloned();
         let node = Node::start(cfg, engine).await?;
@@ -875,6 +911,17 @@ fn main() -> ExitCode {
         Cmd::Faults(a) => faults(a),
         Cmd::Lincheck(a) => check_history(a),
         Cmd::FloorRelay { wait, next } => floor_relay(&wait, next),
+        Cmd::SetTrace { files } => {
+            if files.is_empty() {
+                Err(anyhow!(
+                    "set-trace: give the PMKV_SET_TRACE file of every node"
+                ))
+            } else {
+                pmlab_kv_server::net::set_trace::report(&files)
+                    .map(|r| print!("{r}"))
+                    .map_err(|e| anyhow!("set-trace: {e}"))
+            }
+        }
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
