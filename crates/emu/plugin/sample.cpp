@@ -158,9 +158,16 @@ constexpr unsigned kMaxTrace = 12;
 // back through arithmetic, casts, address computations, selects and phis.
 // Values defined outside `L` are invariant in it and carry no miss of the
 // iteration; a value the trace cannot follow (a call's result, an atomic)
-// or follows too far counts as loaded.
+// or follows too far counts as loaded, and so does an argument outside
+// loops.
 bool loadedIn(Value *V, const Loop *L, SmallPtrSetImpl<Value *> &seen,
               unsigned depth) {
+  // Outside loops, an argument may be a value the caller just loaded (a
+  // comparison function given two keys, in a function that also loads or
+  // stores: one that does neither is not rewritten at all); in a loop it
+  // is invariant.
+  if (isa<Argument>(V))
+    return !L;
   auto *I = dyn_cast<Instruction>(V);
   if (!I || (L && !L->contains(I)) || !seen.insert(I).second)
     return false;
@@ -197,10 +204,11 @@ bool loadedIn(Value *V, const Loop *L, SmallPtrSetImpl<Value *> &seen,
 // Whether the compare `c` gets a callback: a scalar 4- or 8-byte integer
 // compare (as clang's trace-cmp, without its constant forms) with an
 // operand that varies with a value loaded in the compare's innermost loop,
-// or, outside loops, with any loaded value. Only such a compare can test a
-// value a miss of the current iteration loaded, which is all the overlap
-// estimator's control-dependence rule looks for; a loop's counter compared
-// with a bound loaded before the loop (memlat's loops) tests none.
+// or, outside loops, with any loaded value or argument. Only such a compare
+// can test a value a miss of the current iteration loaded, which is all
+// the overlap estimator's control-dependence rule looks for; a loop's
+// counter compared with a bound loaded before the loop (memlat's loops)
+// tests none.
 bool wantsCmpHook(ICmpInst *c, const LoopInfo &LI) {
   if (c->getMetadata("nosanitize"))
     return false;
