@@ -19,6 +19,10 @@
 # access) and, with clang, as a sampled build (pmlab cc's default, the
 # sampling plugin) under --sample off and --sample auto; memlat (one and
 # four chains over 256 MiB) is the latency-bound case.
+# Last, the hooks per access of memlat with 1 and 8 chains (sampled build,
+# --sample off, 256 MiB): the calibrated cost of each kind of call and the
+# calls of each kind per access, from the statistics' `hooks` object of
+# two --no-inject runs of 1M and 3M accesses (their difference).
 # qsort moves the keys inside libc, which pmlab cc does not instrument
 # (only its comparison calls are): radix, all in the program, is the
 # sort that pays the hooks on every access.
@@ -115,6 +119,7 @@ for a in qsort radix; do
 	program_runs $a.native ns_per_element "$TMP/sort.native" -a $a
 done
 program_runs memlat4.native ns_per_access "$TMP/memlat.native" -r 256 -c 4
+program_runs memlat8.native ns_per_access "$TMP/memlat.native" -r 256 -c 8
 for b in $BUILDS; do
 	x=$b; s=off
 	[ "$b" = full ] && x=instr
@@ -123,6 +128,7 @@ for b in $BUILDS; do
 	program_runs triad.$b gbps $NOINJ --sample $s -- "$TMP/stream.$x" -k triad -t 1
 	program_runs memlat.$b ns_per_access $NOINJ --sample $s -- "$TMP/memlat.$x" -r 256
 	program_runs memlat4.$b ns_per_access $NOINJ --sample $s -- "$TMP/memlat.$x" -r 256 -c 4
+	program_runs memlat8.$b ns_per_access $NOINJ --sample $s -- "$TMP/memlat.$x" -r 256 -c 8
 	for a in qsort radix; do
 		program_runs $a.$b ns_per_element $NOINJ --sample $s -- "$TMP/sort.$x" -a $a
 	done
@@ -141,12 +147,36 @@ for a in qsort radix; do
 			"$a" "$sn" "$snl" "$snh" "$b" "$sa" "$sal" "$sah" "$(awk -v n="$sn" -v a="$sa" 'BEGIN { print a / n }')"
 	done
 done
-for m in memlat memlat4; do
-	chains=1; [ $m = memlat4 ] && chains=4
+for m in memlat memlat4 memlat8; do
+	chains=1; [ $m = memlat4 ] && chains=4; [ $m = memlat8 ] && chains=8
 	set -- $(stats "$TMP/res.$m.native"); mn=$1; mnl=$2; mnh=$3
 	for b in $BUILDS; do
 		set -- $(stats "$TMP/res.$m.$b"); ma=$1; mal=$2; mah=$3
 		printf "memlat (%d chain(s), 256 MiB): native %.1f ns/access [%.1f..%.1f], --no-inject %-11s %.1f [%.1f..%.1f]: %.2fx slower\n" \
 			"$chains" "$mn" "$mnl" "$mnh" "$b" "$ma" "$mal" "$mah" "$(awk -v n="$mn" -v a="$ma" 'BEGIN { print a / n }')"
 	done
+done
+
+# The hooks per access (sampled build with clang, else the full one).
+hooks_of() { # stats.json key -> the number after "key": in the hooks object
+	sed -n 's/.*"hooks":{\([^}]*\)}.*/\1/p' "$1" | tr ',' '\n' | sed -n "s/^\"$2\":\([0-9.]*\)$/\1/p"
+}
+x=instr
+[ -x "$TMP/memlat.sampled" ] && x=sampled
+for chains in 1 8; do
+	for n in 1000000 3000000; do
+		$NOINJ --sample off --stats-json "$TMP/hooks.$n.json" -- "$TMP/memlat.$x" -r 256 -c $chains -n $n >/dev/null 2>&1
+	done
+	a="$TMP/hooks.1000000.json"; b="$TMP/hooks.3000000.json"
+	line=""
+	for k in accesses logged compares compares_logged serial window_loss_ns; do
+		line="$line $k $(hooks_of "$a" $k) $(hooks_of "$b" $k)"
+	done
+	echo "$line" | awk -v c="$chains" -v build="$x" -v hit="$(hooks_of "$b" hit_ns)" -v miss="$(hooks_of "$b" logged_miss_ns)" \
+		-v cmp="$(hooks_of "$b" cmp_ns)" -v cmpl="$(hooks_of "$b" cmp_logged_ns)" '{
+		for (i = 1; i < NF; i += 3) { v = ($(i + 2) - $(i + 1)) / 2e6; d[$i] = v == 0 ? 0 : v }
+		if (c == 1) printf "calibrated per call: filter hit %.2f ns, logged miss %.2f ns, compare %.2f ns, logged compare %.2f ns\n", hit, miss, cmp, cmpl
+		printf "memlat %d chain(s) (%s build), per access: %.3f calls (%.3f logged), %.3f compares (%.3f logged), %.3f serial, window loss charged %.1f ns\n", \
+			c, build, d["accesses"], d["logged"], d["compares"], d["compares_logged"], d["serial"], d["window_loss_ns"]
+	}'
 done

@@ -78,12 +78,12 @@ const STUB: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static unsigned long hooks, asks, to_instr, to_clean;
+static unsigned long hooks, asks, to_instr, to_clean, cmps;
 static int policy = -1;
 #define H(n) void __sanitizer_cov_load##n(void *p) { (void)p; hooks++; } \
 	void __sanitizer_cov_store##n(void *p) { (void)p; hooks++; }
 H(1) H(2) H(4) H(8) H(16)
-#define C(n, t) void __sanitizer_cov_trace_cmp##n(t a, t b) { (void)a; (void)b; } \
+#define C(n, t) void __sanitizer_cov_trace_cmp##n(t a, t b) { (void)a; (void)b; cmps++; } \
 	void __sanitizer_cov_trace_const_cmp##n(t a, t b) { (void)a; (void)b; }
 C(1, uint8_t) C(2, uint16_t) C(4, uint32_t) C(8, uint64_t)
 void __sanitizer_cov_trace_switch(uint64_t v, uint64_t *c) { (void)v; (void)c; }
@@ -107,7 +107,7 @@ int __pmlab_sample_switch3(int64_t *s) {
 	return r;
 }
 __attribute__((destructor)) static void report(void) {
-	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu\n", hooks, asks, to_instr, to_clean);
+	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu cmps=%lu\n", hooks, asks, to_instr, to_clean, cmps);
 }
 "#;
 
@@ -125,27 +125,41 @@ fn run(cmd: &mut Command) -> Output {
 /// The stub's counts from a run's stderr: (hooks, asks, to instrumented,
 /// to clean).
 fn counts(out: &Output) -> (u64, u64, u64, u64) {
+    let v = all_counts(out);
+    (v[0], v[1], v[2], v[3])
+}
+
+/// The stub's compare callbacks from a run's stderr.
+fn compares(out: &Output) -> u64 {
+    all_counts(out)[4]
+}
+
+fn all_counts(out: &Output) -> Vec<u64> {
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err
         .lines()
         .find(|l| l.starts_with("hooks="))
         .unwrap_or_else(|| panic!("no counts in {err}"));
-    let v: Vec<u64> = line
-        .split_whitespace()
+    line.split_whitespace()
         .map(|kv| kv.split('=').nth(1).unwrap().parse().unwrap())
-        .collect();
-    (v[0], v[1], v[2], v[3])
+        .collect()
 }
 
 /// Build `prog.c` in `dir` with `pmlab cc -c FLAGS` (`mode`: the
 /// `PMLAB_CC_MODE`) and link it with the stub by clang itself: `exe`.
 fn build(dir: &Path, flags: &[&str], mode: &str, exe: &str) {
+    build_with(dir, flags, mode, exe, &[]);
+}
+
+/// [`build`] with `env` in the compiler's environment.
+fn build_with(dir: &Path, flags: &[&str], mode: &str, exe: &str, env: &[(&str, &str)]) {
     let obj = format!("{exe}.o");
     run(Command::new(PMLAB)
         .arg("cc")
         .args(flags)
         .args(["-c", "-o", &obj, "prog.c"])
         .env("PMLAB_CC_MODE", mode)
+        .envs(env.iter().copied())
         .current_dir(dir));
     run(Command::new("clang-14")
         .args(flags)
@@ -198,13 +212,38 @@ fn sampled_builds_run_both_copies_and_match_native_output() {
     ] {
         let tag = flags.join("").replace('-', "");
         let (full, sampled) = (format!("full{tag}"), format!("sampled{tag}"));
+        let private = format!("private{tag}");
         build(&t.0, flags, "full", &full);
-        build(&t.0, flags, "sample", &sampled);
+        // The stack slots hooked too, so that a window sees what full
+        // instrumentation sees.
+        build_with(
+            &t.0,
+            flags,
+            "sample",
+            &sampled,
+            &[("PMLAB_SAMPLE_HOOK_STACK", "1")],
+        );
+        build(&t.0, flags, "sample", &private);
         let f = exec(&t.0, &full, "clean");
         let (full_hooks, full_asks, _, _) = counts(&f);
         assert_eq!(String::from_utf8_lossy(&f.stdout), want, "{flags:?} full");
         assert!(full_hooks > 10_000, "{flags:?}: {full_hooks} hooks");
         assert_eq!(full_asks, 0, "{flags:?}: the full build has no switch");
+        // The default build leaves the private stack slots unhooked: at
+        // -O0 every local variable is one.
+        let o = exec(&t.0, &private, "full");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), want, "{flags:?}");
+        let private_hooks = counts(&o).0;
+        assert!(
+            private_hooks > 0 && private_hooks <= full_hooks,
+            "{flags:?}: {private_hooks} of {full_hooks}"
+        );
+        if flags == ["-O0"] {
+            assert!(
+                private_hooks * 2 < full_hooks,
+                "{flags:?}: {private_hooks} of {full_hooks}"
+            );
+        }
         for policy in ["clean", "full", "alt"] {
             let o = exec(&t.0, &sampled, policy);
             assert_eq!(
@@ -240,6 +279,148 @@ fn asm_body<'a>(asm: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name} in the assembly"));
     let rest = &asm[start..];
     &rest[..rest.find(".cfi_endproc").unwrap_or(rest.len())]
+}
+
+/// Program shapes for the compare filter and the private stack slots:
+/// `shapes SHAPE N` runs one shape N times (steps, probes or lookups).
+const SHAPES: &str = r#"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#define NODES 4096
+/* memlat's loop: the chain pointers in a local array indexed by a
+ * variable, the chain count and the steps loaded before the loop. */
+__attribute__((noinline)) uintptr_t chase(void **heads, const long *cfg) {
+	void **p[8];
+	long chains = cfg[0], rounds = cfg[1];
+	for (long c = 0; c < chains; c++) p[c] = heads[c];
+	for (long r = 0; r < rounds; r++)
+		for (long c = 0; c < chains; c++) p[c] = (void **)*p[c];
+	uintptr_t s = 0;
+	for (long c = 0; c < chains; c++) s ^= (uintptr_t)p[c];
+	return s;
+}
+/* A hash probe: the loop's exit compares the key just loaded. */
+struct slot { uint64_t key, val; };
+__attribute__((noinline)) uint64_t probe(const struct slot *t, uint64_t mask, const uint64_t *keys, long n) {
+	uint64_t sum = 0;
+	for (long i = 0; i < n; i++) {
+		uint64_t k = keys[i], h = (k * 0x9e3779b97f4a7c15ull) & mask;
+		while (t[h].key != k && t[h].key != 0) h = (h + 1) & mask;
+		sum += t[h].val;
+	}
+	return sum;
+}
+/* A tree level's search: compares of the loaded keys. */
+__attribute__((noinline)) uint64_t descend(const uint64_t *k, long b, const uint64_t *keys, long n) {
+	uint64_t sum = 0;
+	for (long i = 0; i < n; i++) {
+		uint64_t j = 0;
+		for (long x = 1; x < b; x++) j += k[x] <= keys[i];
+		sum += j;
+	}
+	return sum;
+}
+/* A stack array whose address escapes (its accesses stay hooked) and
+ * the same array private (they do not). */
+static long *volatile keep;
+static long kept;
+__attribute__((noinline)) void look(void) { long *k = keep; if (k) kept += k[0]; }
+__attribute__((noinline)) long escaped(long n) {
+	long v[4] = {1, 2, 3, 4}, s = 0;
+	keep = v;
+	for (long i = 0; i < n; i++) { v[i & 3] += i; s += v[(i + 1) & 3]; look(); }
+	keep = 0;
+	return s;
+}
+__attribute__((noinline)) long private_(long n) {
+	long v[4] = {1, 2, 3, 4}, s = 0;
+	for (long i = 0; i < n; i++) { v[i & 3] += i; s += v[(i + 1) & 3]; look(); }
+	return s;
+}
+int main(int argc, char **argv) {
+	if (argc < 3) return 2;
+	long n = atol(argv[2]);
+	static void *nodes[NODES * 8];
+	for (long i = 0; i < NODES; i++) nodes[i * 8] = &nodes[((i * 2654435761u) % NODES) * 8];
+	static struct slot t[1024];
+	static uint64_t keys[1 << 16];
+	for (long i = 0; i < (1 << 16); i++) keys[i] = 1 + (uint64_t)i * 7 % 900;
+	for (uint64_t k = 1; k <= 900; k++) {
+		uint64_t h = (k * 0x9e3779b97f4a7c15ull) & 1023;
+		while (t[h].key) h = (h + 1) & 1023;
+		t[h].key = k; t[h].val = k;
+	}
+	static uint64_t sorted[16];
+	for (long x = 0; x < 16; x++) sorted[x] = x * 64;
+	uintptr_t r = 0;
+	if (!strcmp(argv[1], "chase")) {
+		void *heads[4] = {&nodes[0], &nodes[8], &nodes[16], &nodes[24]};
+		long cfg[2] = {4, n / 4};
+		r = chase(heads, cfg);
+	} else if (!strcmp(argv[1], "probe")) r = probe(t, 1023, keys, n);
+	else if (!strcmp(argv[1], "descend")) r = descend(sorted, 16, keys, n);
+	else if (!strcmp(argv[1], "escaped")) r = escaped(n);
+	else if (!strcmp(argv[1], "private")) r = private_(n);
+	return (int)(r & 1);
+}
+"#;
+
+/// Compare callbacks only where a compare can test a value loaded in its
+/// loop's current iteration, and no hooks on private stack slots: a
+/// chase like memlat's makes one hooked access per step and no compare
+/// callback, while a hash probe's and a tree search's compares of loaded
+/// keys keep theirs (the overlap estimator's control dependence), and an
+/// escaping stack array stays hooked. Counted as the difference of runs
+/// of N and 2N steps, in one endless window.
+#[test]
+fn compares_and_accesses_are_hooked_only_where_they_can_matter() {
+    runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample-shapes");
+    t.write("prog.c", SHAPES);
+    t.write("stub.c", STUB);
+    run(Command::new("clang-14")
+        .args(["-O2", "-c", "-o", "stub.o", "stub.c"])
+        .current_dir(&t.0));
+    if !have_plugin(&t.0) {
+        common::skip("pmlab built without LLVM 14 (apt-get install llvm-14-dev)");
+        return;
+    }
+    for flags in [&["-O2"][..], &["-O1"], &["-O3"]] {
+        let exe = format!("shapes{}", flags.join("").replace('-', ""));
+        build(&t.0, flags, "sample", &exe);
+        // (hooks, compares) per step of `shape`.
+        let per_step = |shape: &str| -> (f64, f64) {
+            let go = |n: u64| {
+                let o = Command::new(t.0.join(&exe))
+                    .args([shape, &n.to_string()])
+                    .env("STUB_POLICY", "full")
+                    .output()
+                    .expect("run shapes");
+                (counts(&o).0, compares(&o))
+            };
+            let (a, b) = (go(4000), go(8000));
+            ((b.0 - a.0) as f64 / 4000.0, (b.1 - a.1) as f64 / 4000.0)
+        };
+        let (hooks, cmps) = per_step("chase");
+        assert_eq!((hooks, cmps), (1.0, 0.0), "{flags:?}: chase");
+        let (hooks, cmps) = per_step("probe");
+        assert!(hooks >= 2.0, "{flags:?}: probe: {hooks} hooks");
+        assert!(cmps >= 1.0, "{flags:?}: probe: {cmps} compares");
+        let (hooks, cmps) = per_step("descend");
+        assert!(hooks >= 15.0, "{flags:?}: descend: {hooks} hooks");
+        assert!(cmps >= 15.0, "{flags:?}: descend: {cmps} compares");
+        // The array's load, store and load per step, beside `look`'s.
+        let (escaped, _) = per_step("escaped");
+        let (private, _) = per_step("private");
+        assert!(
+            escaped >= private + 3.0,
+            "{flags:?}: {escaped} hooks escaped, {private} private"
+        );
+    }
 }
 
 #[test]

@@ -43,12 +43,20 @@
 // kMaxInstructions instructions) are left as one copy with every access
 // hooked, i.e. as sanitizer coverage would build them.
 //
+// Two kinds of code get no hooks in either copy: loads and stores of the
+// function's private stack slots (small, never escaping: `privateSlots`;
+// PMLAB_SAMPLE_HOOK_STACK=1 hooks them too), and compares that cannot test
+// a value loaded in the current iteration of their loop (`wantsCmpHook`).
+//
 // PMLAB_SAMPLE_PASS_DEBUG=1 in the compiler's environment prints one line
-// per function saying what the pass did.
+// per function saying what the pass did; =2 also one line per integer
+// compare, hooked or skipped.
 
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Analysis/CaptureTracking.h"
 #include "llvm/Analysis/LoopInfo.h"
+#include "llvm/Analysis/ValueTracking.h"
 #include "llvm/IR/Dominators.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Instructions.h"
@@ -82,6 +90,19 @@ const char *const kSwitchName = "__pmlab_sample_switch3";
 bool debugOn() {
   const char *v = std::getenv("PMLAB_SAMPLE_PASS_DEBUG");
   return v && *v && *v != '0';
+}
+
+// PMLAB_SAMPLE_HOOK_STACK=1 hooks the private stack slots too
+// (`privateSlots`), as full instrumentation does.
+bool hookStack() {
+  const char *v = std::getenv("PMLAB_SAMPLE_HOOK_STACK");
+  return v && *v && *v != '0';
+}
+
+// PMLAB_SAMPLE_PASS_DEBUG=2 also prints each compare's choice.
+bool debugCompares() {
+  const char *v = std::getenv("PMLAB_SAMPLE_PASS_DEBUG");
+  return v && *v == '2';
 }
 
 // Index of the callback for an access of `bytes` bytes, -1 for none
@@ -129,16 +150,83 @@ Hooks declareHooks(Module &M) {
   return h;
 }
 
-// A compare callback before every scalar 4- or 8-byte integer compare
-// among `insts` (as clang's trace-cmp, without its constant forms).
+// How far back through the arithmetic an operand is traced to a load.
+constexpr unsigned kMaxTrace = 12;
+
+// Whether `V` can change from one iteration of `L` to the next with a value
+// the program loaded inside `L` (`L` null: with any loaded value), traced
+// back through arithmetic, casts, address computations, selects and phis.
+// Values defined outside `L` are invariant in it and carry no miss of the
+// iteration; a value the trace cannot follow (a call's result, an atomic)
+// or follows too far counts as loaded, and so does an argument outside
+// loops.
+bool loadedIn(Value *V, const Loop *L, SmallPtrSetImpl<Value *> &seen,
+              unsigned depth) {
+  // Outside loops, an argument may be a value the caller just loaded (a
+  // comparison function given two keys, in a function that also loads or
+  // stores: one that does neither is not rewritten at all); in a loop it
+  // is invariant.
+  if (isa<Argument>(V))
+    return !L;
+  auto *I = dyn_cast<Instruction>(V);
+  if (!I || (L && !L->contains(I)) || !seen.insert(I).second)
+    return false;
+  if (depth >= kMaxTrace)
+    return true;
+  if (isa<LoadInst>(I))
+    return true;
+  if (isa<AllocaInst>(I))
+    return false;
+  auto any = [&](iterator_range<Use *> ops) {
+    for (Use &U : ops)
+      if (loadedIn(U.get(), L, seen, depth + 1))
+        return true;
+    return false;
+  };
+  if (auto *S = dyn_cast<SelectInst>(I))
+    return loadedIn(S->getTrueValue(), L, seen, depth + 1) ||
+           loadedIn(S->getFalseValue(), L, seen, depth + 1);
+  if (auto *CB = dyn_cast<CallBase>(I)) {
+    if (auto *II = dyn_cast<IntrinsicInst>(CB))
+      if (!II->mayReadOrWriteMemory())
+        return any(II->args());
+    return true;
+  }
+  if (isa<CastInst>(I) || isa<BinaryOperator>(I) || isa<UnaryOperator>(I) ||
+      isa<GetElementPtrInst>(I) || isa<PHINode>(I) || isa<FreezeInst>(I) ||
+      isa<CmpInst>(I) || isa<ExtractValueInst>(I) ||
+      isa<ExtractElementInst>(I) || isa<InsertElementInst>(I) ||
+      isa<InsertValueInst>(I) || isa<ShuffleVectorInst>(I))
+    return any(I->operands());
+  return !isa<LandingPadInst>(I);
+}
+
+// Whether the compare `c` gets a callback: a scalar 4- or 8-byte integer
+// compare (as clang's trace-cmp, without its constant forms) with an
+// operand that varies with a value loaded in the compare's innermost loop,
+// or, outside loops, with any loaded value or argument. Only such a compare
+// can test a value a miss of the current iteration loaded, which is all
+// the overlap estimator's control-dependence rule looks for; a loop's
+// counter compared with a bound loaded before the loop (memlat's loops)
+// tests none.
+bool wantsCmpHook(ICmpInst *c, const LoopInfo &LI) {
+  if (c->getMetadata("nosanitize"))
+    return false;
+  Type *ty = c->getOperand(0)->getType();
+  if (!ty->isIntegerTy(32) && !ty->isIntegerTy(64))
+    return false;
+  const Loop *L = LI.getLoopFor(c->getParent());
+  SmallPtrSet<Value *, 32> seen;
+  return loadedIn(c->getOperand(0), L, seen, 0) ||
+         loadedIn(c->getOperand(1), L, seen, 0);
+}
+
+// A compare callback before each compare among `insts` (chosen by
+// `wantsCmpHook` on the function before it was cloned).
 void insertCmpHooks(const Hooks &h, ArrayRef<Instruction *> insts) {
   for (Instruction *I : insts) {
-    auto *c = dyn_cast<ICmpInst>(I);
-    if (!c || c->getMetadata("nosanitize"))
-      continue;
+    auto *c = cast<ICmpInst>(I);
     Type *ty = c->getOperand(0)->getType();
-    if (!ty->isIntegerTy(32) && !ty->isIntegerTy(64))
-      continue;
     IRBuilder<> B(c);
     CallInst *call = B.CreateCall(ty->isIntegerTy(32) ? h.cmp4 : h.cmp8,
                                   {c->getOperand(0), c->getOperand(1)});
@@ -146,6 +234,51 @@ void insertCmpHooks(const Hooks &h, ArrayRef<Instruction *> insts) {
     if (DebugLoc dl = c->getDebugLoc())
       call->setDebugLoc(dl);
   }
+}
+
+// Stack slots at most this large whose address never escapes the function
+// are not hooked (`privateSlots`).
+constexpr uint64_t kMaxPrivateSlot = 4096;
+
+// The function's static stack slots of at most kMaxPrivateSlot bytes whose
+// address is never captured (stored, passed to a call that may keep it,
+// returned): variables the optimizer left in memory, such as an array
+// indexed by a variable (memlat's chain pointers). Only this function and
+// the calls it makes reach them (a callee's own accesses stay hooked),
+// they stay in the first-level cache while it runs, and their hooks would
+// all be filter hits: counting them costs calls on the program's critical
+// path (two of memlat's three hooked accesses per step) and tells the
+// cache model nothing.
+SmallPtrSet<AllocaInst *, 16> privateSlots(Function &F, const DataLayout &DL) {
+  SmallPtrSet<AllocaInst *, 16> slots;
+  if (hookStack())
+    return slots;
+  for (Instruction &I : F.getEntryBlock()) {
+    auto *A = dyn_cast<AllocaInst>(&I);
+    if (!A || !A->isStaticAlloca())
+      continue;
+    Optional<TypeSize> size = A->getAllocationSizeInBits(DL);
+    if (!size || size->isScalable() || size->getFixedSize() / 8 > kMaxPrivateSlot)
+      continue;
+    if (PointerMayBeCaptured(A, /*ReturnCaptures=*/true,
+                             /*StoreCaptures=*/true))
+      continue;
+    slots.insert(A);
+  }
+  return slots;
+}
+
+// Whether the access `I` reads or writes one of `slots`.
+bool onSlot(Instruction *I, const SmallPtrSetImpl<AllocaInst *> &slots) {
+  Value *ptr = nullptr;
+  if (auto *L = dyn_cast<LoadInst>(I))
+    ptr = L->getPointerOperand();
+  else if (auto *S = dyn_cast<StoreInst>(I))
+    ptr = S->getPointerOperand();
+  if (!ptr)
+    return false;
+  auto *A = dyn_cast<AllocaInst>(getUnderlyingObject(ptr));
+  return A && slots.count(A);
 }
 
 // Whether `I` is an access the hooks see, and which callback.
@@ -341,17 +474,52 @@ struct Sampler {
   }
 
   void fullyInstrument(Function &F) {
+    auto slots = privateSlots(F, DL);
     SmallVector<Instruction *, 64> insts;
+    unsigned skipped = 0;
     for (BasicBlock &BB : F)
-      for (Instruction &I : BB)
-        insts.push_back(&I);
+      for (Instruction &I : BB) {
+        if (onSlot(&I, slots))
+          skipped++;
+        else
+          insts.push_back(&I);
+      }
     insertHooks(hooks, DL, insts);
+    if (debug)
+      errs() << "pmlab sample: " << F.getName() << ": " << skipped
+             << " private stack access(es) not hooked\n";
   }
 
   void sample(Function &F) {
     LLVMContext &C = F.getContext();
     // Before the hooks are added (they are calls).
     bool leaf = isLeaf(F);
+    // The compares that get a callback and the stack slots that get no
+    // hooks, chosen on the optimized code before it is rewritten (the
+    // demotion below turns every value that crosses blocks into a load).
+    SmallVector<ICmpInst *, 32> hookedCmps;
+    unsigned cmpsTotal = 0;
+    {
+      DominatorTree DT0(F);
+      LoopInfo LI0(DT0);
+      for (BasicBlock &BB : F)
+        for (Instruction &I : BB)
+          if (auto *c = dyn_cast<ICmpInst>(&I)) {
+            cmpsTotal++;
+            bool want = wantsCmpHook(c, LI0);
+            if (want)
+              hookedCmps.push_back(c);
+            if (debugCompares()) {
+              errs() << "pmlab sample: " << F.getName() << ": compare "
+                     << (want ? "hooked" : "skipped");
+              if (const DebugLoc &dl = c->getDebugLoc())
+                errs() << " at line " << dl.getLine();
+              errs() << " (loop depth " << LI0.getLoopDepth(c->getParent())
+                     << "):" << *c << "\n";
+            }
+          }
+    }
+    auto slots = privateSlots(F, DL);
     // 1. A prologue holding the entry block's static allocas (never
     //    cloned: both copies use the same slots).
     BasicBlock *oldEntry = &F.getEntryBlock();
@@ -444,13 +612,10 @@ struct Sampler {
 
     // 5. Hooks in the instrumented copy, except on our own slots.
     SmallVector<Instruction *, 256> accesses, compares;
+    unsigned onSlots = 0;
     for (BasicBlock *BB : clones)
       for (Instruction &I : *BB) {
         Value *ptr = nullptr;
-        if (isa<ICmpInst>(I)) {
-          compares.push_back(&I);
-          continue;
-        }
         if (auto *L = dyn_cast<LoadInst>(&I))
           ptr = L->getPointerOperand();
         else if (auto *S = dyn_cast<StoreInst>(&I))
@@ -460,8 +625,14 @@ struct Sampler {
         if (auto *A = dyn_cast<AllocaInst>(ptr->stripPointerCasts()))
           if (ours.count(A))
             continue;
+        if (onSlot(&I, slots)) {
+          onSlots++;
+          continue;
+        }
         accesses.push_back(&I);
       }
+    for (ICmpInst *c : hookedCmps)
+      compares.push_back(cast<Instruction>(VMap[c]));
     insertHooks(hooks, DL, accesses);
     insertCmpHooks(hooks, compares);
 
@@ -517,7 +688,9 @@ struct Sampler {
       errs() << "pmlab sample: " << F.getName() << ": two copies, "
              << (counts ? "entry check, " : "leaf: window flag at entry, ")
              << n << " back-edge(s), " << accesses.size()
-             << " access(es) in the instrumented copy\n";
+             << " access(es) in the instrumented copy, " << onSlots
+             << " private stack access(es) not hooked, " << compares.size()
+             << " of " << cmpsTotal << " compare(s) hooked\n";
   }
 
   bool run() {

@@ -1015,6 +1015,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_chase_hooked_only_at_its_misses_loses_what_its_logged_calls_fill() {
+        // memlat's 8 chains as the plugin builds them now: one access
+        // callback per access, logged (the chain pointers' stack slots
+        // are not hooked), no compare callbacks. Per 8,000 accesses:
+        // 16,000 window units, 2 a miss, so the default hooked window
+        // holds 6.5 misses where 8 overlap natively.
+        let a = ThreadTotals::default();
+        let b = ThreadTotals {
+            accesses: 8_000,
+            slow_calls: 8_000,
+            ..Default::default()
+        };
+        let units = window_units(&a, &b);
+        assert_eq!(units, 16_000.0);
+        let gap = (units / 8_000.0) as u64;
+        let share = pmlab_model::mlp::window_share(gap, settings::DEFAULT_HOOKED_WINDOW);
+        let hooked = 8_000.0 * share;
+        assert!((8_000.0 / hooked - 6.5).abs() < 1e-9, "{hooked}");
+        // No compares: the count stands.
+        assert_eq!(
+            hooked_with_compares(hooked, 1_000.0, 8_000.0, units, 0.0),
+            hooked
+        );
+        // At 153 ns DRAM: 4.4 ns lost per access, well below the 30.9 ns
+        // delay of 400 ns at MLP 8 (with 3 calls and 0.375 compares per
+        // access the same window lost 32.5 ns).
+        let loss = window_loss_ns(hooked, 1_000.0, 153.0) / 8_000.0;
+        assert!((loss - (2.0 / 13.0 - 0.125) * 153.0).abs() < 1e-9, "{loss}");
+        assert!(loss < 0.25 * (400.0 - 153.0) / 8.0, "{loss}");
+    }
+
     fn counters_with(costs: HookCosts, lat: Option<(f64, f64)>) -> InstrumentedCounters {
         InstrumentedCounters {
             costs,
