@@ -25,7 +25,7 @@
 //!
 //! Accesses that straddle two lines are counted on their first line only.
 
-use super::log::{tls, Tls, LOG_ENTRIES};
+use super::log::{tls, Tls, LOGS, LOG_ENTRIES};
 use super::model::{
     LogEntry, BRANCH, FILTER_LINES, FLUSH, LINE_SHIFT, OUTCOME_SHIFT, STORE_BIT, VALUE_NARROW,
     VALUE_WIDE,
@@ -181,9 +181,10 @@ unsafe extern "C" fn log_miss(
         ),
         _ => (0, 0),
     };
-    // (`cur` is 0 or 1: the mask spares a bounds check, whose panic call
-    // would need a stack frame.)
-    let e = (*(*t).slow).logs[(*t).cur & 1].as_mut_ptr().add(n);
+    // (`cur` is below the ring's length, at most `LOGS`, a power of two:
+    // the mask spares a bounds check, whose panic call would need a stack
+    // frame.)
+    let e = (*(*t).slow).logs[(*t).cur & (LOGS - 1)].as_mut_ptr().add(n);
     e.write(LogEntry {
         addr: word | flag,
         at: (*t).accesses,

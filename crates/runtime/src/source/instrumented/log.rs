@@ -17,6 +17,7 @@ pub const LOG_ENTRIES: usize = 512;
 /// `LOGS - 1` handed off and waiting for (or in) the modeller thread
 /// (see [`super::offload`]; outside device mode the ring uses two).
 pub const LOGS: usize = 8;
+const _: () = assert!(LOGS.is_power_of_two(), "the hook masks the log number");
 
 /// A thread's model state, its ring of logs and the hand-off queue (see
 /// [`super::offload`]); allocated at the thread's first miss.
@@ -32,7 +33,7 @@ pub(super) struct Slow {
     /// The model and its totals.
     pub(super) model: ModelState,
     /// The ring of logs (on the heap: a thread's stack may be small).
-    pub(super) logs: Box<[[LogEntry; LOG_ENTRIES]]>,
+    pub(super) logs: Box<[[LogEntry; LOG_ENTRIES]; LOGS]>,
     /// Held by whoever runs entries through the model (the owner thread or
     /// the modeller).
     pub(super) lock: AtomicBool,
@@ -70,7 +71,10 @@ impl Slow {
     pub(super) fn new(model: ModelState, shared: bool) -> Slow {
         Slow {
             model,
-            logs: vec![[LogEntry::default(); LOG_ENTRIES]; LOGS].into_boxed_slice(),
+            logs: vec![[LogEntry::default(); LOG_ENTRIES]; LOGS]
+                .into_boxed_slice()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("LOGS logs were allocated")),
             lock: AtomicBool::new(false),
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(0),
