@@ -108,19 +108,16 @@ pub fn run(args: Args) -> Result<u8> {
     }
     let secs = started.elapsed().as_secs_f64();
     for st in &report.study_seconds {
+        let (m, s) = min_sec(st.seconds);
         println!(
-            "  {:<10} {:>4.0} min {:>2.0} s  ({} runs judged)",
-            st.study,
-            (st.seconds / 60.0).floor(),
-            st.seconds % 60.0,
-            st.runs
+            "  {:<10} {m:>4} min {s:>2} s  ({} runs judged)",
+            st.study, st.runs
         );
     }
+    let (m, s) = min_sec(secs);
     println!(
-        "pmlab validate: {} points in {:.0} min {:.0} s",
-        report.points.len(),
-        (secs / 60.0).floor(),
-        secs % 60.0
+        "pmlab validate: {} points in {m} min {s} s",
+        report.points.len()
     );
     if report.all_met() {
         Ok(0)
@@ -330,5 +327,22 @@ fn fmt_val(v: f64, unit: &str) -> String {
         format!("{v:.2}")
     } else {
         format!("{v:.1}")
+    }
+}
+
+/// Whole minutes and seconds of `secs`, rounded to the second first (so
+/// 299.99 s reads 5 min 0 s, not 4 min 60 s).
+fn min_sec(secs: f64) -> (u64, u64) {
+    let whole = secs.max(0.0).round() as u64;
+    (whole / 60, whole % 60)
+}
+
+#[cfg(test)]
+mod min_sec_tests {
+    #[test]
+    fn seconds_round_before_they_split() {
+        assert_eq!(super::min_sec(299.99), (5, 0));
+        assert_eq!(super::min_sec(977.8), (16, 18));
+        assert_eq!(super::min_sec(59.4), (0, 59));
     }
 }
