@@ -403,6 +403,21 @@ const SNAPSHOT_DIAL_UNBUILT: Duration = Duration::from_millis(50);
 /// refused before anything is allocated).
 pub const MAX_SNAPSHOT: u64 = 1 << 40;
 
+/// Hand the received bytes of the snapshot `head` announced to openraft
+/// to install; the answer to send.
+async fn install_received(raft: &Raft, head: SnapshotHead, data: Vec<u8>) -> RpcResponse {
+    let snapshot = openraft::storage::Snapshot {
+        meta: head.meta,
+        snapshot: Box::new(io::Cursor::new(data)),
+    };
+    let res = raft
+        .install_full_snapshot(head.vote, snapshot)
+        .await
+        .map(|s| InstallSnapshotResponse { vote: s.vote })
+        .map_err(RaftError::Fatal);
+    RpcResponse::Snapshot(res)
+}
+
 /// Receive the `head.len` raw bytes of a whole snapshot from `r` into one
 /// buffer allocated at its final size (no chunk copies, no regrowth), hand
 /// it to openraft to install, and return the answer to send. An error
@@ -430,16 +445,7 @@ async fn receive_full_snapshot<R: AsyncRead + Unpin>(
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     crate::catchup::mark(|| "snapshot receive end".into());
-    let snapshot = openraft::storage::Snapshot {
-        meta: head.meta,
-        snapshot: Box::new(io::Cursor::new(data)),
-    };
-    let res = raft
-        .install_full_snapshot(head.vote, snapshot)
-        .await
-        .map(|s| InstallSnapshotResponse { vote: s.vote })
-        .map_err(RaftError::Fatal);
-    Ok(RpcResponse::Snapshot(res))
+    Ok(install_received(raft, head, data).await)
 }
 
 /// Read `n` bytes from `r` onto the end of `buf` (grown as needed, at
@@ -572,16 +578,7 @@ async fn receive_streamed_snapshot<R: AsyncRead + Unpin>(
         }
     }
     crate::catchup::mark(|| format!("snapshot receive end {total} bytes"));
-    let snapshot = openraft::storage::Snapshot {
-        meta: head.meta,
-        snapshot: Box::new(io::Cursor::new(data)),
-    };
-    let res = raft
-        .install_full_snapshot(head.vote, snapshot)
-        .await
-        .map(|s| InstallSnapshotResponse { vote: s.vote })
-        .map_err(RaftError::Fatal);
-    Ok(RpcResponse::Snapshot(res))
+    Ok(install_received(raft, head, data).await)
 }
 
 /// Serve Raft RPCs on `listener` until the task is dropped.
