@@ -169,6 +169,22 @@ fn clap_one_line(e: &clap::Error, root: &clap::Command, args: &[std::ffi::OsStri
         };
     }
     let rendered = e.render().to_string();
+    if e.kind() == ErrorKind::ArgumentConflict && rendered.contains("the subcommand '") {
+        // `pmlab sim run trace.pmt`: clap took `run` for the trace and the
+        // trace for a subcommand, and says so backwards.
+        let names: Vec<&str> = sub
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name())
+            .filter(|n| *n != "help")
+            .collect();
+        return format!(
+            "'{}' takes either one of its commands ({}) or its own arguments, and read two file names: give one ('{} [OPTIONS] FILE'); {see}",
+            path.join(" "),
+            names.join(", "),
+            path.join(" ")
+        );
+    }
     let first = rendered
         .lines()
         .next()

@@ -485,6 +485,12 @@ fn bad_configs_and_flags_get_one_line_errors() {
         &pmlab(&d.0, &["sim", "--preset", "ddr4-2666"]),
         "no trace given",
     );
+    // A command word before the trace (`pmlab sim run t.txt`): clap reads
+    // it backwards; the line says what `pmlab sim` takes.
+    assert_one_line_error(
+        &pmlab(&d.0, &["sim", "run", t]),
+        "takes either one of its commands (presets, show, validate, gen)",
+    );
 }
 
 #[test]
