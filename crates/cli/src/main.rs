@@ -185,12 +185,25 @@ fn clap_one_line(e: &clap::Error, root: &clap::Command, args: &[std::ffi::OsStri
             path.join(" ")
         );
     }
-    let first = rendered
+    let mut first = rendered
         .lines()
         .next()
         .unwrap_or("invalid command line")
         .trim_start_matches("error: ")
         .to_string();
+    if first.ends_with(':') {
+        // clap lists what it means on the lines below (the missing
+        // arguments): keep them on this one.
+        let rest: Vec<&str> = rendered
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+            .collect();
+        if !rest.is_empty() {
+            first = format!("{first} {}", rest.join(", "));
+        }
+    }
     let mut hints = Vec::new();
     for (kind, value) in e.context() {
         let quoted = |v: &ContextValue| match v {

@@ -491,6 +491,11 @@ fn bad_configs_and_flags_get_one_line_errors() {
         &pmlab(&d.0, &["sim", "run", t]),
         "takes either one of its commands (presets, show, validate, gen)",
     );
+    // A missing argument is named on the line (clap lists it below).
+    assert_one_line_error(
+        &pmlab(&d.0, &["sim", "gen"]),
+        "not provided: <PATTERN>, <OUT>",
+    );
 }
 
 #[test]
