@@ -46,6 +46,7 @@
 
 mod anchor;
 mod btree;
+pub mod cli_error;
 mod error;
 mod index;
 mod log;

@@ -888,7 +888,10 @@ fn bench_recovery(a: BenchArgs) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return ExitCode::from(pmlab_kv::cli_error::report(&e, "pmkv-server")),
+    };
     let res = match cli.cmd {
         Cmd::Serve {
             id,

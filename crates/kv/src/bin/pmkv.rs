@@ -213,11 +213,7 @@ fn code_of(e: &anyhow::Error) -> u8 {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(e) => return ExitCode::from(pmlab_kv::cli_error::report(&e, "pmkv")),
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
