@@ -44,7 +44,14 @@
 //!   lookups): held out (nothing was tuned on it): pointer-linked nodes in
 //!   random order, ~50 visited and ~20 missed a lookup, each linked to the
 //!   one before by a next pointer read by a filter hit and a compare of
-//!   its key; the same expectation as the B+-tree.
+//!   its key; the same expectation as the B+-tree, with its misses per
+//!   lane (top first) in the `detail`.
+//!
+//! The lookups' `detail` also gives the misses the emulated time implies
+//! ([`implied_misses`]) and those the waited run (`-x L-DRAM`) counts: on
+//! a shared machine a line left untouched is lost to the other users at a
+//! rate per second, so the lookups miss more at the target's slower pace
+//! (docs/accuracy.md, "What the lookups show").
 //!
 //! A model that injects nothing reads a third or more low; one that
 //! treats the lookups' misses as independent reads several times too low
