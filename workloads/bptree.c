@@ -28,19 +28,35 @@
  * waits are measured against (pmlab validate's reference takes the
  * difference).
  *
+ * Diagnostics (issue 16, which misses count): -P 4k maps the tree with
+ * MADV_NOHUGEPAGE instead of MADV_HUGEPAGE (the default), so a TLB miss
+ * on every level below the cached ones can be told from an LLC miss;
+ * -g GAP_NS spins GAP_NS on the TSC between lookups (compute that leaves
+ * the caches to the machine's other users for longer); -H (with -x)
+ * prints the timed loads' latency histogram per level on a second line,
+ * per lookup, in the bands of LAT_BANDS ns (an L1/L2 hit, an LLC hit, a
+ * TLB miss on an LLC hit or a near miss, DRAM, beyond). thp_kib is the
+ * process's AnonHugePages at the end: how much of the tree THP backed.
+ *
  * Prints one line:
  *
  *   bptree: region=... keys=... fanout=8 levels=... lookups=...
  *           elapsed_ns=... ns_per_lookup=... [dependent=... extra_ns=...
  *           threshold_ns=... misses_per_lookup=... level_misses=l0/l1/...]
+ *           pages=2m|4k gap_ns=... thp_kib=...
+ *
+ * and with -H a second line
+ *
+ *   bptree: hist_ns=<30/30-60/... level0=a/b/... level1=...
  *
  * Usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] [-s SEED] [-d]
- *               [-x EXTRA_NS] [-t THRESHOLD_NS]
+ *               [-x EXTRA_NS] [-t THRESHOLD_NS] [-P 2m|4k] [-g GAP_NS] [-H]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +64,35 @@
 #include "cpuwait.h"
 
 #define MAX_LEVELS 32
+/* The histogram's band edges, ns: below 30 an L1/L2 hit (the timing adds
+ * ~20), 30-60 an LLC hit, 60-90 and 90-130 a TLB miss with an LLC hit or
+ * a fast DRAM access, 130-250 DRAM, above 250 DRAM plus a page walk or an
+ * interruption. */
+static const double LAT_BANDS[] = {30, 60, 90, 130, 250};
+#define NBANDS (sizeof(LAT_BANDS) / sizeof(LAT_BANDS[0]) + 1)
+
+/* AnonHugePages of this process, KiB (-1 if unreadable). */
+static long thp_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kib = -1;
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* Spin `ticks` TSC ticks. */
+static inline void spin_ticks(uint64_t ticks)
+{
+	uint64_t end = __rdtsc() + ticks;
+	while (__rdtsc() < end)
+		_mm_pause();
+}
 
 /* The TSC ticks a load of *p took, from before it issued to after it
  * returned; its value in *v. */
@@ -73,7 +118,8 @@ static uint64_t now_ns(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: bptree [-r LEAF_MIB] [-n LOOKUPS] [-f FANOUT 4-64] "
-			"[-s SEED] [-d] [-x EXTRA_NS 0-1000000] [-t THRESHOLD_NS 1-100000]\n");
+			"[-s SEED] [-d] [-x EXTRA_NS 0-1000000] [-t THRESHOLD_NS 1-100000] "
+			"[-P 2m|4k] [-g GAP_NS 0-1000000] [-H]\n");
 	exit(2);
 }
 
@@ -86,6 +132,8 @@ static long arg_long(const char *s, long lo, long hi)
 	return v;
 }
 
+static int small_pages; /* -P 4k */
+
 static void *map(size_t bytes)
 {
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -94,16 +142,16 @@ static void *map(size_t bytes)
 		fprintf(stderr, "bptree: cannot map %zu bytes: try a smaller -r\n", bytes);
 		exit(1);
 	}
-	madvise(p, bytes, MADV_HUGEPAGE);
+	madvise(p, bytes, small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
 	return p;
 }
 
 int main(int argc, char **argv)
 {
 	long region_mib = 128, lookups = 2000000, fanout = 8, seed = 11;
-	long extra_ns = -1, threshold_ns = 90;
-	int opt, dependent = 0;
-	while ((opt = getopt(argc, argv, "r:n:f:s:dx:t:")) != -1) {
+	long extra_ns = -1, threshold_ns = 90, gap_ns = 0;
+	int opt, dependent = 0, hist = 0;
+	while ((opt = getopt(argc, argv, "r:n:f:s:dx:t:P:g:H")) != -1) {
 		switch (opt) {
 		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
 		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
@@ -112,6 +160,14 @@ int main(int argc, char **argv)
 		case 'd': dependent = 1; break;
 		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
 		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
+		case 'P':
+			if (strcmp(optarg, "4k") == 0)
+				small_pages = 1;
+			else if (strcmp(optarg, "2m") != 0)
+				usage();
+			break;
+		case 'g': gap_ns = arg_long(optarg, 0, 1000000); break;
+		case 'H': hist = 1; break;
 		default: usage();
 		}
 	}
@@ -152,9 +208,15 @@ int main(int argc, char **argv)
 	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
 	int timed = extra_ns >= 0;
 	uint64_t threshold = 0, misses = 0, level_misses[MAX_LEVELS] = {0};
+	uint64_t band_ticks[NBANDS - 1], level_hist[MAX_LEVELS][NBANDS];
+	memset(level_hist, 0, sizeof level_hist);
+	double per_ns = timed || gap_ns > 0 ? cw_tsc_per_ns() : 1.0;
+	uint64_t gap_ticks = (uint64_t)((double)gap_ns * per_ns);
+	for (size_t i = 0; i + 1 < NBANDS; i++)
+		band_ticks[i] = (uint64_t)(LAT_BANDS[i] * per_ns);
 	if (timed) {
 		cw_init(extra_ns);
-		threshold = (uint64_t)((double)threshold_ns * cw_tsc_per_ns());
+		threshold = (uint64_t)((double)threshold_ns * per_ns);
 	}
 	int64_t owed = 0;
 	uint64_t t0 = 0;
@@ -163,8 +225,11 @@ int main(int argc, char **argv)
 			misses = 0;
 			for (int l = 0; l < levels; l++)
 				level_misses[l] = 0;
+			memset(level_hist, 0, sizeof level_hist);
 			t0 = now_ns();
 		}
+		if (gap_ticks)
+			spin_ticks(gap_ticks);
 		r = r * 6364136223846793005ull + 1442695040888963407ull;
 		uint64_t pick = dependent ? (r >> 17) ^ found : r >> 17;
 		uint64_t key = 2 * (pick % n) + 1;
@@ -173,7 +238,14 @@ int main(int argc, char **argv)
 			const uint64_t *k = level[l] + node * b;
 			uint64_t j = 0, first;
 			if (timed) {
-				if (timed_load(&k[0], &first) > threshold) {
+				uint64_t took = timed_load(&k[0], &first);
+				if (hist) {
+					size_t band = 0;
+					while (band + 1 < NBANDS && took >= band_ticks[band])
+						band++;
+					level_hist[l][band]++;
+				}
+				if (took > threshold) {
 					misses++;
 					level_misses[l]++;
 					cw_pay(&owed, 1);
@@ -209,6 +281,18 @@ int main(int argc, char **argv)
 		for (int l = 0; l < levels; l++)
 			printf("%s%.3f", l ? "/" : "", (double)level_misses[l] / (double)lookups);
 	}
-	printf("\n");
+	printf(" pages=%s gap_ns=%ld thp_kib=%ld\n", small_pages ? "4k" : "2m", gap_ns, thp_kib());
+	if (timed && hist) {
+		printf("bptree: hist_ns=<%.0f", LAT_BANDS[0]);
+		for (size_t i = 1; i + 1 < NBANDS; i++)
+			printf("/%.0f-%.0f", LAT_BANDS[i - 1], LAT_BANDS[i]);
+		printf("/>%.0f", LAT_BANDS[NBANDS - 2]);
+		for (int l = 0; l < levels; l++) {
+			printf(" level%d=", l);
+			for (size_t i = 0; i < NBANDS; i++)
+				printf("%s%.3f", i ? "/" : "", (double)level_hist[l][i] / (double)lookups);
+		}
+		printf("\n");
+	}
 	return 0;
 }

@@ -19,21 +19,29 @@
  * load is timed and counted as a miss past -t THRESHOLD_NS [90], and the
  * thread holds the CPU EXTRA_NS after each miss (cpuwait.h): the lookups
  * as they would run if every load that misses natively cost EXTRA_NS more;
- * -x 0 is the timed baseline (see bptree.c).
+ * -x 0 is the timed baseline (see bptree.c); lane_misses gives the misses
+ * per lookup by lane, top lane first.
+ *
+ * Diagnostics (as bptree.c's): -P 4k maps the nodes with MADV_NOHUGEPAGE
+ * instead of MADV_HUGEPAGE; -g GAP_NS spins between lookups; -H (with -x)
+ * prints the timed loads' latency histogram per lane, per lookup, on a
+ * second line; thp_kib is the process's AnonHugePages at the end.
  *
  * Prints one line:
  *
  *   skiplist: region=... nodes=... height=... lookups=... elapsed_ns=...
  *             ns_per_lookup=... nodes_per_lookup=... [dependent=...
- *             extra_ns=... threshold_ns=... misses_per_lookup=...]
+ *             extra_ns=... threshold_ns=... misses_per_lookup=...
+ *             lane_misses=...] pages=2m|4k gap_ns=... thp_kib=...
  *
  * Usage: skiplist [-r MIB] [-n LOOKUPS] [-s SEED] [-d] [-x EXTRA_NS]
- *                 [-t THRESHOLD_NS]
+ *                 [-t THRESHOLD_NS] [-P 2m|4k] [-g GAP_NS] [-H]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +49,32 @@
 #include "cpuwait.h"
 
 #define HEIGHT 7
+/* The histogram's band edges, ns (bptree.c's). */
+static const double LAT_BANDS[] = {30, 60, 90, 130, 250};
+#define NBANDS (sizeof(LAT_BANDS) / sizeof(LAT_BANDS[0]) + 1)
+
+/* AnonHugePages of this process, KiB (-1 if unreadable). */
+static long thp_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kib = -1;
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* Spin `ticks` TSC ticks. */
+static inline void spin_ticks(uint64_t ticks)
+{
+	uint64_t end = __rdtsc() + ticks;
+	while (__rdtsc() < end)
+		_mm_pause();
+}
 
 struct node {
 	uint64_t key;
@@ -64,7 +98,8 @@ static inline uint64_t timed_load(const uint64_t *p, uint64_t *v)
 static void usage(void)
 {
 	fprintf(stderr, "usage: skiplist [-r MIB] [-n LOOKUPS] [-s SEED] [-d] "
-			"[-x EXTRA_NS 0-1000000] [-t THRESHOLD_NS 1-100000]\n");
+			"[-x EXTRA_NS 0-1000000] [-t THRESHOLD_NS 1-100000] [-P 2m|4k] "
+			"[-g GAP_NS 0-1000000] [-H]\n");
 	exit(2);
 }
 
@@ -86,8 +121,9 @@ static uint64_t rng(uint64_t *r)
 int main(int argc, char **argv)
 {
 	long region_mib = 128, lookups = 1000000, seed = 5, extra_ns = -1, threshold_ns = 90;
-	int opt, dependent = 0;
-	while ((opt = getopt(argc, argv, "r:n:s:dx:t:")) != -1) {
+	long gap_ns = 0;
+	int opt, dependent = 0, hist = 0, small_pages = 0;
+	while ((opt = getopt(argc, argv, "r:n:s:dx:t:P:g:H")) != -1) {
 		switch (opt) {
 		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
 		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
@@ -95,6 +131,14 @@ int main(int argc, char **argv)
 		case 'd': dependent = 1; break;
 		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
 		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
+		case 'P':
+			if (strcmp(optarg, "4k") == 0)
+				small_pages = 1;
+			else if (strcmp(optarg, "2m") != 0)
+				usage();
+			break;
+		case 'g': gap_ns = arg_long(optarg, 0, 1000000); break;
+		case 'H': hist = 1; break;
 		default: usage();
 		}
 	}
@@ -107,7 +151,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "skiplist: cannot map %ld MiB: try a smaller -r\n", region_mib);
 		return 1;
 	}
-	madvise(pool, bytes, MADV_HUGEPAGE);
+	madvise(pool, bytes, small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
 	/* Node i of the list (key 2i + 1) lives at pool[slot[i]]: a random
 	 * permutation. */
 	uint64_t r = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
@@ -143,9 +187,15 @@ int main(int argc, char **argv)
 	free(slot);
 	int timed = extra_ns >= 0;
 	uint64_t threshold = 0, misses = 0, visits = 0, sum = 0, found = 0;
+	uint64_t lane_misses[HEIGHT] = {0}, lane_hist[HEIGHT][NBANDS], band_ticks[NBANDS - 1];
+	memset(lane_hist, 0, sizeof lane_hist);
+	double per_ns = timed || gap_ns > 0 ? cw_tsc_per_ns() : 1.0;
+	uint64_t gap_ticks = (uint64_t)((double)gap_ns * per_ns);
+	for (size_t i = 0; i + 1 < NBANDS; i++)
+		band_ticks[i] = (uint64_t)(LAT_BANDS[i] * per_ns);
 	if (timed) {
 		cw_init(extra_ns);
-		threshold = (uint64_t)((double)threshold_ns * cw_tsc_per_ns());
+		threshold = (uint64_t)((double)threshold_ns * per_ns);
 	}
 	int64_t owed = 0;
 	long warm = lookups / 10 < 100000 ? lookups / 10 : 100000;
@@ -153,8 +203,12 @@ int main(int argc, char **argv)
 	for (long q = -warm; q < lookups; q++) {
 		if (q == 0) {
 			misses = visits = 0;
+			memset(lane_misses, 0, sizeof lane_misses);
+			memset(lane_hist, 0, sizeof lane_hist);
 			t0 = cw_now_ns();
 		}
+		if (gap_ticks)
+			spin_ticks(gap_ticks);
 		uint64_t pick = dependent ? rng(&r) ^ found : rng(&r);
 		uint64_t key = 2 * (pick % n) + 1;
 		struct node *x = &head;
@@ -166,8 +220,16 @@ int main(int argc, char **argv)
 				uint64_t k;
 				visits++;
 				if (timed) {
-					if (timed_load(&nx->key, &k) > threshold) {
+					uint64_t took = timed_load(&nx->key, &k);
+					if (hist) {
+						size_t band = 0;
+						while (band + 1 < NBANDS && took >= band_ticks[band])
+							band++;
+						lane_hist[top - 1 - l][band]++;
+					}
+					if (took > threshold) {
 						misses++;
+						lane_misses[top - 1 - l]++;
 						if (q >= 0)
 							cw_pay(&owed, 1);
 					}
@@ -195,9 +257,25 @@ int main(int argc, char **argv)
 			"ns_per_lookup=%.2f nodes_per_lookup=%.3f",
 			bytes, (unsigned long long)n, top, lookups, (unsigned long long)(t1 - t0),
 			(double)(t1 - t0) / (double)lookups, (double)visits / (double)lookups);
-	if (timed)
-		printf(" dependent=%d extra_ns=%ld threshold_ns=%ld misses_per_lookup=%.3f",
-				dependent, extra_ns, threshold_ns, (double)misses / (double)lookups);
-	printf("\n");
+	if (timed) {
+		printf(" dependent=%d extra_ns=%ld threshold_ns=%ld misses_per_lookup=%.3f "
+				"lane_misses=", dependent, extra_ns, threshold_ns,
+				(double)misses / (double)lookups);
+		for (int l = 0; l < top; l++)
+			printf("%s%.3f", l ? "/" : "", (double)lane_misses[l] / (double)lookups);
+	}
+	printf(" pages=%s gap_ns=%ld thp_kib=%ld\n", small_pages ? "4k" : "2m", gap_ns, thp_kib());
+	if (timed && hist) {
+		printf("skiplist: hist_ns=<%.0f", LAT_BANDS[0]);
+		for (size_t i = 1; i + 1 < NBANDS; i++)
+			printf("/%.0f-%.0f", LAT_BANDS[i - 1], LAT_BANDS[i]);
+		printf("/>%.0f", LAT_BANDS[NBANDS - 2]);
+		for (int l = 0; l < top; l++) {
+			printf(" lane%d=", l);
+			for (size_t i = 0; i < NBANDS; i++)
+				printf("%s%.3f", i ? "/" : "", (double)lane_hist[l][i] / (double)lookups);
+		}
+		printf("\n");
+	}
 	return 0;
 }

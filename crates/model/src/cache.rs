@@ -464,6 +464,49 @@ pub struct CompactCache<T = Vec<u32>> {
     /// State of the victim choice's xorshift generator; 0: LRU (see
     /// [`set_random_replacement`](Self::set_random_replacement)).
     rng: u64,
+    /// State of [`fill_foreign`](Self::fill_foreign)'s generator.
+    foreign: u64,
+}
+
+/// What [`CompactCache::fill_foreign`] pushed out of the cache: dirty
+/// lines, each owing its memory a write-back, by the memory they belong to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForeignFills {
+    /// Dirty PM lines evicted.
+    pub dirty_pm: u64,
+    /// Dirty DRAM lines evicted.
+    pub dirty_dram: u64,
+}
+
+/// Lines of the foreign address space [`CompactCache::fill_foreign`]
+/// draws from: above any line a 57-bit virtual address can name.
+const FOREIGN_LINE: u64 = 1 << 52;
+
+/// The rate, in lines per second, at which a shared LLC's other users fill
+/// lines, from a measurement: a share `survived` of a set of lines that
+/// fits the cache was still cached after `tau_s` seconds untouched.
+///
+/// The rule, for the random-replacement model of `config`
+/// ([`CompactCache::set_random_replacement`]) with foreign fills spread
+/// evenly over its `S` sets: a line left untouched while its set takes
+/// `f` foreign fills first leaves the [`protected_ways`] `p` (after `p`
+/// fills), then each fill evicts it with the probability `1 / (w - p)`,
+/// so `survived = exp(-(f - p) / (w - p))`, `f = p - (w - p) ln survived`
+/// and the rate is `S f / tau_s`. 0 when nothing was lost (`survived >= 1`:
+/// no other user measurable); `None` when the measurement cannot say
+/// (nothing survived, or `tau_s` or the geometry unusable).
+pub fn foreign_fill_rate(survived: f64, tau_s: f64, config: CacheConfig) -> Option<f64> {
+    if !(tau_s.is_finite() && tau_s > 0.0) || survived.is_nan() || survived <= 0.0 {
+        return None;
+    }
+    if survived >= 1.0 {
+        return Some(0.0);
+    }
+    let sets = config.sets().ok()? as f64;
+    let w = config.ways.max(1) as usize;
+    let p = protected_ways(w) as f64;
+    let f = p - (w as f64 - p) * survived.ln();
+    Some(sets * f / tau_s)
 }
 
 /// Ways of a set, most recently used first, that random replacement
@@ -558,6 +601,7 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
             ways: config.ways as usize,
             slots: table,
             rng: 0,
+            foreign: 0x6A09_E667_F3BC_C909,
         })
     }
 
@@ -582,6 +626,34 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
     /// Number of sets.
     pub fn sets(&self) -> u64 {
         1 << self.set_bits
+    }
+
+    /// Fill `n` lines of other programs, each in a random set, as the other
+    /// users of a shared LLC do while this program runs: each takes a way
+    /// as a miss of this cache would (the victim chosen as
+    /// [`access`](Self::access) chooses it) and stays until evicted in
+    /// turn. [`foreign_fill_rate`] turns a measured survival into fills a
+    /// second. Returns the dirty lines it evicted (their write-backs).
+    /// Not for a cache used through [`access_tracked`](Self::access_tracked):
+    /// its table of names is not updated.
+    pub fn fill_foreign(&mut self, n: u64) -> ForeignFills {
+        let mut out = ForeignFills::default();
+        for _ in 0..n {
+            self.foreign ^= self.foreign << 13;
+            self.foreign ^= self.foreign >> 7;
+            self.foreign ^= self.foreign << 17;
+            let line = FOREIGN_LINE | (self.foreign >> 12);
+            if let Some(v) = self.access(line, false, false).victim {
+                if v.dirty {
+                    if v.pm {
+                        out.dirty_pm += 1;
+                    } else {
+                        out.dirty_dram += 1;
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Empty the cache (every slot invalid).
@@ -831,6 +903,74 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn foreign_fills_at_the_calibrated_rate_evict_what_was_measured() {
+        // 1 MiB, 16 ways, random replacement: 1024 sets, full of other
+        // lines as a shared LLC is. One line of ours a set is touched, then
+        // left while the fills that a rate calibrated on a survival of 1/2
+        // after 10 ms brings: in 10 ms about half survive; in 20 ms a set
+        // takes f = 2 (p + 12 ln 2) fills, p = 4, and a line survives
+        // exp(-(f - p) / 12) = exp(-1/3) / 4.
+        let cfg = CacheConfig::new(1 << 20, 16);
+        let rate = foreign_fill_rate(0.5, 0.010, cfg).unwrap();
+        for (tau, want) in [(0.010, 0.5), (0.020, (-1.0f64 / 3.0).exp() / 4.0)] {
+            let (mut kept, mut all) = (0usize, 0usize);
+            for round in 0..4u64 {
+                let mut c = CompactCache::new(cfg).unwrap();
+                c.set_random_replacement(Some(7 + round));
+                c.fill_foreign(20 * 16384);
+                let ours: Vec<u64> = (0..1024u64).map(|i| (round + 1) * 4096 + i).collect();
+                for &l in &ours {
+                    c.access(l, false, true);
+                }
+                c.fill_foreign((rate * tau).round() as u64);
+                kept += ours
+                    .iter()
+                    .filter(|&&l| c.access(l, false, true).hit)
+                    .count();
+                all += ours.len();
+            }
+            let share = kept as f64 / all as f64;
+            assert!(
+                (share - want).abs() < 0.04,
+                "tau {tau}: {share} kept, want {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn foreign_fills_write_back_the_dirty_lines_they_evict() {
+        let cfg = CacheConfig::new(64 << 10, 16);
+        let mut c = CompactCache::new(cfg).unwrap();
+        c.set_random_replacement(Some(3));
+        // 300 dirty PM lines, 200 dirty DRAM lines, 100 clean ones.
+        for l in 0..600u64 {
+            c.access(l, l < 500, l < 300);
+        }
+        let out = c.fill_foreign(200 * 1024);
+        assert_eq!(
+            out,
+            ForeignFills {
+                dirty_pm: 300,
+                dirty_dram: 200
+            }
+        );
+        assert!((500..600u64).all(|l| !c.access(l, false, false).hit));
+    }
+
+    #[test]
+    fn the_fill_rate_rule_handles_its_edges() {
+        let cfg = CacheConfig::new(1 << 20, 16);
+        assert_eq!(foreign_fill_rate(1.0, 0.01, cfg), Some(0.0));
+        assert_eq!(foreign_fill_rate(0.0, 0.01, cfg), None);
+        assert_eq!(foreign_fill_rate(0.5, 0.0, cfg), None);
+        // p = 4 fills to leave the protected ways, 12 ln 2 more for a half:
+        // per set, over 1024 sets, per 10 ms.
+        let r = foreign_fill_rate(0.5, 0.01, cfg).unwrap();
+        let want = 1024.0 * (4.0 + 12.0 * 2f64.ln()) / 0.01;
+        assert!((r - want).abs() < 1e-6 * want, "{r} vs {want}");
+    }
 
     #[test]
     fn tracked_access_names_its_victims_and_flushes() {

@@ -44,7 +44,14 @@
 //!   lookups): held out (nothing was tuned on it): pointer-linked nodes in
 //!   random order, ~50 visited and ~20 missed a lookup, each linked to the
 //!   one before by a next pointer read by a filter hit and a compare of
-//!   its key; the same expectation as the B+-tree.
+//!   its key; the same expectation as the B+-tree, with its misses per
+//!   lane (top first) in the `detail`.
+//!
+//! The lookups' `detail` also gives the misses the emulated time implies
+//! ([`implied_misses`]) and those the waited run (`-x L-DRAM`) counts: on
+//! a shared machine a line left untouched is lost to the other users at a
+//! rate per second, so the lookups miss more at the target's slower pace
+//! (docs/accuracy.md, "What the lookups show").
 //!
 //! A model that injects nothing reads a third or more low; one that
 //! treats the lookups' misses as independent reads several times too low
@@ -129,6 +136,18 @@ pub fn lookup_expectation(
             error_pct(reference, e)
         ),
     )
+}
+
+/// The misses per lookup an emulated time implies at the delay per miss
+/// the expectation uses: `(emulated - t) / (target - dram)` (NaN when the
+/// target is not above DRAM), to set beside the `m` counted natively.
+pub fn implied_misses(emulated: f64, t: f64, dram: f64, target: f64) -> f64 {
+    let step = target - dram;
+    if step > 0.0 {
+        (emulated - t) / step
+    } else {
+        f64::NAN
+    }
 }
 
 /// The older formula for a lookup workload, kept as a diagnostic:
@@ -334,6 +353,10 @@ fn lookups(
     let (mut timed, mut misses, mut levels) = (Vec::new(), Vec::new(), String::new());
     let mut emu = vec![Vec::new(); p.lat.len()];
     let mut waited = vec![Vec::new(); p.lat.len()];
+    // The misses the waited run counts: the same lookups at the target's
+    // pace (its levels' or lanes' too).
+    let mut paced = vec![Vec::new(); p.lat.len()];
+    let mut paced_levels = vec![String::new(); p.lat.len()];
     let mut drams = vec![Vec::new(); p.lat.len()];
     for _ in 0..reps {
         native.push(need(prog, &ctx.native(prog, &big)?, key)?);
@@ -342,7 +365,7 @@ fn lookups(
         let o = ctx.native(prog, &with(&[s("-x"), s(0)]))?;
         timed.push(need(prog, &o, key)?);
         misses.push(need(prog, &o, "misses_per_lookup")?);
-        if let Some(l) = text_of(&o, "level_misses") {
+        if let Some(l) = text_of(&o, "level_misses").or_else(|| text_of(&o, "lane_misses")) {
             levels = l;
         }
         for (k, &lat) in p.lat.iter().enumerate() {
@@ -350,6 +373,10 @@ fn lookups(
             let extra = (lat - dram).max(0.0).round() as u64;
             let o = ctx.native(prog, &with(&[s("-x"), s(extra)]))?;
             waited[k].push(need(prog, &o, key)?);
+            paced[k].push(need(prog, &o, "misses_per_lookup")?);
+            if let Some(l) = text_of(&o, "level_misses").or_else(|| text_of(&o, "lane_misses")) {
+                paced_levels[k] = l;
+            }
             let o = ctx.emulated_given(prog, &big, lat, false, dram)?;
             emu[k].push(need(prog, &o, key)?);
             drams[k].push(dram);
@@ -366,8 +393,21 @@ fn lookups(
             "; formula {formula:.1} ns ({formula_detail}; the expectation {:+.2}% of it)",
             error_pct(expected, formula)
         ));
+        let charged = implied_misses(median(&emu[k]), t, dram, lat);
+        detail.push_str(&format!(
+            "; the emulated time implies {charged:.3} misses/lookup; the waited run (-x, the target's pace) counted {:.3}",
+            median(&paced[k])
+        ));
         if !levels.is_empty() {
-            detail.push_str(&format!("; misses per level, root first: {levels}"));
+            let unit = if prog == "skiplist" {
+                "lane, top lane"
+            } else {
+                "level, root"
+            };
+            detail.push_str(&format!(
+                "; misses per {unit} first: {levels} natively, {} at the target's pace",
+                paced_levels[k]
+            ));
         }
         let mut pt = simple_point(
             "shapes",
@@ -476,6 +516,15 @@ mod tests {
         // A target below DRAM adds nothing.
         let (e, _) = lookup_expectation(500.0, 2.5, 160.0, 150.0, 1.0, 500.0);
         assert_eq!(e, 500.0);
+    }
+
+    #[test]
+    fn implied_misses_divide_the_added_time_by_the_step() {
+        // 500 ns natively, 1100 emulated at 1000 ns with DRAM 160: 600 ns
+        // added over 840 per miss.
+        let m = implied_misses(1100.0, 500.0, 160.0, 1000.0);
+        assert!((m - 600.0 / 840.0).abs() < 1e-12, "{m}");
+        assert!(implied_misses(600.0, 500.0, 160.0, 160.0).is_nan());
     }
 
     #[test]
