@@ -11,7 +11,7 @@
 //! runs the logs still queued before its current one. The modeller's time
 //! is not the program's and is not counted as overhead.
 //!
-//! Logs in flight ([`depth`]): up to [`LOGS`] - 1 handed off and waiting,
+//! Logs in flight (`depth`): up to [`LOGS`] - 1 handed off and waiting,
 //! while the owner fills the next. A periodic epoch's end (the monitor's
 //! signal) leaves them, and what the owner has logged in its current log,
 //! to the modeller: the epoch is charged what the model has run so far,
