@@ -542,7 +542,13 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
     // SAFETY: owner thread under the busy guard.
     let (counters, account) = unsafe { (&mut *t.counters.get(), &mut *t.account.get()) };
     let (reading, source_overhead) = match counters.as_mut() {
-        Some(c) => (c.epoch_end(epoch_ns), c.overhead_ns()),
+        Some(c) => {
+            if matches!(cause, Cause::Timer) {
+                // Only a periodic end may leave the model's work to its thread.
+                crate::source::instrumented::thread::periodic_next_reading();
+            }
+            (c.epoch_end(epoch_ns), c.overhead_ns())
+        }
         None => (Default::default(), 0.0),
     };
     let delay = reading.delay_ns(&g.params);
@@ -1227,6 +1233,8 @@ fn is_running(pid: i32, tid: i32) -> bool {
 }
 
 extern "C" fn before_fork() {
+    // The child has no modeller thread: nothing of ours left queued.
+    crate::source::instrumented::thread::drain();
     while FINISHED
         .lock
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)

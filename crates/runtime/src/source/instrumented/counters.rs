@@ -1221,4 +1221,85 @@ mod tests {
         assert_eq!((share, sched.wait_ns), (0.0, 0));
         assert!(busy::warning(share, 0, sched.wait_share(), 0).is_none());
     }
+
+    #[test]
+    fn inline_modelling_is_seen_only_without_a_free_cpu() {
+        use super::super::hooks::{activate, deactivate, on_access};
+        use super::super::log::{tls, LOG_ENTRIES};
+        use super::super::offload::TEST_PAUSE;
+        use super::super::settings::PmMode;
+        use super::super::tests::{cfg, LOCK};
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        activate(cfg(PmMode::All));
+        // 20 logs of misses, a periodic epoch's end after each; with the
+        // modeller paused (no CPU for it) or with a program slower than it
+        // (each log waits until the modeller has run the one before).
+        let run = |paused: bool| {
+            let shared = Arc::new(Shared::default());
+            let sh = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let mut c = InstrumentedCounters {
+                    // TSC cycles as ns: the shares are ratios.
+                    costs: HookCosts {
+                        tsc_ghz: 1.0,
+                        ..HookCosts::default()
+                    },
+                    lat: None,
+                    shared: sh,
+                    last: ThreadTotals::default(),
+                    last_overhead_ns: 0.0,
+                    carried_ns: 0.0,
+                    window: LossWindow::default(),
+                    owner: 0,
+                    checks: (0, 0),
+                    gaps: gap_rate(),
+                };
+                c.start().unwrap();
+                TEST_PAUSE.store(paused, Ordering::Release);
+                let v = vec![0u64; 20 * LOG_ENTRIES * 8];
+                let mut t0 = thread::tsc();
+                for k in 0..20 {
+                    for i in 0..LOG_ENTRIES {
+                        let p = &v[(k * LOG_ENTRIES + i) * 8] as *const u64;
+                        on_access(p as usize, 8, false, Some(p));
+                    }
+                    let since = std::time::Instant::now();
+                    // SAFETY: this thread's own model.
+                    while !paused
+                        && unsafe { (*(*tls()).slow).queued() } != 0
+                        && since.elapsed().as_secs() < 5
+                    {
+                        std::thread::yield_now();
+                    }
+                    thread::periodic_next_reading();
+                    let t1 = thread::tsc();
+                    c.epoch_end(t1.wrapping_sub(t0) as f64);
+                    t0 = t1;
+                }
+                TEST_PAUSE.store(false, Ordering::Release);
+                thread::thread_exit();
+            })
+            .join()
+            .unwrap();
+            let (batches, ns, share, _) = shared.busy(Sched::default(), Sched::default());
+            (batches, ns, share)
+        };
+        let paused = run(true);
+        let free = run(false);
+        TEST_PAUSE.store(false, Ordering::Release);
+        deactivate();
+        if !offload::enabled() {
+            return;
+        }
+        // No CPU for the modeller: the queue fills (LOGS - 1 logs) and the
+        // program runs the oldest log for each further one, timed, and
+        // the run's summary warns.
+        let (b, ns, share) = paused;
+        assert!(b >= 12, "{paused:?}");
+        assert!(busy::warning(share, ns, 0.0, 0).is_some(), "{paused:?}");
+        // A free CPU: the epoch ends leave the model's work to the
+        // modeller, and nothing is run inline.
+        assert_eq!(free.0, 0, "{free:?}");
+        assert!(busy::warning(free.2, free.1, 0.0, 0).is_none(), "{free:?}");
+    }
 }

@@ -15,7 +15,7 @@ pub const LOG_ENTRIES: usize = 512;
 
 /// Logs allocated for a thread's ring: the one the hook fills and up to
 /// `LOGS - 1` handed off and waiting for (or in) the modeller thread
-/// (see [`super::offload`]; outside device mode the ring uses two).
+/// (see [`super::offload`]).
 pub const LOGS: usize = 8;
 const _: () = assert!(LOGS.is_power_of_two(), "the hook masks the log number");
 
@@ -133,6 +133,12 @@ pub(super) struct Tls {
     /// accesses' is ([`super::cost::HookCosts::calls_ns`]).
     pub(super) compares: u64,
     pub(super) compares_logged: u64,
+    /// Periodic epoch ends in a row that left entries of the log the hook
+    /// fills (sequence `lag_log`) to the modeller (see
+    /// [`super::thread::totals_and_ran`]): the lag's bound in epochs.
+    pub(super) lag_epochs: u32,
+    /// See `lag_epochs`.
+    pub(super) lag_log: usize,
 }
 
 // The thread's `Tls` lives in this library's static TLS block, reached with
@@ -214,6 +220,8 @@ thread_local! {
             cmp_armed: false,
             compares: 0,
             compares_logged: 0,
+            lag_epochs: 0,
+            lag_log: 0,
         })
     };
 }

@@ -11,17 +11,23 @@
 //! runs the logs still queued before its current one. The modeller's time
 //! is not the program's and is not counted as overhead.
 //!
-//! Logs in flight (`depth`): one outside device mode (the owner fills
-//! one log while the modeller runs the other; an epoch's end runs what is
-//! queued, so a deeper queue would only move work onto the program's
-//! time there). In device mode, where an epoch's end leaves the queue to
-//! the modeller and a flushed chase logs a miss per line at a device
-//! read's pace, up to [`LOGS`] - 1: the modeller may fall behind for a
-//! while (descheduled on a busy machine) without the program running
-//! the model. When the queue is full the owner makes room for one log
-//! (`thread::relieve`): it waits for the modeller to finish the
-//! log it runs, or runs the oldest queued log itself, and that time is
-//! the program's, timed and charged back as an inline batch.
+//! Logs in flight (`depth`): up to [`LOGS`] - 1 handed off and waiting,
+//! while the owner fills the next. A periodic epoch's end (the monitor's
+//! signal) leaves them, and what the owner has logged in its current log,
+//! to the modeller: the epoch is charged what the model has run so far,
+//! and the accesses still waiting are charged at a later epoch's end (the
+//! totals are cumulative: the serial counts and bytes carry forward, per
+//! thread and in order). Points where the order matters run everything
+//! first: sync points (lock points, clock reads and the others the
+//! runtime ends epochs at), the thread's exit, a fork, and tracing; the lag is bounded (see
+//! `thread::totals_and_ran`). So the modeller may fall behind for a while
+//! (a burst of misses, or descheduled on a busy machine) without the
+//! program running the model. When the queue is full the owner makes
+//! room for one log (`thread::relieve`): it waits for the modeller to
+//! finish the log it runs, or runs the oldest queued log itself, and that
+//! time is the program's, timed and charged back as an inline batch (on
+//! a machine with no free CPU, most logs go this way, and the run's
+//! busy-machine figures, `super::busy`, say so).
 //!
 //! Off with `PMLAB_INSTR_OFFLOAD=0`, on a single CPU, in a forked child
 //! (the modeller thread does not exist there) and for the full-tag model.
@@ -75,6 +81,9 @@ pub(super) fn start() {
         return;
     }
     CPUS.store(cpus as usize, Ordering::Relaxed);
+    // Set before the thread starts: it leaves as soon as it sees another
+    // process's id (or none) here.
+    PID.store(pid(), Ordering::Release);
     // SAFETY: the real pthread_create with a valid start routine: the
     // modeller is the runtime's, not registered as a program thread.
     unsafe {
@@ -83,7 +92,8 @@ pub(super) fn start() {
             crate::real::pthread_create()(&mut th, std::ptr::null(), main, std::ptr::null_mut());
         if r == 0 {
             libc::pthread_detach(th);
-            PID.store(pid(), Ordering::Release);
+        } else {
+            PID.store(0, Ordering::Release);
         }
     }
 }
@@ -202,15 +212,15 @@ pub(super) fn read_published(s: &Slow, tries: u32) -> Option<ThreadTotals> {
     None
 }
 
-/// Tests: the queue's depth when not 0 (device mode's, without a device).
+/// Tests: the queue's depth when not 0.
 #[cfg(test)]
 pub(super) static TEST_DEPTH: AtomicUsize = AtomicUsize::new(0);
 /// Tests: the modeller thread runs nothing while set (it lags).
 #[cfg(test)]
 pub(super) static TEST_PAUSE: AtomicBool = AtomicBool::new(false);
 
-/// Handed-off logs a thread may have waiting: [`LOGS`] - 1 in device
-/// mode, else 1 (see the module's documentation).
+/// Handed-off logs a thread may have waiting: [`LOGS`] - 1 (see the
+/// module's documentation).
 pub(super) fn depth() -> usize {
     #[cfg(test)]
     {
@@ -219,16 +229,12 @@ pub(super) fn depth() -> usize {
             return d.min(LOGS - 1);
         }
     }
-    if super::settings::device_on() {
-        LOGS - 1
-    } else {
-        1
-    }
+    LOGS - 1
 }
 
 /// Hand the calling thread's full log to the modeller; false when it
-/// cannot take it (then the caller runs the model itself). In device mode
-/// a full queue first makes room (`thread::relieve`).
+/// cannot take it (then the caller runs the model itself). A full queue
+/// first makes room (`thread::relieve`).
 ///
 /// # Safety
 ///

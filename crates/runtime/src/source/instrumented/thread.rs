@@ -115,8 +115,8 @@ unsafe fn charge_inline(
     s.model.totals.slow_cycles += ran.cycles;
 }
 
-/// Device mode, the queue of handed-off logs full (`depth` of them): make
-/// room for one more. The owner waits for the modeller to finish the log
+/// The queue of handed-off logs full (`depth` of them): make room for
+/// one more. The owner waits for the modeller to finish the log
 /// it runs (holding the model's lock); if the queue is still full then
 /// (the modeller was not running: descheduled, or asleep), it runs the
 /// oldest queued log itself. The whole wait and run is the program's
@@ -212,9 +212,19 @@ pub fn totals() -> ThreadTotals {
 /// epoch's end leaves them to the modeller thread instead of running them.
 const DEFER_ABOVE: usize = 64;
 
+/// Periodic epoch ends in a row that may leave entries of the same log
+/// (the one the hook fills, not handed off since) to the modeller; the
+/// next one runs them. Outside device mode the lag is thus at most the
+/// ring ([`super::log::LOGS`] logs of [`LOG_ENTRIES`] logged accesses)
+/// and a log's entries wait at most this many periodic epochs.
+pub const MAX_LAG_EPOCHS: u32 = 4;
+
 std::thread_local! {
     /// The next reading must count everything logged (the thread's last).
     static EXACT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The next reading is a periodic epoch's end (the monitor's signal),
+    /// which may leave the model's work to the modeller thread.
+    static PERIODIC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The calling thread's next [`totals_and_ran`] is its last (it exits):
@@ -223,32 +233,76 @@ pub fn exact_next_reading() {
     EXACT.with(|e| e.set(true));
 }
 
-/// Device mode, where the modeller thread takes this thread's logs: true
-/// when an epoch's end should not run the log itself (more than
-/// [`DEFER_ABOVE`] entries unprocessed, or logs handed off and waiting),
-/// but take the totals the model last published. A device-mode batch
-/// costs tens of ns per entry, a log's worth tens of µs on the program's
-/// time at every epoch's end (a step a program that times its iterations
-/// sees, in a place the device would not put one); the entries count a
-/// log later, when the modeller has run them (totals are cumulative:
-/// nothing is lost). Small remainders are run at once, so that a program
-/// with few misses is not charged epochs late; the thread's last reading
-/// ([`exact_next_reading`]) runs everything.
+/// The calling thread's next [`totals_and_ran`] ends a periodic epoch (the
+/// runtime's timer, not a sync point nor an exit): it may leave logged
+/// entries to the modeller thread (see [`totals_and_ran`]). Any other
+/// reading runs them first. Async-signal-safe.
+pub fn periodic_next_reading() {
+    PERIODIC.with(|e| e.set(true));
+}
+
+/// True when this reading should not run the thread's logged entries
+/// itself but take the totals the model last published, leaving the rest
+/// to the modeller thread (totals are cumulative: what is left counts at
+/// a later reading, nothing is lost). `exact`: the thread's last reading
+/// ([`exact_next_reading`]), which runs everything; `periodic`: see
+/// [`periodic_next_reading`].
+///
+/// Device mode (unchanged by `periodic`): more than [`DEFER_ABOVE`]
+/// entries unprocessed, or logs handed off and waiting. A device-mode
+/// batch costs tens of ns per entry, a log's worth tens of µs on the
+/// program's time at every epoch's end (a step a program that times its
+/// iterations sees, in a place the device would not put one); small
+/// remainders are run at once, so that a program with few misses is not
+/// charged epochs late.
+///
+/// Otherwise, at periodic epoch ends only, whenever anything is left (run
+/// on the program's thread, a batch costs ~15-20 ns per entry, and an
+/// epoch's end would run a log and a half on average), except: while
+/// tracing, when the program is sampled (each epoch's counts are scaled
+/// by that epoch's own factor, `super::sample::thread_epoch_factor`: once
+/// the thread has had a gap), and
+/// when the log the hook fills has had entries left at
+/// [`MAX_LAG_EPOCHS`] periodic epoch ends in a row (it was not handed off
+/// since: the thread logs slowly), which bounds the lag.
 ///
 /// # Safety
 ///
 /// `t` is the calling thread's state and `s` its model.
-unsafe fn leave_to_modeller(t: *mut Tls, s: *mut Slow) -> bool {
-    if EXACT.with(|e| e.replace(false))
-        || !super::settings::device_on()
-        || !(*s).shared
-        || !offload::enabled()
-    {
+unsafe fn leave_to_modeller(t: *mut Tls, s: *mut Slow, exact: bool, periodic: bool) -> bool {
+    if exact || !(*s).shared || !offload::enabled() {
         return false;
     }
     let pending = (*s).queued() != 0;
     let left = std::ptr::read_volatile(&(*t).logged).saturating_sub((*t).processed);
-    pending || left > DEFER_ABOVE
+    if super::settings::device_on() {
+        return pending || left > DEFER_ABOVE;
+    }
+    if !periodic
+        || super::hooks::tracing()
+        || super::sample::thread_events().1 != 0
+        || (!pending && left == 0)
+    {
+        (*t).lag_epochs = 0;
+        return false;
+    }
+    if left == 0 {
+        // Only handed-off logs wait: the modeller has them.
+        (*t).lag_epochs = 0;
+        return true;
+    }
+    let log = (*s).tail.load(Ordering::Relaxed);
+    if (*t).lag_epochs == 0 || (*t).lag_log != log {
+        (*t).lag_log = log;
+        (*t).lag_epochs = 1;
+        return true;
+    }
+    if (*t).lag_epochs >= MAX_LAG_EPOCHS {
+        (*t).lag_epochs = 0;
+        return false;
+    }
+    (*t).lag_epochs += 1;
+    true
 }
 
 /// Attempts at reading the published totals when the signal interrupted a
@@ -258,9 +312,15 @@ const BUSY_TRIES: u32 = 256;
 
 /// [`totals`], and the batches that the call itself ran to bring them up
 /// to date (the caller, which times the call, need not count them again).
+/// A periodic epoch's end ([`periodic_next_reading`]) may instead take
+/// the totals the model last published and leave the rest to the
+/// modeller thread (`leave_to_modeller`).
 pub fn totals_and_ran() -> (ThreadTotals, Ran) {
     let t = tls();
     let mut ran = Ran::default();
+    // Both flags hold for this reading only, however it goes.
+    let exact = EXACT.with(|e| e.replace(false));
+    let periodic = PERIODIC.with(|e| e.replace(false));
     // SAFETY: own thread; raw reads; `process` runs only when no batch
     // is under way on this thread.
     unsafe {
@@ -270,7 +330,7 @@ pub fn totals_and_ran() -> (ThreadTotals, Ran) {
             // A batch of this thread is under way below us: its entries
             // count at the next reading.
             std::ptr::write_volatile(&mut (*t).interrupted, true);
-        } else if !s.is_null() && !leave_to_modeller(t, s) {
+        } else if !s.is_null() && !leave_to_modeller(t, s, exact, periodic) {
             // Exact counts up to here: wait for a log the modeller is
             // running (it never waits for this thread, and holds the lock
             // for one batch at most), then run what is left ourselves.
@@ -325,6 +385,22 @@ pub fn device_stall_due() -> f64 {
         match offload::read_published(&*s, 64) {
             Some(v) => super::model::take_stall(v.device.stall_ns),
             None => 0.0,
+        }
+    }
+}
+
+/// Run everything the calling thread has logged, its handed-off logs
+/// first (waiting for one the modeller is running): before a fork, so
+/// that the child starts with nothing queued (its modeller thread does
+/// not exist) and the parent is charged its own accesses. The time is the
+/// program's, booked as inline batches and charged back at the thread's
+/// next epoch end. Not async-signal-safe.
+pub fn drain() {
+    let t = tls();
+    // SAFETY: own thread, outside the hooks (`busy` checked).
+    unsafe {
+        if !(*t).busy && !(*t).slow.is_null() {
+            process(t, false, true);
         }
     }
 }
@@ -500,10 +576,9 @@ mod tests {
             // SAFETY: this thread's own state; the entries written by
             // hand are taken out again before anything runs them.
             unsafe {
-                // Outside device mode the ring cycles through two logs
-                // (one filled, one handed off), as the hook's footprint
-                // always did.
-                assert_eq!((*(*t).slow).ring, 2);
+                // The ring cycles through all its logs (up to LOGS - 1
+                // handed off) in either mode.
+                assert_eq!((*(*t).slow).ring, LOGS);
                 // The last entry is a load: no run to extend.
                 let first = extend_flush_run(t, 1000);
                 let n = (*t).logged;
@@ -535,5 +610,186 @@ mod tests {
         deactivate();
         assert!(!first);
         assert_eq!(runs, [true, true, false]);
+    }
+
+    /// A chase of `n` nodes, one per line, in a shuffled order: each node
+    /// holds the address of the next (the value its load logs), so that
+    /// the model's dependence estimate sees the order of the entries.
+    fn chase(n: usize) -> Vec<u64> {
+        let mut v = vec![0u64; n * 8];
+        // A full cycle through the nodes: a stride coprime to n.
+        let stride = (n / 2..n).find(|&k| gcd(k, n) == 1).unwrap_or(1);
+        let next = |i: usize| (i + stride) % n;
+        for i in 0..n {
+            v[i * 8] = &v[next(i) * 8] as *const u64 as u64;
+        }
+        v
+    }
+
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+
+    /// Walk `steps` nodes of [`chase`] `v` from node 0, `every` loads
+    /// between readings: an exact one, or a periodic epoch's end
+    /// (`periodic`); then a last, exact, reading. Returns each reading's
+    /// PM serial accesses and misses (differences), the totals before and
+    /// after, and the largest number of entries a reading left behind.
+    fn walk(
+        v: &[u64],
+        steps: usize,
+        every: usize,
+        periodic: bool,
+    ) -> (Vec<(f64, u64)>, ThreadTotals, ThreadTotals, u64) {
+        let mut readings = Vec::new();
+        let first = totals();
+        let mut last = first;
+        let mut behind = 0;
+        let mut p = v.as_ptr();
+        let mut logged = 0u64;
+        for k in 1..=steps {
+            on_access(p as usize, 8, false, Some(p));
+            logged += 1;
+            // SAFETY: every node holds the address of one in `v`.
+            p = unsafe { *p } as *const u64;
+            if k % every == 0 {
+                if periodic {
+                    periodic_next_reading();
+                }
+                let now = totals();
+                behind = behind.max(logged - (now.slow_calls - first.slow_calls));
+                readings.push((
+                    now.serial.pm - last.serial.pm,
+                    now.serial.pm_misses - last.serial.pm_misses,
+                ));
+                last = now;
+            }
+        }
+        let end = totals();
+        readings.push((
+            end.serial.pm - last.serial.pm,
+            end.serial.pm_misses - last.serial.pm_misses,
+        ));
+        (readings, first, end, behind)
+    }
+
+    #[test]
+    fn periodic_readings_defer_and_charge_the_same_in_order() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        activate(cfg(PmMode::All));
+        // 20 logs' worth of distinct lines (4x the 1 MiB model: every load
+        // misses), read every 300 loads: most readings find a partial log.
+        let n = 20 * LOG_ENTRIES + 1;
+        let run = move |periodic: bool| {
+            std::thread::spawn(move || {
+                let v = chase(n);
+                let r = walk(&v, n, 300, periodic);
+                thread_exit();
+                r
+            })
+            .join()
+            .unwrap()
+        };
+        let (exact, a0, a1, a_behind) = run(false);
+        let (lazy, b0, b1, b_behind) = run(true);
+        deactivate();
+        // No entry lost: every load went through the model once, either way.
+        assert_eq!(a1.slow_calls - a0.slow_calls, n as u64);
+        assert_eq!(b1.slow_calls - b0.slow_calls, n as u64);
+        assert_eq!(a_behind, 0, "an exact reading runs everything");
+        // The deferred readings' charges add up to the immediate ones':
+        // the same model, fed the same entries in the same order (the
+        // dependence estimate, which follows each load's value to the next
+        // miss, would differ otherwise).
+        let sum = |r: &[(f64, u64)]| r.iter().fold((0.0, 0), |(s, m), &(p, x)| (s + p, m + x));
+        let (sa, ma) = sum(&exact);
+        let (sb, mb) = sum(&lazy);
+        assert_eq!((ma, mb), (n as u64, n as u64));
+        assert!((sa - sb).abs() < 1e-6 * sa.max(1.0), "{sa} vs {sb}");
+        assert_eq!(
+            b1.serial.dependent - b0.serial.dependent,
+            a1.serial.dependent - a0.serial.dependent
+        );
+        assert!(a1.serial.dependent - a0.serial.dependent > n as u64 / 2);
+        if offload::enabled() {
+            // Periodic readings left work behind, bounded by the ring.
+            assert!(b_behind > 0);
+            assert!(b_behind <= (LOGS * LOG_ENTRIES) as u64, "{b_behind}");
+            // Some readings were charged less and later ones more.
+            assert!(lazy.iter().zip(&exact).any(|(l, e)| l.1 != e.1));
+        }
+    }
+
+    #[test]
+    fn a_slowly_filled_log_is_run_after_the_lag_bound() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        activate(cfg(PmMode::All));
+        let per = 10;
+        let counted = std::thread::spawn(move || {
+            let v = vec![0u64; 64 * per * 8];
+            let mut counted = Vec::new();
+            // Each epoch logs `per` misses: the log never fills.
+            for k in 0..(MAX_LAG_EPOCHS as usize + 2) {
+                misses(&v[k * per * 8..], per);
+                periodic_next_reading();
+                counted.push(totals().slow_calls);
+            }
+            // A sync point (any reading not periodic) runs everything.
+            misses(&v[40 * per * 8..], per);
+            counted.push(totals().slow_calls);
+            thread_exit();
+            counted
+        })
+        .join()
+        .unwrap();
+        deactivate();
+        if !offload::enabled() {
+            return;
+        }
+        // MAX_LAG_EPOCHS readings leave the log's entries, the next runs
+        // them all (nothing lost); the lag starts again from there.
+        let m = MAX_LAG_EPOCHS as usize;
+        assert!(counted[..m].iter().all(|&c| c == 0), "{counted:?}");
+        assert_eq!(counted[m], ((m + 1) * per) as u64, "{counted:?}");
+        assert_eq!(counted[m + 1], counted[m], "{counted:?}");
+        assert_eq!(counted[m + 2], ((m + 3) * per) as u64, "{counted:?}");
+    }
+
+    #[test]
+    fn a_drain_runs_the_queue_on_the_thread() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _s = Switches;
+        activate(cfg(PmMode::All));
+        TEST_PAUSE.store(true, Ordering::Release);
+        let n = 3 * LOG_ENTRIES + 50;
+        let (queued, after, a, b) = std::thread::spawn(move || {
+            let v = vec![0u64; n * 8];
+            let a = totals();
+            misses(&v, n);
+            // SAFETY: this thread's own model.
+            let queued = unsafe { (*(*tls()).slow).queued() };
+            drain();
+            // SAFETY: as above.
+            let after = unsafe { (*(*tls()).slow).queued() };
+            let s = unsafe { &*(*tls()).slow };
+            let b = offload::read_published(s, offload::PATIENT_TRIES).unwrap();
+            thread_exit();
+            (queued, after, a, b)
+        })
+        .join()
+        .unwrap();
+        deactivate();
+        assert_eq!(after, 0);
+        assert_eq!(b.slow_calls - a.slow_calls, n as u64);
+        if offload::enabled() {
+            assert_eq!(queued, 3);
+            // Run on the thread: booked as inline batches, to be charged.
+            assert_eq!(b.batches - a.batches, 4);
+            assert!(b.slow_cycles > a.slow_cycles);
+        }
     }
 }
