@@ -327,8 +327,8 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The region this machine's calibration chases ([`default_region`] of
-/// its LLC).
+/// The region this machine's calibration chases (8x its LLC, 256 MiB to
+/// 1 GiB).
 pub fn calibration_region() -> u64 {
     default_region(llc_bytes())
 }

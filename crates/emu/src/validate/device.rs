@@ -282,7 +282,7 @@ pub(super) fn study(ctx: &Ctx, device: &str, out: &mut Vec<Point>) -> Result<()>
 /// the host's translation), and the emulator subtracts the one DRAM
 /// latency it is given from each far miss's device latency: given the
 /// calibration's, it would charge that growth twice. `None`: the
-/// calibration's chase ([`Ctx::dram_now`]).
+/// calibration's chase (`Ctx::dram_now`).
 pub fn dram_region(region: u64, calibration: u64) -> Option<u64> {
     (region > calibration).then_some(region)
 }
