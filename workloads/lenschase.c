@@ -16,15 +16,30 @@
  *
  *   lenschase: mode=chase region=... block=... lines=... passes=...
  *              elapsed_ns=... ns_per_line=... chase_ns_per_line=...
- *              clock=wall|cpu
+ *              clock=wall|cpu huge_pct=... flush=...
  *
  * elapsed_ns covers the timed passes with their flushes: the flushes cost
  * the same with and without emulation, so the difference between an
  * emulated run and a native one is the delay injected per line.
  * chase_ns_per_line is the chase alone (the flushes' time left out): in a
- * native run, what one access costs on this machine. Without libpmlab the
- * lines are flushed with clflushopt where the CPU has it (else clflush),
- * the instruction libpmlab's pflush uses under pmlab run --device.
+ * native run, what one access costs on this machine. Under emulation
+ * (pmlab_emulating()) the lines are flushed with libpmlab's pflush, so
+ * that the runtime sees the flushes; otherwise, linked with libpmlab or
+ * not, with clflushopt where the CPU has it (else clflush), the evicting
+ * instruction libpmlab's pflush uses under pmlab run --device (outside it
+ * libpmlab's pflush uses clwb, which on AMD's Zen leaves the line cached:
+ * a native chase over 4-16 KiB then read the CPU's caches, 13-28 ns per
+ * line, against 136-153 evicted). flush= names the one used (pflush,
+ * clflushopt, clflush, or none with -F).
+ *
+ * The region is mapped on 2 MiB boundaries and advised to transparent
+ * huge pages (madvise; -H asks for 4 KiB pages instead), so that the
+ * chase's TLB misses stay few, as in LENS (whose TLB miss rate is flat
+ * over its regions) and as in the simulator, which has no TLB: over
+ * 256 MiB to 1 GiB in 4 KiB pages a native chase costs 1.6-1.8 times as
+ * much per line (page walks). Where the kernel grants none (THP "never",
+ * no contiguous memory), the chase runs on 4 KiB pages; huge_pct= says
+ * what share of the region is on huge pages.
  *
  * Overwrite mode (-o ITERATIONS): one 256 B block is written (4 lines),
  * flushed and fenced ITERATIONS times, each iteration timed on its own
@@ -54,7 +69,7 @@
  * A delay the emulator injects is spun on the thread's CPU and counts.
  *
  * Usage: lenschase [-r REGION_BYTES] [-b BLOCK_BYTES] [-n MIN_LINES]
- *                  [-s SEED] [-F] [-c] [-o ITERATIONS]
+ *                  [-s SEED] [-F] [-c] [-H] [-o ITERATIONS]
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -75,6 +90,7 @@
  * the fallbacks below, so that the program builds and runs anywhere. */
 #pragma weak pflush
 #pragma weak pm_drain
+#pragma weak pmlab_emulating
 
 /* The CPU has clflushopt (cpuid leaf 7, EBX bit 23). */
 static int has_clflushopt(void)
@@ -83,18 +99,33 @@ static int has_clflushopt(void)
 	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
 }
 
+static int opt = -1, emulated = -1;
+
+/* The flush the run uses: libpmlab's pflush under emulation, else the
+ * instruction (printed as flush=). */
+static const char *flush_name(void)
+{
+	if (emulated < 0)
+		emulated = pflush && pmlab_emulating && pmlab_emulating();
+	if (opt < 0)
+		opt = has_clflushopt();
+	return emulated ? "pflush" : opt ? "clflushopt" : "clflush";
+}
+
 static void flush_lines(const void *p, size_t len)
 {
-	static int opt = -1;
-	if (pflush) {
+	if (emulated < 0 || opt < 0)
+		flush_name();
+	if (emulated) {
 		pflush(p, len);
 		return;
 	}
-	/* The fallback evicts as libpmlab's pflush does under pmlab run
+	/* Not emulated (a plain build, or one linked with libpmlab but run
+	 * outside pmlab run, whose pflush would use clwb: on AMD's Zen that
+	 * keeps the line cached, and the chase then hits the CPU's caches),
+	 * the lines are evicted as libpmlab's pflush does under pmlab run
 	 * --device (clflushopt where the CPU has it), so that the native and
 	 * the emulated build flush alike. */
-	if (opt < 0)
-		opt = has_clflushopt();
 	for (size_t o = 0; o < len; o += LINE) {
 		const char *l = (const char *)p + o;
 		if (opt)
@@ -106,7 +137,10 @@ static void flush_lines(const void *p, size_t len)
 
 static void drain(void)
 {
-	if (pm_drain)
+	static int emulated = -1;
+	if (emulated < 0)
+		emulated = pm_drain && pmlab_emulating && pmlab_emulating();
+	if (emulated)
 		pm_drain();
 	else
 		__builtin_ia32_sfence();
@@ -116,7 +150,7 @@ static void usage(const char *why)
 {
 	fprintf(stderr, "lenschase: error: %s\nusage: lenschase [-r REGION_BYTES] "
 			"[-b BLOCK_BYTES (64..REGION, a multiple of 64)] [-n MIN_LINES] "
-			"[-s SEED] [-F] [-c] [-o ITERATIONS]\n", why);
+			"[-s SEED] [-F] [-c] [-H] [-o ITERATIONS]\n", why);
 	exit(2);
 }
 
@@ -259,12 +293,66 @@ static int overwrite(long long iterations)
 	return 0;
 }
 
+#define HUGE (2u << 20)
+
+static int no_huge;
+
+/* The region, on 2 MiB boundaries and advised to transparent huge pages
+ * (unless -H): a random chase over 4 KiB pages misses the TLB at nearly
+ * every line from a few MiB on, a page walk the device model knows
+ * nothing of (LENS reads the TLB miss rate and finds it flat over its
+ * regions; the simulator's chase has no TLB). Where the kernel gives no
+ * huge pages (THP off, no contiguous memory) the region keeps 4 KiB pages:
+ * huge_pct= says how much of it is huge. NULL when nothing can be mapped. */
+static char *map_region(size_t region)
+{
+	size_t len = region + (region >= HUGE ? HUGE : 0);
+	char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	if (region < HUGE)
+		return m;
+	char *base = (char *)(((uintptr_t)m + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+	if (base > m)
+		munmap(m, (size_t)(base - m));
+	size_t tail = (size_t)(m + len - (base + region));
+	if (tail)
+		munmap(base + region, tail);
+	madvise(base, region, no_huge ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+	return base;
+}
+
+/* Percent of [base, base + len) the kernel backs with huge pages (from
+ * /proc/self/smaps: AnonHugePages of the mappings inside it); -1 when it
+ * cannot be read. */
+static int huge_pct(const char *base, size_t len)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	if (!f)
+		return -1;
+	char line[512];
+	int inside = 0;
+	unsigned long long huge_kb = 0;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long long lo, hi, kb;
+		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+			inside = lo >= (uintptr_t)base && hi <= (uintptr_t)base + len;
+			continue;
+		}
+		if (inside && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)
+			huge_kb += kb;
+	}
+	fclose(f);
+	return (int)(huge_kb * 1024 * 100 / (len ? len : 1));
+}
+
 int main(int argc, char **argv)
 {
 	long long region = 1 << 20, block = 64, min_lines = 1 << 16, seed = 0x1E45;
 	long long iterations = 0;
 	int opt;
-	while ((opt = getopt(argc, argv, "r:b:n:s:o:Fc")) != -1) {
+	while ((opt = getopt(argc, argv, "r:b:n:s:o:FcH")) != -1) {
 		switch (opt) {
 		case 'r': region = arg_ll(optarg, LINE, 1LL << 40, "bad -r"); break;
 		case 'b': block = arg_ll(optarg, LINE, 1 << 20, "bad -b"); break;
@@ -273,6 +361,7 @@ int main(int argc, char **argv)
 		case 'o': iterations = arg_ll(optarg, 2, 1LL << 32, "bad -o"); break;
 		case 'F': no_flush = 1; break;
 		case 'c': cpu_clock = 1; break;
+		case 'H': no_huge = 1; break;
 		default: usage("unknown option");
 		}
 	}
@@ -280,14 +369,12 @@ int main(int argc, char **argv)
 		return overwrite(iterations);
 	if (block % LINE || region % block)
 		usage("the block must be a multiple of 64 and divide the region");
-	char *base = mmap(NULL, (size_t)region, PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (base == MAP_FAILED) {
+	char *base = map_region((size_t)region);
+	if (!base) {
 		fprintf(stderr, "lenschase: cannot map %lld bytes: try a smaller -r\n",
 				region);
 		return 1;
 	}
-	madvise(base, (size_t)region, MADV_HUGEPAGE);
 	size_t blocks = (size_t)(region / block);
 	size_t per = (size_t)(block / LINE);
 	uint32_t *order = malloc(blocks * sizeof *order);
@@ -339,9 +426,11 @@ int main(int argc, char **argv)
 		puts("unreachable");
 	double total = (double)lines * (double)passes;
 	printf("lenschase: mode=chase region=%lld block=%lld lines=%zu passes=%lld "
-			"elapsed_ns=%llu ns_per_line=%.2f chase_ns_per_line=%.2f clock=%s\n",
+			"elapsed_ns=%llu ns_per_line=%.2f chase_ns_per_line=%.2f clock=%s "
+			"huge_pct=%d flush=%s\n",
 			region, block, lines, passes, (unsigned long long)elapsed,
 			(double)elapsed / total, (double)chase / total,
-			cpu_clock ? "cpu" : "wall");
+			cpu_clock ? "cpu" : "wall", huge_pct(base, (size_t)region),
+			no_flush ? "none" : flush_name());
 	return 0;
 }

@@ -298,3 +298,82 @@ fn the_overwrite_migrates_every_threshold_writes_and_charges_the_stall() {
         "requested {requested} ns, stalls {stall} ns"
     );
 }
+
+/// A `key=value` token of a `lenschase` line.
+fn token<'a>(out: &'a str, key: &str) -> &'a str {
+    out.split_whitespace()
+        .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key}= in {out}"))
+}
+
+/// The chase flushes alike natively and emulated: a native build linked
+/// with libpmlab (as `pmlab validate` builds it) evicts with its own
+/// instruction, not libpmlab's pflush (clwb outside `pmlab run`, which
+/// may leave the lines cached), and the `pmlab cc` build under `pmlab run
+/// --device` flushes through pflush, which the runtime sees. Both map the
+/// region for huge pages and say how much of it got them.
+#[test]
+fn lenschase_flushes_alike_natively_and_emulated() {
+    let dir = runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("device-flush");
+    let native = t.path("lenschase-native");
+    let out = Command::new("clang-14")
+        .args(["-O2", "-std=gnu11", "-I"])
+        .arg(workloads().join("../include"))
+        .arg("-o")
+        .arg(&native)
+        .arg(workloads().join("lenschase.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-lpmlab")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // 4 MiB: two whole 2 MiB pages when the kernel grants them.
+    let args = ["-r", "4194304", "-b", "256", "-n", "1"];
+    let o = Command::new(&native).args(args).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        ["clflushopt", "clflush"].contains(&token(&line, "flush")),
+        "{line}"
+    );
+    let huge: i64 = token(&line, "huge_pct").parse().unwrap();
+    assert!((-1..=100).contains(&huge), "{line}");
+    let o = Command::new(&native).args(args).arg("-F").output().unwrap();
+    assert_eq!(token(&String::from_utf8_lossy(&o.stdout), "flush"), "none");
+    let o = Command::new(&native)
+        .args(["-r", "4194304", "-n", "1", "-H"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&o.stdout).to_string();
+    // Asked for 4 KiB pages, none of the region is huge.
+    assert!(["0", "-1"].contains(&token(&line, "huge_pct")), "{line}");
+    let exe = build_lenschase(&t);
+    let o = Command::new(PMLAB)
+        .args([
+            "run",
+            "--quiet",
+            "--no-inject",
+            "--device",
+            "optane-1dimm",
+            "--dram-latency",
+            "100ns",
+            "--",
+        ])
+        .arg(&exe)
+        .args(["-r", "65536", "-n", "1024"])
+        .env("PMLAB_DEVICE_NEAR_NS", "80")
+        .env("PMLAB_DEVICE_FOLLOW_NS", "80")
+        .env("PMLAB_DEVICE_FRESH_NS", "80")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        token(&String::from_utf8_lossy(&o.stdout), "flush"),
+        "pflush"
+    );
+}

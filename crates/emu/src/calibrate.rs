@@ -232,7 +232,14 @@ impl Chaser {
     /// Map and link a chain over the calibration's region (8x the LLC,
     /// 256 MiB to 1 GiB) and warm its TLB entries.
     pub fn new() -> Result<Chaser> {
-        let mut chain = Chain::new(default_region(llc_bytes()) as usize, None, SEED)?;
+        Chaser::over(calibration_region())
+    }
+
+    /// As [`new`](Self::new), over `region` bytes instead (a program's
+    /// footprint past the calibration's region: `pmlab validate
+    /// --device`).
+    pub fn over(region: u64) -> Result<Chaser> {
+        let mut chain = Chain::new(region as usize, None, SEED)?;
         chain.chase(1_000_000);
         Ok(Chaser { chain })
     }
@@ -318,6 +325,12 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: clock_gettime into a local timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The region this machine's calibration chases (8x its LLC, 256 MiB to
+/// 1 GiB).
+pub fn calibration_region() -> u64 {
+    default_region(llc_bytes())
 }
 
 /// The calibration's region for a last-level cache of `llc` bytes: 8x
