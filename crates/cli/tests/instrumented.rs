@@ -701,6 +701,14 @@ fn validate_rejects_bad_options_in_one_line() {
         (vec!["--reps", "0"], "--reps 0 is out of range"),
         (vec!["--only", "memlat,bogus"], "unknown study 'bogus'"),
         (
+            vec!["--sample", "sometimes"],
+            "'sometimes': expected off, auto or a ratio in (0, 1]",
+        ),
+        (
+            vec!["--sample", "1.5"],
+            "'1.5': expected off, auto or a ratio",
+        ),
+        (
             vec!["--workloads", "/nonexistent/dir"],
             "--workloads /nonexistent/dir: no memlat.c",
         ),
@@ -745,6 +753,14 @@ fn validate_quick_runs_every_study_end_to_end() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let points = v["points"].as_array().unwrap();
     assert_eq!(v["tolerances"], "loose");
+    // The latency studies ran at pmlab run's default sampling, and say so.
+    assert_eq!(v["sample"], pmlab_model::options::Sample::DEFAULT);
+    let head = String::from_utf8_lossy(&out.stdout);
+    let sampling = format!("--sample {}", pmlab_model::options::Sample::DEFAULT);
+    assert!(
+        head.lines().next().is_some_and(|l| l.contains(&sampling)),
+        "{head}"
+    );
     let missed = points.iter().any(|p| {
         let bound = p["bound_pct"].as_f64();
         bound.is_some_and(|b| p["error_pct"].as_f64().unwrap().abs() > b)

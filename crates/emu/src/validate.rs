@@ -55,6 +55,7 @@
 use crate::calibrate::{self, Chaser};
 use crate::error::{fail, Context, Result};
 use crate::{Error, ErrorKind};
+use pmlab_model::options::Sample;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,6 +88,9 @@ pub struct Options {
     /// The `pmlab` executable that runs the emulated builds (`pmlab run`)
     /// and builds them (`pmlab cc`).
     pub pmlab: PathBuf,
+    /// `--sample` of every emulated run of the latency studies (the
+    /// workset and bandwidth studies pick their own).
+    pub sample: Sample,
 }
 
 /// The bound on each study's |error|, percent (see the module
@@ -377,6 +381,9 @@ struct Ctx<'a> {
     /// Loads per such measurement.
     chase_steps: u64,
     bounds: Tolerances,
+    /// `--sample` of the emulated runs that do not give their own
+    /// ([`Options::sample`]).
+    sample: Sample,
     say: &'a dyn Fn(&str),
 }
 
@@ -461,6 +468,12 @@ impl Ctx<'_> {
         self.emulated_with(prog, args, pm_ns, no_inject, dram, &[])
     }
 
+    /// `--sample` and the study's sampling ([`Ctx::sample`]), unless the
+    /// run's `flags` already choose one.
+    fn sample_flags(&self, flags: &[String]) -> Vec<String> {
+        sample_flags(self.sample, flags)
+    }
+
     /// The instrumented build under `pmlab run --source instrumented`
     /// with the DRAM latency `dram` and `flags` (`--device ...`), no PM
     /// latency (the device gives it), the effective LLC as the other
@@ -476,7 +489,8 @@ impl Ctx<'_> {
         cmd.args(["run", "--quiet", "--source", "instrumented"])
             .arg("--dram-latency")
             .arg(format!("{dram:.2}ns"))
-            .args(flags);
+            .args(flags)
+            .args(self.sample_flags(flags));
         if let Some(v) = self.llc_now.borrow().as_ref().or(self.instr_llc.as_ref()) {
             cmd.env("PMLAB_INSTR_LLC", v);
         }
@@ -506,7 +520,8 @@ impl Ctx<'_> {
             .arg(format!("{pm_ns}ns"))
             .arg("--dram-latency")
             .arg(format!("{dram:.2}ns"))
-            .args(flags);
+            .args(flags)
+            .args(self.sample_flags(flags));
         if no_inject {
             cmd.arg("--no-inject");
         }
@@ -818,10 +833,11 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         } else {
             Tolerances::TARGET
         },
+        sample: opts.sample,
         say,
     };
     ctx.say(&format!(
-        "calibrated DRAM latency {:.1} ns; last-level cache {} ({}); {} runs per point",
+        "calibrated DRAM latency {:.1} ns; last-level cache {} ({}); {} runs per point; latency studies' emulated runs with --sample {} (workset and bandwidth choose their own)",
         ctx.dram_ns,
         pmlab_model::units::Bytes(ctx.llc_bytes),
         match (&ctx.instr_llc, user_llc) {
@@ -829,7 +845,8 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
             (None, true) => "PMLAB_INSTR_LLC from the environment".to_string(),
             (None, false) => "sysfs: no knee in the chase curve".to_string(),
         },
-        ctx.reps
+        ctx.reps,
+        ctx.sample
     ));
     let plan = Plan::new(opts.quick);
     let mut points = Vec::new();
@@ -884,6 +901,7 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
             "target".into()
         },
         reps: ctx.reps,
+        sample: ctx.sample.to_string(),
         llc_bytes: ctx.llc_bytes,
         llc_curve: cal.llc_curve.clone(),
         seconds: started.elapsed().as_secs_f64(),
@@ -918,6 +936,9 @@ pub struct Report {
     pub tolerances: String,
     /// Runs per point at most (see [`settled`]).
     pub reps: usize,
+    /// `--sample` of the latency studies' emulated runs (off, auto or a
+    /// ratio; the workset and bandwidth studies choose their own).
+    pub sample: String,
     /// The last-level cache the workset study classed regions by, bytes:
     /// the effective one measured at the study's start (else sysfs's).
     pub llc_bytes: u64,
@@ -937,6 +958,19 @@ impl Report {
     pub fn all_met(&self) -> bool {
         self.points.iter().all(|p| !p.judged() || p.ok())
     }
+}
+
+/// `--sample SAMPLE` for an emulated run whose own `flags` do not
+/// choose a sampling (the workset and bandwidth studies' do), else
+/// nothing.
+fn sample_flags(sample: Sample, flags: &[String]) -> Vec<String> {
+    if flags
+        .iter()
+        .any(|f| f == "--sample" || f.starts_with("--sample="))
+    {
+        return Vec::new();
+    }
+    vec![s("--sample"), sample.to_string()]
 }
 
 fn machine_line() -> String {
@@ -1786,6 +1820,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn runs_without_their_own_sampling_take_the_study_s() {
+        assert_eq!(
+            sample_flags(Sample::Auto, &[s("--pm-bandwidth"), s("1GB/s")]),
+            vec![s("--sample"), s("auto")]
+        );
+        assert_eq!(
+            sample_flags(Sample::Ratio(0.01), &[]),
+            vec![s("--sample"), s("0.01")]
+        );
+        // The workset and bandwidth studies' own choice stands.
+        assert!(sample_flags(Sample::Off, &[s("--sample"), s("0.01")]).is_empty());
+        assert!(sample_flags(Sample::Off, &[s("--sample=auto")]).is_empty());
+    }
+
+    #[test]
     fn summary_is_median_and_range() {
         let m = summarize(&[5.0, 1.0, 3.0]);
         assert_eq!((m.median, m.min, m.max), (3.0, 1.0, 5.0));
@@ -2033,6 +2082,7 @@ mod tests {
             quick: true,
             tolerances: "loose".into(),
             reps: 1,
+            sample: "off".into(),
             llc_bytes: 0,
             llc_curve: Vec::new(),
             seconds: 0.0,

@@ -129,7 +129,7 @@ pub const SPECS: &[Spec] = &[
         help: "NUMA node of the PM pool (two-memory mode)" },
     Spec { name: "no-inject", env: "PMLAB_NO_INJECT", default: None, kind: Kind::Switch, user: true,
         help: "Compute epochs and delays but inject nothing (measures overhead)" },
-    Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some("off"), kind: Kind::Sample, user: true,
+    Spec { name: "sample", env: "PMLAB_SAMPLE", default: Some(Sample::DEFAULT), kind: Kind::Sample, user: true,
         help: "Programs built by pmlab cc with the sampling plugin: run the cache model on every access (off), on a fixed share of the checks (a ratio in (0, 1], e.g. 0.01), or adaptively (auto)" },
     Spec { name: "device", env: "PMLAB_DEVICE", default: None, kind: Kind::Path, user: true,
         help: "Emulate a device's buffers: a `pmlab sim` preset (`pmlab sim presets`) or a simulator config or `pmlab probe infer` profile (TOML); each PM access then takes the latency of the level that serves it (instead of --pm-latency; instrumented source)" },
@@ -239,6 +239,16 @@ pub enum Sample {
 }
 
 impl Sample {
+    /// The sampling `pmlab run` uses when `--sample` and `PMLAB_SAMPLE`
+    /// are not given (and so `pmlab validate`'s latency studies), in the
+    /// form [`Sample::parse`] reads.
+    pub const DEFAULT: &'static str = "off";
+
+    /// [`Sample::DEFAULT`], parsed.
+    pub fn run_default() -> Sample {
+        Sample::parse(Sample::DEFAULT).unwrap_or(Sample::Off)
+    }
+
     /// Parse `off`, `full`, `auto` or a ratio in (0, 1]; the error says
     /// what is expected.
     pub fn parse(v: &str) -> Result<Sample, String> {
@@ -482,7 +492,7 @@ impl RunOptions {
             no_inject: value("no-inject").1.is_some_and(|v| is_on(&v)),
             sample: {
                 let (s, v) = value("sample");
-                Sample::parse(v.as_deref().unwrap_or("off"))
+                Sample::parse(v.as_deref().unwrap_or(Sample::DEFAULT))
                     .map_err(|why| bad(s, ErrorKind::Parse, why))?
             },
             device,
@@ -639,6 +649,9 @@ mod tests {
         assert_eq!(o.source, "auto");
         assert_eq!(o.throttle, Throttle::None);
         assert!(!o.no_inject);
+        assert_eq!(o.sample, Sample::run_default());
+        assert_eq!(Sample::run_default().to_string(), Sample::DEFAULT);
+        assert_eq!(spec("sample").default, Some(Sample::DEFAULT));
         // Every spec's name and variable are unique, and the variables
         // are the runtime's namespace.
         for (i, a) in SPECS.iter().enumerate() {
@@ -647,6 +660,28 @@ mod tests {
                 assert!(a.name != b.name && a.env != b.env, "{}", a.name);
             }
         }
+    }
+
+    #[test]
+    fn sample_values_parse_and_bad_ones_say_what_is_expected() {
+        assert_eq!(Sample::parse("off"), Ok(Sample::Off));
+        assert_eq!(Sample::parse("full"), Ok(Sample::Off));
+        assert_eq!(Sample::parse(" auto "), Ok(Sample::Auto));
+        assert_eq!(Sample::parse("0.01"), Ok(Sample::Ratio(0.01)));
+        assert_eq!(Sample::parse("1"), Ok(Sample::Off));
+        for bad in ["0", "1.5", "-0.1", "sometimes", ""] {
+            let e = Sample::parse(bad).unwrap_err();
+            assert!(e.contains("expected off, auto or a ratio"), "{bad}: {e}");
+        }
+        // Unset: pmlab run's default; a flag and a variable say the same.
+        assert_eq!(flags(&[]).unwrap().sample, Sample::run_default());
+        assert_eq!(flags(&[("sample", "auto")]).unwrap().sample, Sample::Auto);
+        assert_eq!(
+            env(&[("PMLAB_SAMPLE", "0.1")]).unwrap().sample,
+            Sample::Ratio(0.1)
+        );
+        let e = flags(&[("sample", "2")]).unwrap_err().to_string();
+        assert!(e.contains("--sample") && e.contains("'2'"), "{e}");
     }
 
     #[test]

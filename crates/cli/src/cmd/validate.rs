@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result};
 use pmlab_emu::validate::{self, Options, Point, STUDIES};
+use pmlab_model::options::Sample;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -62,6 +63,13 @@ pub struct Args {
     /// this Markdown page (docs/validation.md), replacing the one there.
     #[arg(long, value_name = "FILE", requires = "device")]
     write: Option<PathBuf>,
+    /// The sampling of the latency studies' emulated runs (memlat,
+    /// chains, overhead, mtlat, shapes, multilat, device), given to each
+    /// `pmlab run` as its `--sample`: off, auto or a ratio in (0, 1]
+    /// [default: `pmlab run`'s]. The workset and bandwidth studies pick
+    /// their own and say so.
+    #[arg(long, value_name = "off|auto|RATIO", value_parser = Sample::parse)]
+    sample: Option<Sample>,
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -80,6 +88,7 @@ pub fn run(args: Args) -> Result<u8> {
         workloads: args.workloads.clone(),
         build_dir: args.build_dir.clone(),
         device: args.device.clone(),
+        sample: args.sample.unwrap_or_else(Sample::run_default),
         pmlab: std::env::current_exe().context("cannot locate the pmlab executable")?,
     };
     let progress = args.progress || std::io::stderr().is_terminal();
@@ -90,7 +99,7 @@ pub fn run(args: Args) -> Result<u8> {
         }
     };
     let report = validate::run(&opts, &say, &crate::cmd::calibrate::note(false))?;
-    print_table(&report.points, report.dram_latency_ns);
+    print_table(&report.points, report.dram_latency_ns, &report.sample);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
         if path.as_os_str() == "-" {
@@ -168,14 +177,16 @@ fn write_device_page(
     Ok(())
 }
 
-fn print_table(points: &[Point], cached: f64) {
+fn print_table(points: &[Point], cached: f64, sample: &str) {
     let all: Vec<f64> = points.iter().flat_map(|p| p.dram_runs.clone()).collect();
     let d = summarize(&all);
+    let sampling =
+        format!("--sample {sample} (latency studies; workset and bandwidth choose their own)");
     if all.is_empty() {
-        println!("pmlab validate: instrumented source, calibrated DRAM latency {cached:.1} ns");
+        println!("pmlab validate: instrumented source, {sampling}, calibrated DRAM latency {cached:.1} ns");
     } else {
         println!(
-            "pmlab validate: instrumented source; DRAM latency measured before each emulated run: median {:.1} ns ({:.1}..{:.1}; cached calibration {cached:.1})",
+            "pmlab validate: instrumented source, {sampling}; DRAM latency measured before each emulated run: median {:.1} ns ({:.1}..{:.1}; cached calibration {cached:.1})",
             d.median, d.min, d.max
         );
     }

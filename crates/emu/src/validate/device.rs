@@ -674,6 +674,7 @@ mod tests {
             quick: true,
             tolerances: s("target"),
             reps: 1,
+            sample: "off".into(),
             llc_bytes: 0,
             llc_curve: Vec::new(),
             seconds: 12.0,

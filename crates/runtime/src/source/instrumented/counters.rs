@@ -18,7 +18,8 @@ use std::sync::Arc;
 /// Open the instrumented source: configure and activate the hooks.
 pub fn open() -> Result<Box<dyn Source>, Error> {
     let cfg = settings::config_from_env(|k| std::env::var(k).ok())?;
-    let sample = std::env::var("PMLAB_SAMPLE").unwrap_or_else(|_| "off".into());
+    let sample = std::env::var("PMLAB_SAMPLE")
+        .unwrap_or_else(|_| pmlab_model::options::Sample::DEFAULT.into());
     let sample = pmlab_model::options::Sample::parse(&sample).map_err(|why| {
         Error::new(
             crate::error::ErrorKind::Config,
