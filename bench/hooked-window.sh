@@ -16,8 +16,12 @@
 # overlap, at most as many as natively. Each miss here is one logged
 # call and EXTRA hits, so 1 / overlap = WEIGHT / W + EXTRA / W, a line in
 # EXTRA: the last line printed is its least-squares fit on EXTRA 0, 1
-# and 2 (memlat's shape, and idxchase -m's: one update hit and one logged
-# load per miss), with EXTRA 4 as a check, and the defaults to set.
+# and 2, and the defaults to set. The rows after the fitted ones are
+# checks the fit did not see: EXTRA 4, and the chains kept as memlat
+# keeps them (shape stack: a local array, unhooked, same units as EXTRA
+# 0) and as idxchase -m keeps its state (shape mem: one update hit and
+# one logged load per miss, units WEIGHT + 1); fit_mlp is what the model
+# charges for each, hooked_mlp what the run did.
 # Fit only on a quiet machine (no other process running).
 # Usage: bench/hooked-window.sh [REPS]   (default 3; needs target/release/pmlab)
 set -eu
@@ -30,25 +34,28 @@ ${CC:-cc} -O2 -o "$TMP/native" "$ROOT/bench/window_chains.c"
 DRAM=$(cached_dram_ns)
 machine_line "DRAM $DRAM ns (pmlab calibrate)"
 : >"$TMP/points"
-for e in 0 1 2 4; do
+for point in "reg 0" "reg 1" "reg 2" "reg 4" "stack 0" "mem 0"; do
+	set -- $point
+	shape=$1 e=$2
 	: >"$TMP/n" && : >"$TMP/h"
 	i=0
 	while [ $i -lt "$REPS" ]; do
-		"$TMP/native" "$e" | value_of ns_per_miss >>"$TMP/n"
-		"$PMLAB" run --quiet --source instrumented --no-inject -- "$TMP/hooked" "$e" |
+		"$TMP/native" "$e" 500000 "$shape" | value_of ns_per_miss >>"$TMP/n"
+		"$PMLAB" run --quiet --source instrumented --no-inject -- "$TMP/hooked" "$e" 500000 "$shape" |
 			value_of ns_per_miss >>"$TMP/h"
 		i=$((i + 1))
 	done
 	n=$(med <"$TMP/n")
 	h=$(med <"$TMP/h")
-	[ -n "$n" ] && [ -n "$h" ] || { echo "hooked-window.sh: a run printed nothing (extra=$e)" >&2; exit 1; }
-	echo "$e $n $h" >>"$TMP/points"
+	[ -n "$n" ] && [ -n "$h" ] || { echo "hooked-window.sh: a run printed nothing ($shape, extra=$e)" >&2; exit 1; }
+	echo "$shape $e $n $h" >>"$TMP/points"
 done
 awk -v d="$DRAM" '
-{ e[NR] = $1; n[NR] = $2; h[NR] = $3 }
+{ s[NR] = $1; e[NR] = $2; n[NR] = $3; h[NR] = $4; fit[NR] = $1 == "reg" && $2 <= 2
+  hits[NR] = $2 + ($1 == "mem") }
 END {
-	# 1 / overlap = a + b x EXTRA on EXTRA <= 2: W = 1 / b, WEIGHT = a / b.
-	for (i = 1; i <= NR; i++) if (e[i] <= 2) {
+	# 1 / overlap = a + b x EXTRA on the fitted rows: W = 1 / b, WEIGHT = a / b.
+	for (i = 1; i <= NR; i++) if (fit[i]) {
 		x = e[i]; y = h[i] / d
 		k++; sx += x; sy += y; sxx += x * x; sxy += x * y
 	}
@@ -56,9 +63,9 @@ END {
 	a = (sy - b * sx) / k
 	if (b <= 0) { print "hooked-window.sh: the overlap does not fall as EXTRA grows: no fit (a busy machine?)" > "/dev/stderr"; exit 1 }
 	W = 1 / b; w = a / b
-	if (w < 1) { w = 1; W = 0; for (i = 1; i <= NR; i++) if (e[i] <= 2) { W += d / h[i] * (1 + e[i]); m++ } W /= m }
-	printf "%-6s %12s %12s %10s %10s %10s %10s\n", "extra", "native_ns", "hooked_ns", "native_mlp", "hooked_mlp", "fit_mlp", "units"
+	if (w < 1) { w = 1; W = 0; for (i = 1; i <= NR; i++) if (fit[i]) { W += d / h[i] * (1 + e[i]); m++ } W /= m }
+	printf "%-6s %6s %12s %12s %10s %10s %10s %10s\n", "shape", "extra", "native_ns", "hooked_ns", "native_mlp", "hooked_mlp", "fit_mlp", "units"
 	for (i = 1; i <= NR; i++)
-		printf "%-6d %12.1f %12.1f %10.2f %10.2f %10.2f %10.1f\n", e[i], n[i], h[i], d / n[i], d / h[i], W / (w + e[i]), d / h[i] * (w + e[i])
+		printf "%-6s %6d %12.1f %12.1f %10.2f %10.2f %10.2f %10.1f%s\n", s[i], e[i], n[i], h[i], d / n[i], d / h[i], W / (w + hits[i]), d / h[i] * (w + hits[i]), fit[i] ? "" : "  (check)"
 	printf "fit: PMLAB_INSTR_HOOKED_WINDOW=%.1f PMLAB_INSTR_LOGGED_WEIGHT=%.2f (settings.rs: DEFAULT_HOOKED_WINDOW = %d, DEFAULT_LOGGED_WEIGHT = %d thousandths)\n", W, w, int(W * 10 + 0.5) * 100, int(w * 100 + 0.5) * 10
 }' "$TMP/points"
