@@ -10,7 +10,9 @@
 //!   lookup, a compare and an increment.
 //! * Otherwise the hook *logs* the access (address, position in the
 //!   thread's access stream, and for 4- and 8-byte loads the value the
-//!   program is about to load, read with the access's own size) in the thread's miss log ([`super::log`]) and puts the
+//!   program is about to load, read with the access's own size; an
+//!   *update*, `pmlab cc`'s one hook for a load and the store after it to
+//!   the same address, is logged as a store with that value) in the thread's miss log ([`super::log`]) and puts the
 //!   line in the filter: a dozen instructions and no wait for the memory
 //!   access itself, so that the program's independent misses still overlap
 //!   as they do natively (an earlier design ran the model in the hook and
