@@ -462,6 +462,15 @@ __attribute__((noinline)) void atomic_(uint64_t *a, long n) {
 		a[i & 1023] = x + 1;
 	}
 }
+/* A store to another address between: both hooked (the stores keep
+ * their order). */
+__attribute__((noinline)) void between(uint64_t *a, uint64_t *b, long n) {
+	for (long i = 0; i < n; i++) {
+		uint64_t x = a[i & 1023];
+		b[i & 511] = x;
+		a[i & 1023] = x + 1;
+	}
+}
 __attribute__((noinline)) void narrow(uint64_t *a, long n) {
 	for (long i = 0; i < n; i++) {
 		uint64_t x = a[i & 1023];
@@ -472,21 +481,23 @@ int main(int argc, char **argv) {
 	if (argc < 3) return 2;
 	long n = atol(argv[2]);
 	static uint32_t next[1024 * 16];
-	static uint64_t a[1024];
+	static uint64_t a[1024], b[512];
 	for (long i = 0; i < 1024; i++) next[i * 16] = (uint32_t)((i * 2654435761u) & 1023);
 	if (!strcmp(argv[1], "state")) state(next, n / 4);
 	else if (!strcmp(argv[1], "counter")) counter(a, n);
 	else if (!strcmp(argv[1], "called")) called(a, n);
 	else if (!strcmp(argv[1], "atomic")) atomic_(a, n);
 	else if (!strcmp(argv[1], "narrow")) narrow(a, n);
-	return (int)((a[3] + st[0]) & 1);
+	else if (!strcmp(argv[1], "between")) between(a, b, n);
+	return (int)((a[3] + b[3] + st[0]) & 1);
 }
 "#;
 
 /// A load followed in its block by a store to the same address gets one
 /// update hook and the store none, also with other hooked accesses
 /// between (the chase load of a chain whose state is in memory), but not
-/// across a call, for an atomic load, or for a store of another width;
+/// across a call or a store to another address, for an atomic load, or
+/// for a store of another width;
 /// with PMLAB_SAMPLE_MERGE=0 both are hooked. The accesses the hooks
 /// stand for (an update counts as its load and its store) are the same
 /// either way. Counted per step as the difference of runs of N and 2N
@@ -538,6 +549,7 @@ fn a_load_and_its_store_to_the_same_address_share_one_hook() {
             ("called", 0.0),
             ("atomic", 0.0),
             ("narrow", 0.0),
+            ("between", 0.0),
         ] {
             let (hooks, calls) = per_step(&merged, shape);
             assert_eq!(calls, updates, "{flags:?} {shape}: updates per step");

@@ -361,8 +361,10 @@ bool endsPairing(Instruction &I) {
 }
 
 // The loads of `F` followed in their block by a store of the same size to
-// the same pointer, with no call, fence or atomic between (`endsPairing`),
-// neither access atomic nor on a private slot (those get no hook at all).
+// the same pointer, with no call, fence, atomic (`endsPairing`) or other
+// hooked store between, neither access atomic nor on a private slot
+// (those get no hook at all). Hooked loads may lie between; a store may
+// not, so that every hooked store is still seen in program order.
 // A pair's two hooks would see the same line one after the other: the
 // load's hook puts it in the thread's filter (logging it when it was not
 // there), and the store's finds it there, or logs a store to the line the
@@ -382,7 +384,7 @@ Merged mergedAccesses(Function &F, const DataLayout &DL,
     return m;
   for (BasicBlock &BB : F) {
     // The latest load of each address since the last call, fence or
-    // store to it.
+    // hooked store, in program order.
     SmallVector<std::pair<Value *, LoadInst *>, 8> open;
     for (Instruction &I : BB) {
       if (endsPairing(I)) {
@@ -391,8 +393,10 @@ Merged mergedAccesses(Function &F, const DataLayout &DL,
       }
       auto *L = dyn_cast<LoadInst>(&I);
       auto *S = dyn_cast<StoreInst>(&I);
-      if ((!L && !S) || I.isAtomic() || I.getMetadata("nosanitize") ||
-          onSlot(&I, slots))
+      // Accesses that get no hook at all.
+      if ((!L && !S) || I.getMetadata("nosanitize") || onSlot(&I, slots))
+        continue;
+      if (L && L->isAtomic())
         continue;
       Value *ptr = (L ? L->getPointerOperand() : S->getPointerOperand())
                        ->stripPointerCasts();
@@ -400,15 +404,21 @@ Merged mergedAccesses(Function &F, const DataLayout &DL,
                              [&](auto &o) { return o.first == ptr; });
       if (L) {
         if (at != open.end())
-          at->second = L;
-        else
-          open.push_back({ptr, L});
+          open.erase(at);
+        open.push_back({ptr, L});
         continue;
       }
-      if (at == open.end())
+      // A hooked store. Paired, its store is seen at its load; so that
+      // the stores keep their order (a trace's W records: `pmlab trace`,
+      // `pmlab check`), no later store may be paired with a load before
+      // this one: the loads opened before it are dropped (before the
+      // paired load, or all of them when it is not paired).
+      if (at == open.end() || S->isAtomic()) {
+        open.clear();
         continue;
+      }
       LoadInst *load = at->second;
-      open.erase(at);
+      open.erase(open.begin(), at + 1);
       TypeSize ls = DL.getTypeStoreSize(load->getType());
       TypeSize ss = DL.getTypeStoreSize(S->getValueOperand()->getType());
       if (ls != ss || ls.isScalable() || sizeIndex(ls.getFixedSize()) < 0)
