@@ -860,6 +860,7 @@ fn exported_symbols_match_the_header_and_the_hook_list() {
             || s.starts_with("__sanitizer_cov_")
             // pmlab cc's sampling plugin.
             || s.starts_with("__pmlab_sample_switch")
+            || s.starts_with("__pmlab_cov_update")
             // gcc's ThreadSanitizer callbacks (`pmlab cc` with gcc).
             || s.starts_with("__tsan_");
         assert!(known, "unexpected exported symbol {s}");

@@ -68,7 +68,9 @@ out:
 }
 "#;
 
-/// Counts the hooks and answers the switch (`__pmlab_sample_switch3`, the
+/// Counts the hooks (an update, a load and its store in one call, as two:
+/// the accesses full instrumentation would hook; `updates` counts the
+/// calls) and answers the switch (`__pmlab_sample_switch3`, the
 /// triple of clean countdown, window countdown and window flag):
 /// `STUB_POLICY` = `clean` (never a window), `full` (one endless window)
 /// or `alt` (windows of 50 checks, gaps of 200). At exit, writes the
@@ -78,10 +80,11 @@ const STUB: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static unsigned long hooks, asks, to_instr, to_clean, cmps;
+static unsigned long hooks, asks, to_instr, to_clean, cmps, updates;
 static int policy = -1;
 #define H(n) void __sanitizer_cov_load##n(void *p) { (void)p; hooks++; } \
-	void __sanitizer_cov_store##n(void *p) { (void)p; hooks++; }
+	void __sanitizer_cov_store##n(void *p) { (void)p; hooks++; } \
+	void __pmlab_cov_update##n(void *p) { (void)p; hooks += 2; updates++; }
 H(1) H(2) H(4) H(8) H(16)
 #define C(n, t) void __sanitizer_cov_trace_cmp##n(t a, t b) { (void)a; (void)b; cmps++; } \
 	void __sanitizer_cov_trace_const_cmp##n(t a, t b) { (void)a; (void)b; }
@@ -107,7 +110,7 @@ int __pmlab_sample_switch3(int64_t *s) {
 	return r;
 }
 __attribute__((destructor)) static void report(void) {
-	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu cmps=%lu\n", hooks, asks, to_instr, to_clean, cmps);
+	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu cmps=%lu updates=%lu\n", hooks, asks, to_instr, to_clean, cmps, updates);
 }
 "#;
 
@@ -420,6 +423,144 @@ fn compares_and_accesses_are_hooked_only_where_they_can_matter() {
             escaped >= private + 3.0,
             "{flags:?}: {escaped} hooks escaped, {private} private"
         );
+    }
+}
+
+/// Program shapes for the merge of a load and the store after it to the
+/// same address (`merge SHAPE N`: N steps of one shape).
+const MERGES: &str = r#"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+/* idxchase -m: the chains' state in memory, the chase load between its
+ * load and its store. */
+static volatile uint64_t st[4];
+__attribute__((noinline)) void state(const uint32_t *next, long rounds) {
+	for (long r = 0; r < rounds; r++)
+		for (long c = 0; c < 4; c++)
+			st[c] = next[(st[c] & 1023) * 16];
+}
+/* A counter: x[i] += v. */
+__attribute__((noinline)) void counter(uint64_t *a, long n) {
+	for (long i = 0; i < n; i++)
+		a[(i * 7) & 1023] += (uint64_t)i;
+}
+/* A call between the load and the store: both hooked. */
+static volatile long seen;
+__attribute__((noinline)) void look(long v) { seen = v; }
+__attribute__((noinline)) void called(uint64_t *a, long n) {
+	for (long i = 0; i < n; i++) {
+		uint64_t x = a[i & 1023];
+		look((long)x);
+		a[i & 1023] = x + 1;
+	}
+}
+/* An atomic load and a store of a narrower width: both hooked. */
+__attribute__((noinline)) void atomic_(uint64_t *a, long n) {
+	for (long i = 0; i < n; i++) {
+		uint64_t x = __atomic_load_n(&a[i & 1023], __ATOMIC_ACQUIRE);
+		a[i & 1023] = x + 1;
+	}
+}
+/* A store to another address between: both hooked (the stores keep
+ * their order). */
+__attribute__((noinline)) void between(uint64_t *a, uint64_t *b, long n) {
+	for (long i = 0; i < n; i++) {
+		uint64_t x = a[i & 1023];
+		b[i & 511] = x;
+		a[i & 1023] = x + 1;
+	}
+}
+__attribute__((noinline)) void narrow(uint64_t *a, long n) {
+	for (long i = 0; i < n; i++) {
+		uint64_t x = a[i & 1023];
+		*(uint32_t *)&a[i & 1023] = (uint32_t)x + 1;
+	}
+}
+int main(int argc, char **argv) {
+	if (argc < 3) return 2;
+	long n = atol(argv[2]);
+	static uint32_t next[1024 * 16];
+	static uint64_t a[1024], b[512];
+	for (long i = 0; i < 1024; i++) next[i * 16] = (uint32_t)((i * 2654435761u) & 1023);
+	if (!strcmp(argv[1], "state")) state(next, n / 4);
+	else if (!strcmp(argv[1], "counter")) counter(a, n);
+	else if (!strcmp(argv[1], "called")) called(a, n);
+	else if (!strcmp(argv[1], "atomic")) atomic_(a, n);
+	else if (!strcmp(argv[1], "narrow")) narrow(a, n);
+	else if (!strcmp(argv[1], "between")) between(a, b, n);
+	return (int)((a[3] + b[3] + st[0]) & 1);
+}
+"#;
+
+/// A load followed in its block by a store to the same address gets one
+/// update hook and the store none, also with other hooked accesses
+/// between (the chase load of a chain whose state is in memory), but not
+/// across a call or a store to another address, for an atomic load, or
+/// for a store of another width;
+/// with PMLAB_SAMPLE_MERGE=0 both are hooked. The accesses the hooks
+/// stand for (an update counts as its load and its store) are the same
+/// either way. Counted per step as the difference of runs of N and 2N
+/// steps, in one endless window.
+#[test]
+fn a_load_and_its_store_to_the_same_address_share_one_hook() {
+    runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample-merge");
+    t.write("prog.c", MERGES);
+    t.write("stub.c", STUB);
+    run(Command::new("clang-14")
+        .args(["-O2", "-c", "-o", "stub.o", "stub.c"])
+        .current_dir(&t.0));
+    if !have_plugin(&t.0) {
+        common::skip("pmlab built without LLVM 14 (apt-get install llvm-14-dev)");
+        return;
+    }
+    for flags in [&["-O2"][..], &["-O1"], &["-O3"]] {
+        let tag = flags.join("").replace('-', "");
+        let (merged, apart) = (format!("merged{tag}"), format!("apart{tag}"));
+        build(&t.0, flags, "sample", &merged);
+        build_with(
+            &t.0,
+            flags,
+            "sample",
+            &apart,
+            &[("PMLAB_SAMPLE_MERGE", "0")],
+        );
+        // (accesses hooked, update calls) per step of `shape`.
+        let per_step = |exe: &str, shape: &str| -> (f64, f64) {
+            let go = |n: u64| {
+                let o = Command::new(t.0.join(exe))
+                    .args([shape, &n.to_string()])
+                    .env("STUB_POLICY", "full")
+                    .output()
+                    .expect("run merges");
+                let v = all_counts(&o);
+                (v[0], v[5])
+            };
+            let (a, b) = (go(4000), go(8000));
+            ((b.0 - a.0) as f64 / 4000.0, (b.1 - a.1) as f64 / 4000.0)
+        };
+        for (shape, updates) in [
+            ("state", 1.0),
+            ("counter", 1.0),
+            ("called", 0.0),
+            ("atomic", 0.0),
+            ("narrow", 0.0),
+            ("between", 0.0),
+        ] {
+            let (hooks, calls) = per_step(&merged, shape);
+            assert_eq!(calls, updates, "{flags:?} {shape}: updates per step");
+            let (hooks_apart, calls_apart) = per_step(&apart, shape);
+            assert_eq!(calls_apart, 0.0, "{flags:?} {shape}: PMLAB_SAMPLE_MERGE=0");
+            assert_eq!(hooks, hooks_apart, "{flags:?} {shape}: accesses hooked");
+        }
+        // The state shape: the state's load and store and the chase load,
+        // in two calls.
+        let (hooks, calls) = per_step(&merged, "state");
+        assert_eq!((hooks, hooks - calls), (3.0, 2.0), "{flags:?} state");
     }
 }
 

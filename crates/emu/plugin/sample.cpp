@@ -47,6 +47,11 @@
 // function's private stack slots (small, never escaping: `privateSlots`;
 // PMLAB_SAMPLE_HOOK_STACK=1 hooks them too), and compares that cannot test
 // a value loaded in the current iteration of their loop (`wantsCmpHook`).
+// A load followed in its block by a store to the same address (a counter's
+// `x[i] += v`, a chase whose state lives in memory) gets one hook, an
+// *update* (`__pmlab_cov_update{1,2,4,8,16}`: the load's value and the
+// store's dirty bit in one call), and the store none (`mergedAccesses`;
+// PMLAB_SAMPLE_MERGE=0 hooks both).
 //
 // PMLAB_SAMPLE_PASS_DEBUG=1 in the compiler's environment prints one line
 // per function saying what the pass did; =2 also one line per integer
@@ -73,6 +78,7 @@
 #include "llvm/Transforms/Utils/PromoteMemToReg.h"
 #include "llvm/Transforms/Utils/ValueMapper.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 using namespace llvm;
@@ -97,6 +103,13 @@ bool debugOn() {
 bool hookStack() {
   const char *v = std::getenv("PMLAB_SAMPLE_HOOK_STACK");
   return v && *v && *v != '0';
+}
+
+// PMLAB_SAMPLE_MERGE=0 hooks a load and the store that follows it to the
+// same address separately (`mergedAccesses`).
+bool mergeOn() {
+  const char *v = std::getenv("PMLAB_SAMPLE_MERGE");
+  return !(v && *v == '0');
 }
 
 // PMLAB_SAMPLE_PASS_DEBUG=2 also prints each compare's choice.
@@ -127,6 +140,9 @@ int sizeIndex(uint64_t bytes) {
 struct Hooks {
   FunctionCallee load[5];
   FunctionCallee store[5];
+  // pmlab's own: a load whose store to the same address follows
+  // (`mergedAccesses`), counted as a store with the load's value.
+  FunctionCallee update[5];
   // __sanitizer_cov_trace_cmp4 / _cmp8 (clang's trace-cmp ABI): the
   // overlap estimator's control dependences.
   FunctionCallee cmp4, cmp8;
@@ -143,6 +159,8 @@ Hooks declareHooks(Module &M) {
         (Twine("__sanitizer_cov_load") + sizes[i]).str(), voidTy, ptr);
     h.store[i] = M.getOrInsertFunction(
         (Twine("__sanitizer_cov_store") + sizes[i]).str(), voidTy, ptr);
+    h.update[i] = M.getOrInsertFunction(
+        (Twine("__pmlab_cov_update") + sizes[i]).str(), voidTy, ptr);
   }
   Type *i32 = Type::getInt32Ty(C), *i64 = Type::getInt64Ty(C);
   h.cmp4 = M.getOrInsertFunction("__sanitizer_cov_trace_cmp4", voidTy, i32, i32);
@@ -281,9 +299,11 @@ bool onSlot(Instruction *I, const SmallPtrSetImpl<AllocaInst *> &slots) {
   return A && slots.count(A);
 }
 
-// Whether `I` is an access the hooks see, and which callback.
+// Whether `I` is an access the hooks see, and which callback (a load in
+// `updates`: the update callback).
 bool hookOf(const Hooks &h, const DataLayout &DL, Instruction &I,
-            FunctionCallee &fn, Value *&ptr) {
+            FunctionCallee &fn, Value *&ptr,
+            const SmallPtrSetImpl<Instruction *> *updates = nullptr) {
   Type *ty;
   if (auto *L = dyn_cast<LoadInst>(&I)) {
     ptr = L->getPointerOperand();
@@ -306,17 +326,119 @@ bool hookOf(const Hooks &h, const DataLayout &DL, Instruction &I,
   int idx = sizeIndex(ts.getFixedSize());
   if (idx < 0)
     return false;
-  fn = isa<LoadInst>(I) ? h.load[idx] : h.store[idx];
+  if (isa<LoadInst>(I))
+    fn = updates && updates->count(&I) ? h.update[idx] : h.load[idx];
+  else
+    fn = h.store[idx];
   return true;
 }
 
-// Insert a hook before every hooked access among `insts`.
+// The accesses `mergedAccesses` pairs: each load of `updates` is hooked
+// by the update callback, and the store of `stores` that follows it gets
+// no hook.
+struct Merged {
+  SmallPtrSet<Instruction *, 16> updates;
+  SmallPtrSet<Instruction *, 16> stores;
+};
+
+// Whether `I`, between a load and a store, ends the pairing: a call
+// (it may flush the line or run code that does; intrinsics that touch no
+// memory, debug and lifetime markers excepted), a fence or an atomic
+// read-modify-write.
+bool endsPairing(Instruction &I) {
+  if (isa<FenceInst>(I) || isa<AtomicRMWInst>(I) || isa<AtomicCmpXchgInst>(I))
+    return true;
+  auto *CB = dyn_cast<CallBase>(&I);
+  if (!CB)
+    return false;
+  if (isa<DbgInfoIntrinsic>(CB))
+    return false;
+  if (auto *II = dyn_cast<IntrinsicInst>(CB)) {
+    if (II->isLifetimeStartOrEnd() || !II->mayReadOrWriteMemory())
+      return false;
+  }
+  return true;
+}
+
+// The loads of `F` followed in their block by a store of the same size to
+// the same pointer, with no call, fence, atomic (`endsPairing`) or other
+// hooked store between, neither access atomic nor on a private slot
+// (those get no hook at all). Hooked loads may lie between; a store may
+// not, so that every hooked store is still seen in program order.
+// A pair's two hooks would see the same line one after the other: the
+// load's hook puts it in the thread's filter (logging it when it was not
+// there), and the store's finds it there, or logs a store to the line the
+// model just saw. One update hook before the load does both: it logs the
+// load's value (the overlap estimator's dependence) with the store bit, so
+// that the model dirties the line once, as the two hooks would have. The
+// hooked accesses between the two (idxchase's chase load between the
+// load and the store of the chain's state) could only push the line out
+// of the filter (a direct-mapped conflict) or out of the model (its set's
+// random victim), after which the store's own hook would log the line
+// again: a dirty line the model already counted, or, rarer, one it must
+// read again. Chosen on the optimized code before it is rewritten.
+Merged mergedAccesses(Function &F, const DataLayout &DL,
+                      const SmallPtrSetImpl<AllocaInst *> &slots) {
+  Merged m;
+  if (!mergeOn())
+    return m;
+  for (BasicBlock &BB : F) {
+    // The latest load of each address since the last call, fence or
+    // hooked store, in program order.
+    SmallVector<std::pair<Value *, LoadInst *>, 8> open;
+    for (Instruction &I : BB) {
+      if (endsPairing(I)) {
+        open.clear();
+        continue;
+      }
+      auto *L = dyn_cast<LoadInst>(&I);
+      auto *S = dyn_cast<StoreInst>(&I);
+      // Accesses that get no hook at all.
+      if ((!L && !S) || I.getMetadata("nosanitize") || onSlot(&I, slots))
+        continue;
+      if (L && L->isAtomic())
+        continue;
+      Value *ptr = (L ? L->getPointerOperand() : S->getPointerOperand())
+                       ->stripPointerCasts();
+      auto at = std::find_if(open.begin(), open.end(),
+                             [&](auto &o) { return o.first == ptr; });
+      if (L) {
+        if (at != open.end())
+          open.erase(at);
+        open.push_back({ptr, L});
+        continue;
+      }
+      // A hooked store. Paired, its store is seen at its load; so that
+      // the stores keep their order (a trace's W records: `pmlab trace`,
+      // `pmlab check`), no later store may be paired with a load before
+      // this one: the loads opened before it are dropped (before the
+      // paired load, or all of them when it is not paired).
+      if (at == open.end() || S->isAtomic()) {
+        open.clear();
+        continue;
+      }
+      LoadInst *load = at->second;
+      open.erase(open.begin(), at + 1);
+      TypeSize ls = DL.getTypeStoreSize(load->getType());
+      TypeSize ss = DL.getTypeStoreSize(S->getValueOperand()->getType());
+      if (ls != ss || ls.isScalable() || sizeIndex(ls.getFixedSize()) < 0)
+        continue;
+      m.updates.insert(load);
+      m.stores.insert(S);
+    }
+  }
+  return m;
+}
+
+// Insert a hook before every hooked access among `insts` (the loads of
+// `updates` by the update callback).
 void insertHooks(const Hooks &h, const DataLayout &DL,
-                 ArrayRef<Instruction *> insts) {
+                 ArrayRef<Instruction *> insts,
+                 const SmallPtrSetImpl<Instruction *> &updates) {
   for (Instruction *I : insts) {
     FunctionCallee fn;
     Value *ptr;
-    if (!hookOf(h, DL, *I, fn, ptr))
+    if (!hookOf(h, DL, *I, fn, ptr, &updates))
       continue;
     IRBuilder<> B(I);
     Value *p = B.CreatePointerCast(ptr, B.getInt8PtrTy());
@@ -475,19 +597,21 @@ struct Sampler {
 
   void fullyInstrument(Function &F) {
     auto slots = privateSlots(F, DL);
+    Merged merged = mergedAccesses(F, DL, slots);
     SmallVector<Instruction *, 64> insts;
     unsigned skipped = 0;
     for (BasicBlock &BB : F)
       for (Instruction &I : BB) {
         if (onSlot(&I, slots))
           skipped++;
-        else
+        else if (!merged.stores.count(&I))
           insts.push_back(&I);
       }
-    insertHooks(hooks, DL, insts);
+    insertHooks(hooks, DL, insts, merged.updates);
     if (debug)
       errs() << "pmlab sample: " << F.getName() << ": " << skipped
-             << " private stack access(es) not hooked\n";
+             << " private stack access(es) not hooked, "
+             << merged.updates.size() << " load/store pair(s) merged\n";
   }
 
   void sample(Function &F) {
@@ -520,6 +644,7 @@ struct Sampler {
           }
     }
     auto slots = privateSlots(F, DL);
+    Merged merged = mergedAccesses(F, DL, slots);
     // 1. A prologue holding the entry block's static allocas (never
     //    cloned: both copies use the same slots).
     BasicBlock *oldEntry = &F.getEntryBlock();
@@ -610,8 +735,14 @@ struct Sampler {
     remapInstructionsInBlocks(clones, VMap);
     auto clone = [&](BasicBlock *BB) { return cast<BasicBlock>(VMap[BB]); };
 
-    // 5. Hooks in the instrumented copy, except on our own slots.
+    // 5. Hooks in the instrumented copy, except on our own slots and the
+    //    stores merged into their loads' hooks.
     SmallVector<Instruction *, 256> accesses, compares;
+    SmallPtrSet<Instruction *, 16> updates, dropped;
+    for (Instruction *I : merged.updates)
+      updates.insert(cast<Instruction>(VMap[I]));
+    for (Instruction *I : merged.stores)
+      dropped.insert(cast<Instruction>(VMap[I]));
     unsigned onSlots = 0;
     for (BasicBlock *BB : clones)
       for (Instruction &I : *BB) {
@@ -629,11 +760,13 @@ struct Sampler {
           onSlots++;
           continue;
         }
+        if (dropped.count(&I))
+          continue;
         accesses.push_back(&I);
       }
     for (ICmpInst *c : hookedCmps)
       compares.push_back(cast<Instruction>(VMap[c]));
-    insertHooks(hooks, DL, accesses);
+    insertHooks(hooks, DL, accesses, updates);
     insertCmpHooks(hooks, compares);
 
     // 6. Entry: prologue -> dispatch on the window flag -> clean or
@@ -689,7 +822,9 @@ struct Sampler {
              << (counts ? "entry check, " : "leaf: window flag at entry, ")
              << n << " back-edge(s), " << accesses.size()
              << " access(es) in the instrumented copy, " << onSlots
-             << " private stack access(es) not hooked, " << compares.size()
+             << " private stack access(es) not hooked, "
+             << updates.size() << " load/store pair(s) merged, "
+             << compares.size()
              << " of " << cmpsTotal << " compare(s) hooked\n";
   }
 

@@ -421,6 +421,29 @@ pub extern "C" fn __sanitizer_cov_load8(addr: *const u64) {
     on_access(addr as usize, 8, false, Some(addr));
 }
 
+/// Update callbacks of `pmlab cc`'s sampling plugin: called before a load
+/// that a store to the same address follows in the same block (the store
+/// gets no hook of its own): the access is counted as a store, with the
+/// loaded value for 4- and 8-byte loads, as the load callback reads it.
+macro_rules! pmlab_update {
+    ($($name:ident: $t:ty, $value:expr;)*) => {$(
+        /// Called by instrumented code before a load whose store follows.
+        #[cfg_attr(not(test), no_mangle)]
+        pub extern "C" fn $name(addr: *const $t) {
+            let size = std::mem::size_of::<$t>() as u32;
+            on_access(addr as usize, size, true, $value.then_some(addr as *const u64));
+        }
+    )*};
+}
+
+pmlab_update! {
+    __pmlab_cov_update1: u8, false;
+    __pmlab_cov_update2: u16, false;
+    __pmlab_cov_update4: u32, true;
+    __pmlab_cov_update8: u64, true;
+    __pmlab_cov_update16: u128, false;
+}
+
 /// The body of clang's `trace-cmp` callbacks (`__sanitizer_cov_trace_cmp4`,
 /// `_cmp8` and their `const_` forms): a compare of `a` with `b` at `site`,
 /// the callback's return address (see

@@ -10,7 +10,9 @@
 //!   lookup, a compare and an increment.
 //! * Otherwise the hook *logs* the access (address, position in the
 //!   thread's access stream, and for 4- and 8-byte loads the value the
-//!   program is about to load, read with the access's own size) in the thread's miss log ([`super::log`]) and puts the
+//!   program is about to load, read with the access's own size; an
+//!   *update*, `pmlab cc`'s one hook for a load and the store after it to
+//!   the same address, is logged as a store with that value) in the thread's miss log ([`super::log`]) and puts the
 //!   line in the filter: a dozen instructions and no wait for the memory
 //!   access itself, so that the program's independent misses still overlap
 //!   as they do natively (an earlier design ran the model in the hook and
@@ -27,8 +29,8 @@
 
 use super::log::{tls, Tls, LOGS, LOG_ENTRIES};
 use super::model::{
-    LogEntry, BRANCH, FILTER_LINES, FLUSH, LINE_SHIFT, OUTCOME_SHIFT, STORE_BIT, VALUE_NARROW,
-    VALUE_WIDE,
+    LogEntry, BRANCH, FILTER_LINES, FLUSH, LINE_SHIFT, OUTCOME_SHIFT, STORE_BIT, UPDATE,
+    VALUE_NARROW, VALUE_WIDE,
 };
 use super::settings::HookConfig;
 use super::{offload, pm, settings, thread, trace};
@@ -166,7 +168,6 @@ unsafe extern "C" fn log_miss(
     // so that `line` and `write` are dead before the log entry is built:
     // with fewer values live, the path needs no callee-saved register.
     (*t).filter[line % FILTER_LINES] = (line << 1) | write as usize;
-    let word = addr | if write { STORE_BIT } else { 0 };
     // The value the program is about to load (the hook runs before the
     // load): a later miss to the line it names depends on this one. Nothing
     // waits for it: the store into the log completes whenever the miss does.
@@ -181,6 +182,15 @@ unsafe extern "C" fn log_miss(
         ),
         _ => (0, 0),
     };
+    // A store with a value (an update: a load and the store after it) is
+    // told by its own bit: the store bit with a value bit names a flush or
+    // a compare.
+    let word = addr
+        | match (write, flag) {
+            (false, _) => 0,
+            (true, 0) => STORE_BIT,
+            (true, _) => UPDATE,
+        };
     // (`cur` is below the ring's length, at most `LOGS`, a power of two:
     // the mask spares a bounds check, whose panic call would need a stack
     // frame.)

@@ -30,8 +30,10 @@
 //!   (instrumented accesses the out-of-order window spans, default 64);
 //! * `PMLAB_INSTR_HOOKED_WINDOW`: the window the instrumented program
 //!   itself keeps, in units of one per access that hits the hooks' filter
-//!   and two per logged access (default
-//!   [`settings::DEFAULT_HOOKED_WINDOW`]; see [`counters::window_loss_ns`]).
+//!   and `PMLAB_INSTR_LOGGED_WEIGHT` per logged access (decimals allowed;
+//!   defaults 13 and 2: [`settings::DEFAULT_HOOKED_WINDOW`],
+//!   [`settings::DEFAULT_LOGGED_WEIGHT`], in thousandths; see
+//!   [`counters::window_loss_ns`]; `bench/hooked-window.sh` fits both).
 //! * `PMLAB_INSTR_OFFLOAD=0` runs every batch of logged misses on the
 //!   program's thread (default: on a modeller thread while a CPU is free;
 //!   see [`offload`]).

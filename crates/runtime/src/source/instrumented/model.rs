@@ -6,7 +6,7 @@
 
 use super::pm::is_pm;
 use super::sample::{first_sight_rule, FirstSight, Serial};
-use super::settings::{self, LOGGED_WEIGHT};
+use super::settings::{self, UNIT};
 use pmlab_model::cache::{CompactCache, Hierarchy};
 use pmlab_model::device::{DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
@@ -123,8 +123,13 @@ pub(super) const BRANCH: usize = STORE_BIT | VALUE_WIDE;
 /// Where a [`BRANCH`] entry's outcome sits in `addr` (code addresses are
 /// below 2^47).
 pub(super) const OUTCOME_SHIFT: u32 = 52;
+/// A store that carries the value a load of the same address read just
+/// before it (`__pmlab_cov_update*`, one hook for a load and the store
+/// that follows it), with [`VALUE_WIDE`] or [`VALUE_NARROW`]:
+/// [`STORE_BIT`] with a value bit names a flush or a compare.
+pub(super) const UPDATE: usize = 1 << 60;
 /// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
-pub(super) const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW;
+pub(super) const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW | UPDATE;
 
 /// A thread's model and what it has counted: the part of the thread's
 /// state a batch works on.
@@ -383,7 +388,7 @@ impl ModelState {
         if self.device.is_some() {
             return self.process_device(filter, e);
         }
-        let write = e.addr & STORE_BIT != 0;
+        let write = e.addr & (STORE_BIT | UPDATE) != 0;
         let addr = e.addr & !FLAGS;
         let pm = is_pm(addr);
         let line = (addr >> LINE_SHIFT) as u64;
@@ -420,10 +425,11 @@ impl ModelState {
     /// (after the cache model said whether it missed).
     #[inline(always)]
     fn count_miss(&mut self, e: LogEntry, addr: usize, pm: bool, miss: bool) {
-        // Position in hooked-window units: the accesses so far, the logged ones
-        // (this one included) weighing LOGGED_WEIGHT.
+        // Position in thousandths of hooked-window units: the accesses so
+        // far, the logged ones (this one included) weighing the logged
+        // weight.
         self.entries += 1;
-        let units = e.at + self.entries * (LOGGED_WEIGHT - 1);
+        let units = e.at * UNIT + self.entries * (settings::logged_weight() - UNIT);
         if miss {
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
             let loaded = if e.addr & VALUE_WIDE != 0 {
@@ -497,7 +503,7 @@ impl ModelState {
             }
             return;
         }
-        let write = e.addr & STORE_BIT != 0;
+        let write = e.addr & (STORE_BIT | UPDATE) != 0;
         let pm = is_pm(addr);
         let totals = &mut self.totals;
         let model = &mut dev.model;

@@ -21,19 +21,25 @@ pub enum PmMode {
     Pool = 2,
 }
 
-/// Default of [`HookConfig::hooked_window`], fitted on this project's
-/// machine (AMD EPYC, KVM guest): with no instrumented access between the
-/// misses of 8 independent chains, 4.7 of them overlapped under the hooks;
-/// with 1, 2 and 4 filter hits between them, 3.4, 2.6 and 2.5 (natively
-/// 7.4-7.8 in every case; `bench/hooked-window.sh`); memlat's 8 chains
-/// (two hits per miss) 2.6-3.3. A logged access counts [`LOGGED_WEIGHT`]
-/// window units, a hit one: these imply 9.5-14.7 units (the hooks' own
-/// time included), and 13 fits memlat's quieter runs.
-pub const DEFAULT_HOOKED_WINDOW: u64 = 13;
+/// Thousandths of a window unit: the hooked window and the weights of
+/// the hook kinds are kept in these (a filter hit is one unit, [`UNIT`]).
+pub const UNIT: u64 = 1000;
 
-/// Window units of a logged access (its hook runs the log path, about
-/// twice the instructions of a filter hit).
-pub const LOGGED_WEIGHT: u64 = 2;
+/// Default of [`HookConfig::hooked_window`] (13 units), fitted on this
+/// project's machine (AMD EPYC, KVM guest) with the hooks of that time:
+/// with no instrumented access between the misses of 8 independent
+/// chains, 4.7 of them overlapped under the hooks; with 1, 2 and 4 filter
+/// hits between them, 3.4, 2.6 and 2.5 (natively 7.4-7.8 in every case;
+/// `bench/hooked-window.sh`); memlat's 8 chains (two hits per miss, then)
+/// 2.6-3.3. With a logged access at [`DEFAULT_LOGGED_WEIGHT`] these imply
+/// 9.5-14.7 units (the hooks' own time included), and 13 fit memlat's
+/// quieter runs. `bench/hooked-window.sh` fits both numbers to the hooks
+/// as they are (`PMLAB_INSTR_HOOKED_WINDOW`, `PMLAB_INSTR_LOGGED_WEIGHT`).
+pub const DEFAULT_HOOKED_WINDOW: u64 = 13 * UNIT;
+
+/// Default of [`HookConfig::logged_weight`]: a logged access's hook runs
+/// the log path, about twice the instructions of a filter hit.
+pub const DEFAULT_LOGGED_WEIGHT: u64 = 2 * UNIT;
 
 /// Settings of the hooks, fixed when the instrumented source opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +48,16 @@ pub struct HookConfig {
     pub llc: CacheConfig,
     /// Memory-level parallelism parameters.
     pub overlap: OverlapConfig,
-    /// The out-of-order window of the instrumented program, in window units
-    /// (an access whose hook hits the filter counts 1, a logged access
-    /// [`LOGGED_WEIGHT`]): the hooks' own instructions fill the core's
-    /// reorder buffer, so fewer independent misses overlap than natively.
+    /// The out-of-order window of the instrumented program, in thousandths
+    /// of a window unit ([`UNIT`]; an access whose hook hits the filter
+    /// counts one unit, a logged access [`logged_weight`](Self::logged_weight)):
+    /// the hooks' own instructions fill the core's reorder buffer, so
+    /// fewer independent misses overlap than natively.
     pub hooked_window: u64,
+    /// The window room of an access whose hook logs it (an update, a load
+    /// and its store in one hook, included), in thousandths of the room of
+    /// a filter hit (at least [`UNIT`]).
+    pub logged_weight: u64,
     /// Which accesses are PM.
     pub pm_mode: PmMode,
     /// The compact model evicts a random way of a full set instead of the
@@ -63,6 +74,7 @@ static LLC_WAYS: AtomicU64 = AtomicU64::new(16);
 static FILL_BUFFERS: AtomicU64 = AtomicU64::new(10);
 static WINDOW: AtomicU64 = AtomicU64::new(64);
 static HOOKED_WINDOW: AtomicU64 = AtomicU64::new(DEFAULT_HOOKED_WINDOW);
+static LOGGED_WEIGHT: AtomicU64 = AtomicU64::new(DEFAULT_LOGGED_WEIGHT);
 static RANDOM_REPLACEMENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Keep `cfg`'s cache and window settings for the threads' models (the PM
@@ -73,6 +85,7 @@ pub(super) fn store(cfg: &HookConfig) {
     FILL_BUFFERS.store(cfg.overlap.fill_buffers as u64, Ordering::Relaxed);
     WINDOW.store(cfg.overlap.window_accesses, Ordering::Relaxed);
     HOOKED_WINDOW.store(cfg.hooked_window.max(1), Ordering::Relaxed);
+    LOGGED_WEIGHT.store(cfg.logged_weight.max(UNIT), Ordering::Relaxed);
     RANDOM_REPLACEMENT.store(cfg.random_replacement, Ordering::Relaxed);
 }
 
@@ -126,6 +139,12 @@ pub(super) fn hooked_window() -> u64 {
     HOOKED_WINDOW.load(Ordering::Relaxed)
 }
 
+/// [`HookConfig::logged_weight`], at least [`UNIT`].
+#[inline(always)]
+pub(super) fn logged_weight() -> u64 {
+    LOGGED_WEIGHT.load(Ordering::Relaxed)
+}
+
 /// Build the hooks' configuration from `PMLAB_INSTR_*` settings (looked up
 /// with `get`) and sysfs.
 pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfig, Error> {
@@ -175,7 +194,26 @@ pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfi
         )? as usize,
         window_accesses: num("PMLAB_INSTR_WINDOW", 64, 1 << 20)?,
     };
-    let hooked_window = num("PMLAB_INSTR_HOOKED_WINDOW", DEFAULT_HOOKED_WINDOW, 1 << 20)?;
+    // In window units, with up to three decimals (kept in thousandths).
+    let units = |key: &str, default: u64, min: f64| -> Result<u64, Error> {
+        match get(key) {
+            None => Ok(default),
+            Some(s) => s
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && (min..=1e6).contains(v))
+                .map(|v| (v * UNIT as f64).round() as u64)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Config,
+                        format!("{key}='{s}' must be a number of window units in {min}..=1000000 (a filter hit is 1)"),
+                    )
+                }),
+        }
+    };
+    let hooked_window = units("PMLAB_INSTR_HOOKED_WINDOW", DEFAULT_HOOKED_WINDOW, 0.001)?;
+    let logged_weight = units("PMLAB_INSTR_LOGGED_WEIGHT", DEFAULT_LOGGED_WEIGHT, 1.0)?;
     let random_replacement = match get("PMLAB_INSTR_REPLACEMENT").as_deref().map(str::trim) {
         None | Some("random") => true,
         Some("lru") => false,
@@ -190,6 +228,7 @@ pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfi
         llc,
         overlap,
         hooked_window,
+        logged_weight,
         pm_mode,
         random_replacement,
     })
@@ -314,9 +353,22 @@ mod tests {
             ("PMLAB_INSTR_HOOKED_WINDOW", "20"),
         ]))
         .unwrap();
-        assert_eq!(c.hooked_window, 20);
+        assert_eq!(c.hooked_window, 20 * UNIT);
+        assert_eq!(c.logged_weight, DEFAULT_LOGGED_WEIGHT);
         let e = config_from_env(env(&[("PMLAB_INSTR_HOOKED_WINDOW", "x")])).unwrap_err();
         assert!(e.message().contains("PMLAB_INSTR_HOOKED_WINDOW"), "{e}");
+        // Fractions of a unit, as bench/hooked-window.sh fits them.
+        let f = config_from_env(env(&[
+            ("PMLAB_INSTR_HOOKED_WINDOW", "9.75"),
+            ("PMLAB_INSTR_LOGGED_WEIGHT", " 2.6"),
+        ]))
+        .unwrap();
+        assert_eq!((f.hooked_window, f.logged_weight), (9_750, 2_600));
+        // A logged access takes at least a hit's room.
+        let e = config_from_env(env(&[("PMLAB_INSTR_LOGGED_WEIGHT", "0.5")])).unwrap_err();
+        assert!(e.message().contains("PMLAB_INSTR_LOGGED_WEIGHT"), "{e}");
+        let e = config_from_env(env(&[("PMLAB_INSTR_HOOKED_WINDOW", "inf")])).unwrap_err();
+        assert!(e.message().contains("window units"), "{e}");
         assert_eq!(c.pm_mode, PmMode::Pool);
         assert_eq!(c.llc, CacheConfig::new(8 << 20, 16));
         assert_eq!(c.overlap.fill_buffers, 12);

@@ -6,7 +6,7 @@ use super::hooks::{activate, deactivate, on_access, on_cmp};
 use super::log::LOG_ENTRIES;
 use super::model::ThreadTotals;
 use super::pm::add_pm_range;
-use super::settings::{HookConfig, PmMode, DEFAULT_HOOKED_WINDOW};
+use super::settings::{HookConfig, PmMode, DEFAULT_HOOKED_WINDOW, DEFAULT_LOGGED_WEIGHT};
 use super::thread::{thread_exit, totals, totals_and_ran, Ran};
 use pmlab_model::cache::CacheConfig;
 use pmlab_model::mlp::OverlapConfig;
@@ -30,6 +30,7 @@ pub(super) fn cfg(mode: PmMode) -> HookConfig {
         llc: CacheConfig::new(1 << 20, 16),
         overlap: OverlapConfig::default(),
         hooked_window: DEFAULT_HOOKED_WINDOW,
+        logged_weight: DEFAULT_LOGGED_WEIGHT,
         pm_mode: mode,
         // LRU: these tests count exact misses of walks larger than the
         // model (random replacement lets a few lines survive).
