@@ -44,7 +44,7 @@ fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
 
 #[test]
 fn inactive_hooks_count_nothing() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     deactivate();
     let t = on_thread(|| {
         let x = 5u64;
@@ -56,7 +56,7 @@ fn inactive_hooks_count_nothing() {
 
 #[test]
 fn repeated_access_hits_the_filter() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     let t = on_thread(|| {
         let x = [0u64; 8];
@@ -75,7 +75,7 @@ fn repeated_access_hits_the_filter() {
 
 #[test]
 fn pointer_chase_over_a_large_array_is_serial_pm() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // The compact model (1024 sets) and the full one (1536 sets).
     for llc in [CacheConfig::new(1 << 20, 16), CacheConfig::new(3 << 19, 16)] {
         activate(HookConfig {
@@ -122,7 +122,7 @@ fn chase_20000() {
 
 #[test]
 fn pool_ranges_attribute_misses_and_write_backs() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::Pool));
     let (pm_buf, dram_buf) = (vec![0u8; 4 << 20], vec![0u8; 4 << 20]);
     let pm_addr = pm_buf.as_ptr() as usize;
@@ -164,7 +164,7 @@ fn pool_ranges_attribute_misses_and_write_backs() {
 
 #[test]
 fn calibration_gives_positive_costs() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     let c = on_thread(|| {
         let c = calibrate();
@@ -230,7 +230,7 @@ fn calibration_gives_positive_costs() {
 
 #[test]
 fn compare_callbacks_are_counted_by_kind() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     let (a, b) = on_thread(|| {
         let v = vec![7u64; 64 * 8];
@@ -312,7 +312,7 @@ fn chase_chains(chains: usize, steps: usize, read_midway: bool) -> (ThreadTotals
 
 #[test]
 fn logged_misses_are_counted_exactly_whenever_totals_are_read() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     for midway in [false, true] {
         let (a, b) = chase_chains(1, 5_000, midway);
@@ -327,7 +327,7 @@ fn logged_misses_are_counted_exactly_whenever_totals_are_read() {
 
 #[test]
 fn a_reading_reports_the_batch_it_ran_itself() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     let (a, b, ran, again) = on_thread(|| {
         // 100 misses, fewer than a log: nothing runs before the read.
@@ -355,7 +355,7 @@ fn a_reading_reports_the_batch_it_ran_itself() {
 
 #[test]
 fn independent_chains_logged_in_batches_overlap() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     for chains in [2usize, 4, 8] {
         let (a, b) = chase_chains(chains, 2_000, true);
@@ -384,7 +384,7 @@ fn load4(p: *const u32) {
 
 #[test]
 fn index_chases_with_4_and_8_byte_indices_are_serial_pm() {
-    let _g = LOCK.lock().unwrap();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     activate(cfg(PmMode::All));
     for wide in [false, true] {
         let (a, b) = on_thread(move || {
