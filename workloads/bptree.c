@@ -62,51 +62,9 @@
 #include <unistd.h>
 
 #include "cpuwait.h"
+#include "timedload.h"
 
 #define MAX_LEVELS 32
-/* The histogram's band edges, ns: below 30 an L1/L2 hit (the timing adds
- * ~20), 30-60 an LLC hit, 60-90 and 90-130 a TLB miss with an LLC hit or
- * a fast DRAM access, 130-250 DRAM, above 250 DRAM plus a page walk or an
- * interruption. */
-static const double LAT_BANDS[] = {30, 60, 90, 130, 250};
-#define NBANDS (sizeof(LAT_BANDS) / sizeof(LAT_BANDS[0]) + 1)
-
-/* AnonHugePages of this process, KiB (-1 if unreadable). */
-static long thp_kib(void)
-{
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-	char line[256];
-	long kib = -1;
-	if (f == NULL)
-		return -1;
-	while (fgets(line, sizeof line, f) != NULL)
-		if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
-/* Spin `ticks` TSC ticks. */
-static inline void spin_ticks(uint64_t ticks)
-{
-	uint64_t end = __rdtsc() + ticks;
-	while (__rdtsc() < end)
-		_mm_pause();
-}
-
-/* The TSC ticks a load of *p took, from before it issued to after it
- * returned; its value in *v. */
-static inline uint64_t timed_load(const uint64_t *p, uint64_t *v)
-{
-	unsigned aux;
-	_mm_lfence();
-	uint64_t a = __rdtsc();
-	_mm_lfence();
-	*v = *(const volatile uint64_t *)p;
-	uint64_t b = __rdtscp(&aux);
-	_mm_lfence();
-	return b - a;
-}
 
 static uint64_t now_ns(void)
 {

@@ -60,20 +60,7 @@
 #include <unistd.h>
 
 #include "cpuwait.h"
-
-/* The TSC ticks a load of *p took, from before it issued to after it
- * returned; its value in *v. */
-static inline uint64_t timed_load(const uint64_t *p, uint64_t *v)
-{
-	unsigned aux;
-	_mm_lfence();
-	uint64_t a = __rdtsc();
-	_mm_lfence();
-	*v = *(const volatile uint64_t *)p;
-	uint64_t b = __rdtscp(&aux);
-	_mm_lfence();
-	return b - a;
-}
+#include "timedload.h"
 
 struct slot {
 	uint64_t key; /* 0: empty */

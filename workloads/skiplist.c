@@ -47,53 +47,14 @@
 #include <unistd.h>
 
 #include "cpuwait.h"
+#include "timedload.h"
 
 #define HEIGHT 7
-/* The histogram's band edges, ns (bptree.c's). */
-static const double LAT_BANDS[] = {30, 60, 90, 130, 250};
-#define NBANDS (sizeof(LAT_BANDS) / sizeof(LAT_BANDS[0]) + 1)
-
-/* AnonHugePages of this process, KiB (-1 if unreadable). */
-static long thp_kib(void)
-{
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-	char line[256];
-	long kib = -1;
-	if (f == NULL)
-		return -1;
-	while (fgets(line, sizeof line, f) != NULL)
-		if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
-/* Spin `ticks` TSC ticks. */
-static inline void spin_ticks(uint64_t ticks)
-{
-	uint64_t end = __rdtsc() + ticks;
-	while (__rdtsc() < end)
-		_mm_pause();
-}
 
 struct node {
 	uint64_t key;
 	struct node *next[HEIGHT];
 };
-
-/* The TSC ticks a load of *p took, from before it issued to after it
- * returned; its value in *v. */
-static inline uint64_t timed_load(const uint64_t *p, uint64_t *v)
-{
-	unsigned aux;
-	_mm_lfence();
-	uint64_t a = __rdtsc();
-	_mm_lfence();
-	*v = *(const volatile uint64_t *)p;
-	uint64_t b = __rdtscp(&aux);
-	_mm_lfence();
-	return b - a;
-}
 
 static void usage(void)
 {
@@ -110,12 +71,6 @@ static long arg_long(const char *s, long lo, long hi)
 	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
 		usage();
 	return v;
-}
-
-static uint64_t rng(uint64_t *r)
-{
-	*r = *r * 6364136223846793005ull + 1442695040888963407ull;
-	return *r >> 17;
 }
 
 int main(int argc, char **argv)

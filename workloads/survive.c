@@ -38,20 +38,9 @@
 #include <unistd.h>
 
 #include "cpuwait.h"
+#include "timedload.h"
 
 #define LINE 64
-
-static inline uint64_t timed_load(const uint64_t *p)
-{
-	unsigned aux;
-	_mm_lfence();
-	uint64_t a = __rdtsc();
-	_mm_lfence();
-	(void)*(const volatile uint64_t *)p;
-	uint64_t b = __rdtscp(&aux);
-	_mm_lfence();
-	return b - a;
-}
 
 static void usage(void)
 {
@@ -68,12 +57,6 @@ static long arg_long(const char *s, long lo, long hi)
 	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
 		usage();
 	return v;
-}
-
-static uint64_t rng(uint64_t *r)
-{
-	*r = *r * 6364136223846793005ull + 1442695040888963407ull;
-	return *r >> 17;
 }
 
 int main(int argc, char **argv)
@@ -133,11 +116,10 @@ int main(int argc, char **argv)
 				for (size_t i = 0; i < flush_bytes; i += LINE)
 					(void)*(const volatile uint64_t *)(flush + i);
 			}
-			uint64_t end = __rdtsc() + tau_ticks;
-			while (__rdtsc() < end)
-				_mm_pause();
+			spin_ticks(tau_ticks);
 			for (long i = 0; i < measure; i++) {
-				kept += timed_load((const uint64_t *)(set + (size_t)order[i] * LINE)) <= threshold;
+				uint64_t v;
+				kept += timed_load((const uint64_t *)(set + (size_t)order[i] * LINE), &v) <= threshold;
 				timed++;
 			}
 		}
