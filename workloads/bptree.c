@@ -170,8 +170,7 @@ int main(int argc, char **argv)
 	memset(level_hist, 0, sizeof level_hist);
 	double per_ns = timed || gap_ns > 0 ? cw_tsc_per_ns() : 1.0;
 	uint64_t gap_ticks = (uint64_t)((double)gap_ns * per_ns);
-	for (size_t i = 0; i + 1 < NBANDS; i++)
-		band_ticks[i] = (uint64_t)(LAT_BANDS[i] * per_ns);
+	lat_band_ticks(band_ticks, per_ns);
 	if (timed) {
 		cw_init(extra_ns);
 		threshold = (uint64_t)((double)threshold_ns * per_ns);
@@ -198,10 +197,7 @@ int main(int argc, char **argv)
 			if (timed) {
 				uint64_t took = timed_load(&k[0], &first);
 				if (hist) {
-					size_t band = 0;
-					while (band + 1 < NBANDS && took >= band_ticks[band])
-						band++;
-					level_hist[l][band]++;
+					level_hist[l][lat_band(took, band_ticks)]++;
 				}
 				if (took > threshold) {
 					misses++;
@@ -240,17 +236,7 @@ int main(int argc, char **argv)
 			printf("%s%.3f", l ? "/" : "", (double)level_misses[l] / (double)lookups);
 	}
 	printf(" pages=%s gap_ns=%ld thp_kib=%ld\n", small_pages ? "4k" : "2m", gap_ns, thp_kib());
-	if (timed && hist) {
-		printf("bptree: hist_ns=<%.0f", LAT_BANDS[0]);
-		for (size_t i = 1; i + 1 < NBANDS; i++)
-			printf("/%.0f-%.0f", LAT_BANDS[i - 1], LAT_BANDS[i]);
-		printf("/>%.0f", LAT_BANDS[NBANDS - 2]);
-		for (int l = 0; l < levels; l++) {
-			printf(" level%d=", l);
-			for (size_t i = 0; i < NBANDS; i++)
-				printf("%s%.3f", i ? "/" : "", (double)level_hist[l][i] / (double)lookups);
-		}
-		printf("\n");
-	}
+	if (timed && hist)
+		print_lat_hist("bptree", "level", levels, (const uint64_t (*)[NBANDS])level_hist, lookups);
 	return 0;
 }

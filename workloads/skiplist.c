@@ -146,8 +146,7 @@ int main(int argc, char **argv)
 	memset(lane_hist, 0, sizeof lane_hist);
 	double per_ns = timed || gap_ns > 0 ? cw_tsc_per_ns() : 1.0;
 	uint64_t gap_ticks = (uint64_t)((double)gap_ns * per_ns);
-	for (size_t i = 0; i + 1 < NBANDS; i++)
-		band_ticks[i] = (uint64_t)(LAT_BANDS[i] * per_ns);
+	lat_band_ticks(band_ticks, per_ns);
 	if (timed) {
 		cw_init(extra_ns);
 		threshold = (uint64_t)((double)threshold_ns * per_ns);
@@ -177,10 +176,7 @@ int main(int argc, char **argv)
 				if (timed) {
 					uint64_t took = timed_load(&nx->key, &k);
 					if (hist) {
-						size_t band = 0;
-						while (band + 1 < NBANDS && took >= band_ticks[band])
-							band++;
-						lane_hist[top - 1 - l][band]++;
+						lane_hist[top - 1 - l][lat_band(took, band_ticks)]++;
 					}
 					if (took > threshold) {
 						misses++;
@@ -220,17 +216,7 @@ int main(int argc, char **argv)
 			printf("%s%.3f", l ? "/" : "", (double)lane_misses[l] / (double)lookups);
 	}
 	printf(" pages=%s gap_ns=%ld thp_kib=%ld\n", small_pages ? "4k" : "2m", gap_ns, thp_kib());
-	if (timed && hist) {
-		printf("skiplist: hist_ns=<%.0f", LAT_BANDS[0]);
-		for (size_t i = 1; i + 1 < NBANDS; i++)
-			printf("/%.0f-%.0f", LAT_BANDS[i - 1], LAT_BANDS[i]);
-		printf("/>%.0f", LAT_BANDS[NBANDS - 2]);
-		for (int l = 0; l < top; l++) {
-			printf(" lane%d=", l);
-			for (size_t i = 0; i < NBANDS; i++)
-				printf("%s%.3f", i ? "/" : "", (double)lane_hist[l][i] / (double)lookups);
-		}
-		printf("\n");
-	}
+	if (timed && hist)
+		print_lat_hist("skiplist", "lane", top, (const uint64_t (*)[NBANDS])lane_hist, lookups);
 	return 0;
 }

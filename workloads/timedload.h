@@ -3,7 +3,7 @@
  * timedload.h -- what the lookup workloads (hashprobe.c, bptree.c,
  * skiplist.c, survive.c) share to count their misses natively: a load
  * timed on the TSC (timed_load), the latency bands of their -H
- * histograms (LAT_BANDS), the huge pages the process holds (thp_kib), a
+ * histograms (LAT_BANDS, lat_band, print_lat_hist), the huge pages the process holds (thp_kib), a
  * spin of some TSC ticks between lookups (spin_ticks) and a small LCG
  * (rng).
  *
@@ -23,6 +23,39 @@
  * interruption. */
 static const double LAT_BANDS[] = {30, 60, 90, 130, 250};
 #define NBANDS (sizeof(LAT_BANDS) / sizeof(LAT_BANDS[0]) + 1)
+
+/* band_ticks[i]: LAT_BANDS[i] in TSC ticks, at per_ns ticks a ns. */
+static inline void lat_band_ticks(uint64_t band_ticks[NBANDS - 1], double per_ns)
+{
+	for (size_t i = 0; i + 1 < NBANDS; i++)
+		band_ticks[i] = (uint64_t)(LAT_BANDS[i] * per_ns);
+}
+
+/* The band of a load that took `took` ticks (0 to NBANDS - 1). */
+static inline size_t lat_band(uint64_t took, const uint64_t band_ticks[NBANDS - 1])
+{
+	size_t band = 0;
+	while (band + 1 < NBANDS && took >= band_ticks[band])
+		band++;
+	return band;
+}
+
+/* The -H line: "PROG: hist_ns=<30/30-60/.../>250 ROW0=a/b/... ROW1=...",
+ * each row's counts per band over `lookups`. */
+static inline void print_lat_hist(const char *prog, const char *row, int rows,
+		const uint64_t (*hist)[NBANDS], long lookups)
+{
+	printf("%s: hist_ns=<%.0f", prog, LAT_BANDS[0]);
+	for (size_t i = 1; i + 1 < NBANDS; i++)
+		printf("/%.0f-%.0f", LAT_BANDS[i - 1], LAT_BANDS[i]);
+	printf("/>%.0f", LAT_BANDS[NBANDS - 2]);
+	for (int l = 0; l < rows; l++) {
+		printf(" %s%d=", row, l);
+		for (size_t i = 0; i < NBANDS; i++)
+			printf("%s%.3f", i ? "/" : "", (double)hist[l][i] / (double)lookups);
+	}
+	printf("\n");
+}
 
 /* The TSC ticks a load of *p took, from before it issued to after it
  * returned; its value in *v. */
