@@ -80,7 +80,7 @@ use openraft::{CommittedLeaderId, EntryPayload, ErrorSubject, ErrorVerb, Vote};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineError, KvEngine};
-use crate::snapstream::PairFeed;
+use crate::snapstream::StagedRestore;
 use crate::store::{encode_snapshot, metadata_only_snapshot, snapshot_pairs, write_atomic};
 use crate::types::{
     Cmd, Entry, LogId, NodeId, Reply, SnapshotMeta, StorageError, StoredMembership,
@@ -180,22 +180,6 @@ struct Cached {
     data: Arc<Vec<u8>>,
 }
 
-/// A snapshot written into the engine as its data arrives (a staged
-/// restore, see [`EngineSm::stage_begin`]); committed by `install`.
-struct Staging {
-    /// The snapshot's id and last log id.
-    id: String,
-    at: LogId,
-    feed: PairFeed,
-    /// The membership record, until it is written in its key order.
-    member: Option<Vec<u8>>,
-    /// The data as received: if the staged restore is dropped on the way
-    /// (another write came first), `install` restores from it instead.
-    chunks: Vec<Box<dyn AsRef<[u8]> + Send>>,
-    /// Every pair arrived and was written.
-    complete: bool,
-}
-
 struct Inner {
     dir: PathBuf,
     engine: Box<dyn KvEngine>,
@@ -209,7 +193,7 @@ struct Inner {
     membership: StoredMembership,
     pending_purge: Option<LogId>,
     snapshot: Option<Cached>,
-    staging: Option<Staging>,
+    staging: Option<StagedRestore>,
     built: u64,
     /// Bytes of the last snapshot built (a size hint for the next).
     last_len: usize,
@@ -468,13 +452,6 @@ impl Inner {
             body: Body::Membership(membership.clone()),
         };
         serde_json::to_vec(&rec).map_err(|err| EngineError(err.to_string()))
-    }
-
-    /// Drop the staged restore (the engine keeps its contents).
-    fn stage_drop(&mut self) {
-        if self.staging.take().is_some() {
-            self.engine.stage_abort();
-        }
     }
 
     /// A snapshot at `applied` built on its own thread and streamed as it
@@ -943,14 +920,12 @@ impl EngineSm {
         if !matches!(g.engine.stage_begin(ver(s.index)), Ok(true)) {
             return false;
         }
-        g.staging = Some(Staging {
-            id: meta.snapshot_id.clone(),
-            at: s,
-            feed: PairFeed::new(),
-            member: Some(member),
-            chunks: Vec::new(),
-            complete: false,
-        });
+        g.staging = Some(StagedRestore::new(
+            meta.snapshot_id.clone(),
+            s,
+            Some((MEMBER_KEY, member)),
+            is_reserved,
+        ));
         crate::catchup::mark(|| format!("install staged begin at {}", s.index));
         true
     }
@@ -964,72 +939,22 @@ impl EngineSm {
         id: &str,
         piece: B,
     ) -> Result<(), String> {
-        let mut g = lock(&self.inner);
-        let Inner {
-            staging, engine, ..
-        } = &mut *g;
-        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
-            return Err("no snapshot being staged".into());
-        };
-        // A write the engine refuses (or a write of another kind that
-        // dropped the stage on the way) ends the staged restore; the kept
-        // data is then restored by `install` instead.
-        let mut live = engine.stage_active();
-        let member = &mut st.member;
-        let r = st.feed.feed(piece.as_ref(), &mut |k, v| {
-            if is_reserved(k) || !live {
-                return Ok(());
-            }
-            if k > MEMBER_KEY {
-                if let Some(rec) = member.take() {
-                    live = engine.stage_push(MEMBER_KEY, &rec).is_ok();
-                }
-            }
-            live = live && engine.stage_push(k, v).is_ok();
-            Ok(())
-        });
-        st.chunks.push(Box::new(piece));
-        if let Err(e) = r {
-            // Not snapshot data: the transfer fails.
-            *staging = None;
-            engine.stage_abort();
-            return Err(e);
-        }
-        Ok(())
+        let g = &mut *lock(&self.inner);
+        StagedRestore::data(&mut g.staging, g.engine.as_mut(), id, piece)
     }
 
     /// All the data of the staged snapshot `id` arrived: `Err` if it ends inside a
     /// pair (the staging is dropped).
     pub fn stage_end(&self, id: &str) -> Result<(), String> {
-        let mut g = lock(&self.inner);
-        let Inner {
-            staging, engine, ..
-        } = &mut *g;
-        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
-            return Err("no snapshot being staged".into());
-        };
-        if let Err(e) = st.feed.finish() {
-            *staging = None;
-            engine.stage_abort();
-            return Err(e);
-        }
-        if let Some(rec) = st.member.take() {
-            if engine.stage_active() && engine.stage_push(MEMBER_KEY, &rec).is_err() {
-                engine.stage_abort();
-            }
-        }
-        st.complete = true;
-        crate::catchup::mark(|| format!("install staged {} bytes", st.feed.bytes));
-        Ok(())
+        let g = &mut *lock(&self.inner);
+        StagedRestore::end(&mut g.staging, g.engine.as_mut(), id)
     }
 
     /// Drop the staging of snapshot `id`, if it is still there (its
     /// install did not happen: openraft refused or ignored it).
     pub fn stage_drop(&self, id: &str) {
-        let mut g = lock(&self.inner);
-        if g.staging.as_ref().is_some_and(|st| st.id == id) {
-            g.stage_drop();
-        }
+        let g = &mut *lock(&self.inner);
+        StagedRestore::drop_named(&mut g.staging, g.engine.as_mut(), id);
     }
 
     /// Install a snapshot received from the leader (see the module docs).
@@ -1045,11 +970,7 @@ impl EngineSm {
         };
         let mut g = lock(&self.inner);
         let mut committed = false;
-        if g.staging
-            .as_ref()
-            .is_some_and(|st| st.id == meta.snapshot_id)
-        {
-            let st = g.staging.take().expect("checked");
+        if let Some(st) = StagedRestore::take_named(&mut g.staging, &meta.snapshot_id) {
             if st.complete && st.at == s && g.engine.stage_active() && g.restores(s).map_err(e)? {
                 g.engine.stage_commit().map_err(e)?;
                 crate::catchup::mark(|| "install committed the staged restore".into());
@@ -1059,9 +980,7 @@ impl EngineSm {
             } else {
                 g.engine.stage_abort();
                 if data.is_empty() {
-                    for c in &st.chunks {
-                        data.extend_from_slice((**c).as_ref());
-                    }
+                    data = st.kept_data();
                 }
             }
         }

@@ -466,6 +466,137 @@ impl PairFeed {
     }
 }
 
+/// A snapshot written into an engine as its data arrives: a staged
+/// restore, begun by the state machine's `stage_begin` and committed (or,
+/// if a write dropped the engine's stage on the way, restored from the
+/// kept data) by its `install`. Shared by the file-log and engine-log state
+/// machines; the engine-log one also leaves out its reserved keys and puts
+/// its membership record among the pairs in key order.
+pub struct StagedRestore {
+    /// The snapshot's id.
+    pub id: String,
+    /// The snapshot's last log id.
+    pub at: crate::types::LogId,
+    /// The pairs received so far.
+    pub feed: PairFeed,
+    /// A record (key, value) to write in its key order among the pairs.
+    pending: Option<(&'static [u8], Vec<u8>)>,
+    /// Keys of the data not written into the engine.
+    skip: fn(&[u8]) -> bool,
+    /// The data as received.
+    chunks: Vec<Box<dyn AsRef<[u8]> + Send>>,
+    /// Every pair arrived and was written.
+    pub complete: bool,
+}
+
+impl StagedRestore {
+    /// A staged restore of snapshot `id` (last log id `at`) that writes
+    /// `pending` in its key order and leaves out the keys `skip` names.
+    pub fn new(
+        id: String,
+        at: crate::types::LogId,
+        pending: Option<(&'static [u8], Vec<u8>)>,
+        skip: fn(&[u8]) -> bool,
+    ) -> StagedRestore {
+        StagedRestore {
+            id,
+            at,
+            feed: PairFeed::new(),
+            pending,
+            skip,
+            chunks: Vec::new(),
+            complete: false,
+        }
+    }
+
+    /// The staged restore in `slot` if it is snapshot `id`'s, taken out.
+    pub fn take_named(slot: &mut Option<StagedRestore>, id: &str) -> Option<StagedRestore> {
+        slot.take_if(|st| st.id == id)
+    }
+
+    /// The next `piece` of snapshot `id`'s data: its pairs are written into
+    /// `engine`'s stage now and the piece is kept until the install. A
+    /// write the engine refuses ends the stage (the kept data is restored
+    /// by the install instead). `Err` when `id` is not being staged, or on
+    /// data that is not a snapshot (the staging is then dropped).
+    pub fn data<B: AsRef<[u8]> + Send + 'static>(
+        slot: &mut Option<StagedRestore>,
+        engine: &mut dyn crate::engine::KvEngine,
+        id: &str,
+        piece: B,
+    ) -> Result<(), String> {
+        let Some(st) = slot.as_mut().filter(|st| st.id == id) else {
+            return Err("no snapshot being staged".into());
+        };
+        let mut live = engine.stage_active();
+        let (pending, skip) = (&mut st.pending, st.skip);
+        let r = st.feed.feed(piece.as_ref(), &mut |k, v| {
+            if skip(k) || !live {
+                return Ok(());
+            }
+            if pending.as_ref().is_some_and(|(pk, _)| k > *pk) {
+                let (pk, rec) = pending.take().expect("checked");
+                live = engine.stage_push(pk, &rec).is_ok();
+            }
+            live = live && engine.stage_push(k, v).is_ok();
+            Ok(())
+        });
+        st.chunks.push(Box::new(piece));
+        if let Err(e) = r {
+            *slot = None;
+            engine.stage_abort();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// All of snapshot `id`'s data arrived: `Err` when `id` is not being
+    /// staged or the data ends inside a pair (the staging is then dropped).
+    pub fn end(
+        slot: &mut Option<StagedRestore>,
+        engine: &mut dyn crate::engine::KvEngine,
+        id: &str,
+    ) -> Result<(), String> {
+        let Some(st) = slot.as_mut().filter(|st| st.id == id) else {
+            return Err("no snapshot being staged".into());
+        };
+        if let Err(e) = st.feed.finish() {
+            *slot = None;
+            engine.stage_abort();
+            return Err(e);
+        }
+        if let Some((pk, rec)) = st.pending.take() {
+            if engine.stage_active() && engine.stage_push(pk, &rec).is_err() {
+                engine.stage_abort();
+            }
+        }
+        st.complete = true;
+        crate::catchup::mark(|| format!("install staged {} bytes", st.feed.bytes));
+        Ok(())
+    }
+
+    /// Drop the staging in `slot` if it is snapshot `id`'s (its install did
+    /// not happen); the engine's stage is aborted.
+    pub fn drop_named(
+        slot: &mut Option<StagedRestore>,
+        engine: &mut dyn crate::engine::KvEngine,
+        id: &str,
+    ) {
+        if Self::take_named(slot, id).is_some() {
+            engine.stage_abort();
+        }
+    }
+
+    /// The data as received, in one buffer (for a restore from it).
+    pub fn kept_data(&self) -> Vec<u8> {
+        let mut data = Vec::with_capacity(self.feed.bytes as usize);
+        for c in &self.chunks {
+            data.extend_from_slice((**c).as_ref());
+        }
+        data
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -427,23 +427,13 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
-/// A snapshot written into a persistent engine as its data arrives (a
-/// staged restore, see [`FileSm::stage_begin`]); committed by the install.
-struct FileStaging {
-    id: String,
-    feed: crate::snapstream::PairFeed,
-    /// The data as received, restored from if a write dropped the stage.
-    chunks: Vec<Box<dyn AsRef<[u8]> + Send>>,
-    complete: bool,
-}
-
 struct SmState {
     dir: PathBuf,
     engine: Box<dyn KvEngine>,
     applied: Option<LogId>,
     membership: StoredMembership,
     snapshot: Option<StoredSnapshot>,
-    staging: Option<FileStaging>,
+    staging: Option<crate::snapstream::StagedRestore>,
     since_meta: u64,
     built: u64,
     /// Bytes of the last snapshot built (a size hint for the next).
@@ -759,12 +749,12 @@ impl FileSm {
         if !matches!(g.engine.stage_begin(s.index), Ok(true)) {
             return false;
         }
-        g.staging = Some(FileStaging {
-            id: meta.snapshot_id.clone(),
-            feed: crate::snapstream::PairFeed::new(),
-            chunks: Vec::new(),
-            complete: false,
-        });
+        g.staging = Some(crate::snapstream::StagedRestore::new(
+            meta.snapshot_id.clone(),
+            s,
+            None,
+            |_| false,
+        ));
         crate::catchup::mark(|| format!("install staged begin at {}", s.index));
         true
     }
@@ -775,53 +765,20 @@ impl FileSm {
         id: &str,
         piece: B,
     ) -> Result<(), String> {
-        let mut g = self.lock();
-        let SmState {
-            staging, engine, ..
-        } = &mut *g;
-        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
-            return Err("no snapshot being staged".into());
-        };
-        let mut live = engine.stage_active();
-        let r = st.feed.feed(piece.as_ref(), &mut |k, v| {
-            live = live && engine.stage_push(k, v).is_ok();
-            Ok(())
-        });
-        st.chunks.push(Box::new(piece));
-        if let Err(e) = r {
-            *staging = None;
-            engine.stage_abort();
-            return Err(e);
-        }
-        Ok(())
+        let g = &mut *self.lock();
+        crate::snapstream::StagedRestore::data(&mut g.staging, g.engine.as_mut(), id, piece)
     }
 
     /// All the data of the staged snapshot `id` arrived.
     pub fn stage_end(&self, id: &str) -> Result<(), String> {
-        let mut g = self.lock();
-        let SmState {
-            staging, engine, ..
-        } = &mut *g;
-        let Some(st) = staging.as_mut().filter(|st| st.id == id) else {
-            return Err("no snapshot being staged".into());
-        };
-        if let Err(e) = st.feed.finish() {
-            *staging = None;
-            engine.stage_abort();
-            return Err(e);
-        }
-        st.complete = true;
-        crate::catchup::mark(|| format!("install staged {} bytes", st.feed.bytes));
-        Ok(())
+        let g = &mut *self.lock();
+        crate::snapstream::StagedRestore::end(&mut g.staging, g.engine.as_mut(), id)
     }
 
     /// Drop the staging of snapshot `id` if its install did not take it.
     pub fn stage_drop(&self, id: &str) {
-        let mut g = self.lock();
-        if g.staging.as_ref().is_some_and(|st| st.id == id) {
-            g.staging = None;
-            g.engine.stage_abort();
-        }
+        let g = &mut *self.lock();
+        crate::snapstream::StagedRestore::drop_named(&mut g.staging, g.engine.as_mut(), id);
     }
 
     /// The applied log index.
@@ -908,13 +865,11 @@ impl RaftStateMachine<TypeConfig> for FileSm {
         let mut g = self.lock();
         let at = meta.last_log_id.map_or(0, |l| l.index);
         let mut committed = false;
-        if g.staging
-            .as_ref()
-            .is_some_and(|st| st.id == meta.snapshot_id)
+        // Staged as it arrived: commit it, or restore from the kept data
+        // if a write dropped the stage on the way.
+        if let Some(st) =
+            crate::snapstream::StagedRestore::take_named(&mut g.staging, &meta.snapshot_id)
         {
-            // Staged as it arrived: commit it, or restore from the kept
-            // data if a write dropped the stage on the way.
-            let st = g.staging.take().expect("checked");
             if st.complete && g.engine.stage_active() {
                 g.engine.stage_commit().map_err(engine_err)?;
                 crate::catchup::mark(|| "install committed the staged restore".into());
@@ -922,9 +877,7 @@ impl RaftStateMachine<TypeConfig> for FileSm {
             } else {
                 g.engine.stage_abort();
                 if data.is_empty() {
-                    for c in &st.chunks {
-                        data.extend_from_slice((**c).as_ref());
-                    }
+                    data = st.kept_data();
                 }
             }
         }
