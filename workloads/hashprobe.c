@@ -61,6 +61,7 @@
 
 #include "cpuwait.h"
 #include "timedload.h"
+#include "args.h"
 
 struct slot {
 	uint64_t key; /* 0: empty */
@@ -99,15 +100,6 @@ static void usage(void)
 	exit(2);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	long region_mib = 128, lookups = 2000000, seed = 7, extra_ns = -1, hot = 0;
@@ -116,14 +108,14 @@ int main(int argc, char **argv)
 	long inter = 1;
 	while ((opt = getopt(argc, argv, "r:n:di:w:s:x:t:")) != -1) {
 		switch (opt) {
-		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
-		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
+		case 'r': region_mib = wl_arg_long("hashprobe", opt, optarg, 1, 1 << 20); break;
+		case 'n': lookups = wl_arg_long("hashprobe", opt, optarg, 1, 1L << 40); break;
 		case 'd': dependent = 1; break;
-		case 'i': inter = arg_long(optarg, 1, 16); break;
-		case 'w': hot = arg_long(optarg, 1, 1L << 40); break;
-		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
-		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
-		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
+		case 'i': inter = wl_arg_long("hashprobe", opt, optarg, 1, 16); break;
+		case 'w': hot = wl_arg_long("hashprobe", opt, optarg, 1, 1L << 40); break;
+		case 's': seed = wl_arg_long("hashprobe", opt, optarg, 0, 1L << 40); break;
+		case 'x': extra_ns = wl_arg_long("hashprobe", opt, optarg, 0, 1000000); break;
+		case 't': threshold_ns = wl_arg_long("hashprobe", opt, optarg, 1, 100000); break;
 		default: usage();
 		}
 	}

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "cpuwait.h"
+#include "args.h"
 
 #define MAX_CHAINS 16
 
@@ -60,15 +61,6 @@ static void usage(void)
 			"[-b 32|64] [-k ELEMENTS_PER_NODE] [-o OFFSET] [-m] [-W] "
 			"[-a heap|mmap] [-H 0|1] [-x EXTRA_NS 0-1000000]\n", MAX_CHAINS);
 	exit(2);
-}
-
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
 }
 
 /* The successor of j in a single cycle over [0, n): a full-period LCG
@@ -134,14 +126,14 @@ int main(int argc, char **argv)
 	int in_mem = 0, warmup = 1, use_mmap = 1, opt;
 	while ((opt = getopt(argc, argv, "c:r:n:b:k:o:mWa:H:x:")) != -1) {
 		switch (opt) {
-		case 'c': chains = arg_long(optarg, 1, MAX_CHAINS); break;
-		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
-		case 'n': accesses = arg_long(optarg, 1, 1L << 40); break;
-		case 'b': bits = arg_long(optarg, 32, 64);
+		case 'c': chains = wl_arg_long("idxchase", opt, optarg, 1, MAX_CHAINS); break;
+		case 'r': region_mib = wl_arg_long("idxchase", opt, optarg, 1, 1 << 20); break;
+		case 'n': accesses = wl_arg_long("idxchase", opt, optarg, 1, 1L << 40); break;
+		case 'b': bits = wl_arg_long("idxchase", opt, optarg, 32, 64);
 			if (bits != 32 && bits != 64) usage();
 			break;
-		case 'k': k = arg_long(optarg, 1, 4096); break;
-		case 'o': off = arg_long(optarg, 0, 4095); break;
+		case 'k': k = wl_arg_long("idxchase", opt, optarg, 1, 4096); break;
+		case 'o': off = wl_arg_long("idxchase", opt, optarg, 0, 4095); break;
 		case 'm': in_mem = 1; break;
 		case 'W': warmup = 0; break;
 		case 'a':
@@ -149,8 +141,8 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "mmap") == 0) use_mmap = 1;
 			else usage();
 			break;
-		case 'H': huge_req = arg_long(optarg, 0, 1); break;
-		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
+		case 'H': huge_req = wl_arg_long("idxchase", opt, optarg, 0, 1); break;
+		case 'x': extra_ns = wl_arg_long("idxchase", opt, optarg, 0, 1000000); break;
 		default: usage();
 		}
 	}

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "wl_common.h"
+#include "args.h"
 
 #define LINE 64
 #define MAX_CHAINS 16
@@ -40,25 +41,16 @@ static void usage(void)
 	exit(2);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	long chains = 1, region_mib = 256, accesses = 20000000, seed = 12345;
 	int opt, sequential = 0;
 	while ((opt = getopt(argc, argv, "c:r:n:s:q")) != -1) {
 		switch (opt) {
-		case 'c': chains = arg_long(optarg, 1, MAX_CHAINS); break;
-		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
-		case 'n': accesses = arg_long(optarg, 1, 1L << 40); break;
-		case 's': seed = arg_long(optarg, 1, 1L << 40); break;
+		case 'c': chains = wl_arg_long("memlat", opt, optarg, 1, MAX_CHAINS); break;
+		case 'r': region_mib = wl_arg_long("memlat", opt, optarg, 1, 1 << 20); break;
+		case 'n': accesses = wl_arg_long("memlat", opt, optarg, 1, 1L << 40); break;
+		case 's': seed = wl_arg_long("memlat", opt, optarg, 1, 1L << 40); break;
 		case 'q': sequential = 1; break;
 		default: usage();
 		}

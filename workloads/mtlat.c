@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "cpuwait.h"
+#include "args.h"
 
 #define LINE 64
 #define MAX_THREADS 256
@@ -100,31 +101,22 @@ static void *worker(void *arg)
 	return (void *)((uintptr_t)own & 1);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
-		fprintf(stderr, "usage: mtlat [-t THREADS (1-%d)] [-k SECTIONS] "
-				"[-i INSIDE] [-o OUTSIDE] [-r REGION_MIB] [-x EXTRA_NS]\n", MAX_THREADS);
-		exit(2);
-	}
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	long region_mib = 64, extra_ns = 0;
 	int opt;
 	while ((opt = getopt(argc, argv, "t:k:i:o:r:x:")) != -1) {
 		switch (opt) {
-		case 't': nthreads = arg_long(optarg, 1, MAX_THREADS); break;
-		case 'k': sections = arg_long(optarg, 1, 1L << 40); break;
-		case 'i': inside = arg_long(optarg, 0, 1L << 30); break;
-		case 'o': outside = arg_long(optarg, 0, 1L << 30); break;
-		case 'r': region_mib = arg_long(optarg, 1, 1 << 16); break;
-		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
-		default: arg_long("", 0, 0);
+		case 't': nthreads = wl_arg_long("mtlat", opt, optarg, 1, MAX_THREADS); break;
+		case 'k': sections = wl_arg_long("mtlat", opt, optarg, 1, 1L << 40); break;
+		case 'i': inside = wl_arg_long("mtlat", opt, optarg, 0, 1L << 30); break;
+		case 'o': outside = wl_arg_long("mtlat", opt, optarg, 0, 1L << 30); break;
+		case 'r': region_mib = wl_arg_long("mtlat", opt, optarg, 1, 1 << 16); break;
+		case 'x': extra_ns = wl_arg_long("mtlat", opt, optarg, 0, 1000000); break;
+		default:
+			fprintf(stderr, "usage: mtlat [-t THREADS (1-%d)] [-k SECTIONS] "
+					"[-i INSIDE] [-o OUTSIDE] [-r REGION_MIB] [-x EXTRA_NS]\n", MAX_THREADS);
+			return 2;
 		}
 	}
 	cw_init(extra_ns);

@@ -48,6 +48,7 @@
 
 #include "cpuwait.h"
 #include "timedload.h"
+#include "args.h"
 
 #define HEIGHT 7
 
@@ -64,15 +65,6 @@ static void usage(void)
 	exit(2);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	long region_mib = 128, lookups = 1000000, seed = 5, extra_ns = -1, threshold_ns = 90;
@@ -80,19 +72,19 @@ int main(int argc, char **argv)
 	int opt, dependent = 0, hist = 0, small_pages = 0;
 	while ((opt = getopt(argc, argv, "r:n:s:dx:t:P:g:H")) != -1) {
 		switch (opt) {
-		case 'r': region_mib = arg_long(optarg, 1, 1 << 20); break;
-		case 'n': lookups = arg_long(optarg, 1, 1L << 40); break;
-		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
+		case 'r': region_mib = wl_arg_long("skiplist", opt, optarg, 1, 1 << 20); break;
+		case 'n': lookups = wl_arg_long("skiplist", opt, optarg, 1, 1L << 40); break;
+		case 's': seed = wl_arg_long("skiplist", opt, optarg, 0, 1L << 40); break;
 		case 'd': dependent = 1; break;
-		case 'x': extra_ns = arg_long(optarg, 0, 1000000); break;
-		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
+		case 'x': extra_ns = wl_arg_long("skiplist", opt, optarg, 0, 1000000); break;
+		case 't': threshold_ns = wl_arg_long("skiplist", opt, optarg, 1, 100000); break;
 		case 'P':
 			if (strcmp(optarg, "4k") == 0)
 				small_pages = 1;
 			else if (strcmp(optarg, "2m") != 0)
 				usage();
 			break;
-		case 'g': gap_ns = arg_long(optarg, 0, 1000000); break;
+		case 'g': gap_ns = wl_arg_long("skiplist", opt, optarg, 0, 1000000); break;
 		case 'H': hist = 1; break;
 		default: usage();
 		}

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "args.h"
 
 static uint64_t now_ns(void)
 {
@@ -58,15 +59,6 @@ static void usage(void)
 	exit(2);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	long elements = 4L << 20, passes = 3, seed = 5;
@@ -78,9 +70,9 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "radix") == 0) use_radix = 1;
 			else usage();
 			break;
-		case 'e': elements = arg_long(optarg, 2, 1L << 32); break;
-		case 'n': passes = arg_long(optarg, 1, 1000); break;
-		case 's': seed = arg_long(optarg, 0, 1L << 40); break;
+		case 'e': elements = wl_arg_long("sort", opt, optarg, 2, 1L << 32); break;
+		case 'n': passes = wl_arg_long("sort", opt, optarg, 1, 1000); break;
+		case 's': seed = wl_arg_long("sort", opt, optarg, 0, 1L << 40); break;
 		default: usage();
 		}
 	}

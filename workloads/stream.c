@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "args.h"
 
 enum kernel { COPY, TRIAD, SUM };
 static double *a, *b, *c;
@@ -98,15 +99,6 @@ static void usage(void)
 	exit(2);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
-}
-
 static double *array(size_t bytes)
 {
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -133,9 +125,9 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "sum") == 0) kernel = SUM;
 			else usage();
 			break;
-		case 't': threads = (int)arg_long(optarg, 1, 64); break;
-		case 'r': mib = arg_long(optarg, 1, 1 << 20); break;
-		case 'n': passes = (int)arg_long(optarg, 1, 1000); break;
+		case 't': threads = (int)wl_arg_long("stream", opt, optarg, 1, 64); break;
+		case 'r': mib = wl_arg_long("stream", opt, optarg, 1, 1 << 20); break;
+		case 'n': passes = (int)wl_arg_long("stream", opt, optarg, 1, 1000); break;
 		default: usage();
 		}
 	}

@@ -39,6 +39,7 @@
 
 #include "cpuwait.h"
 #include "timedload.h"
+#include "args.h"
 
 #define LINE 64
 
@@ -50,15 +51,6 @@ static void usage(void)
 	exit(2);
 }
 
-static long arg_long(const char *s, long lo, long hi)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < lo || v > hi)
-		usage();
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	long set_kib = 4096, flush_kib = 2048, threshold_ns = 90, rounds = 5, measure = 1024;
@@ -66,12 +58,12 @@ int main(int argc, char **argv)
 	int opt;
 	while ((opt = getopt(argc, argv, "s:f:p:t:k:m:")) != -1) {
 		switch (opt) {
-		case 's': set_kib = arg_long(optarg, 64, 1 << 20); break;
-		case 'f': flush_kib = arg_long(optarg, 0, 1 << 20); break;
-		case 'p': passes = arg_long(optarg, 1, 100); break;
-		case 't': threshold_ns = arg_long(optarg, 1, 100000); break;
-		case 'k': rounds = arg_long(optarg, 1, 1000); break;
-		case 'm': measure = arg_long(optarg, 1, 1000000); break;
+		case 's': set_kib = wl_arg_long("survive", opt, optarg, 64, 1 << 20); break;
+		case 'f': flush_kib = wl_arg_long("survive", opt, optarg, 0, 1 << 20); break;
+		case 'p': passes = wl_arg_long("survive", opt, optarg, 1, 100); break;
+		case 't': threshold_ns = wl_arg_long("survive", opt, optarg, 1, 100000); break;
+		case 'k': rounds = wl_arg_long("survive", opt, optarg, 1, 1000); break;
+		case 'm': measure = wl_arg_long("survive", opt, optarg, 1, 1000000); break;
 		default: usage();
 		}
 	}
@@ -96,7 +88,7 @@ int main(int argc, char **argv)
 	uint64_t threshold = (uint64_t)((double)threshold_ns * per_ns);
 	uint64_t r = 0x9e3779b97f4a7c15ull;
 	for (int a = optind; a < argc; a++) {
-		long tau_us = arg_long(argv[a], 0, 10000000);
+		long tau_us = wl_arg_long("survive", 0, argv[a], 0, 10000000);
 		uint64_t tau_ticks = (uint64_t)((double)tau_us * 1000.0 * per_ns);
 		uint64_t kept = 0, timed = 0;
 		for (long k = 0; k < rounds; k++) {
