@@ -589,8 +589,10 @@ fn end_epoch(t: &ThreadState, cause: Cause, t0: u64) {
         end = spin_until(done);
         account.hide_in_wait(waited);
     }
-    // Sampling times the program's own code, without the runtime's.
+    // Sampling times the program's own code, without the runtime's, and
+    // sizes its windows by the latency delay that hides the hooks.
     crate::source::instrumented::sample::exclude(end.saturating_sub(t0));
+    crate::source::instrumented::sample::delayed(if g.cfg.no_inject { 0.0 } else { delay });
     let s = &t.stats;
     s.epochs[cause as usize].fetch_add(1, Ordering::Relaxed);
     s.requested_ns

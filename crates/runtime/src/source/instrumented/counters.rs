@@ -745,6 +745,7 @@ impl ThreadCounters for InstrumentedCounters {
             _ => None,
         };
         let c = self.charge(&now, epoch_ns, batches, delay);
+        super::sample::hooks_cost(c.calls);
         note_hooks(&self.last, &now, &c);
         if let (Some(d), Some((dram, pm))) = (device, self.lat) {
             // The runtime charges (pm - dram) per serial PM access: the

@@ -67,15 +67,35 @@ pub const AUTO_MAX_WINDOW: i64 = 4_096;
 /// and a gap were timed.
 pub const AUTO_FIRST: i64 = 64;
 
+/// The share of the injected latency delay that the hooks of
+/// [`Policy::Auto`]'s windows may fill. The runtime takes the hooks' cost
+/// out of the delay it injects (up to the delay), so where a check's delay
+/// covers its hooks' cost the hooks cost the emulated time nothing, and
+/// the windows can cover (nearly) every check.
+pub const AUTO_DELAY_SHARE: f64 = 1.0;
+
 /// The share of checks to run in windows for `o`, the instrumented copy's
-/// slowdown per check over the clean copy's, less 1: [`AUTO_BUDGET`] / `o`
-/// within [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]] (the most when `o` is
-/// not positive).
-pub fn auto_share(o: f64) -> f64 {
+/// slowdown per check over the clean copy's, less 1 (timed), and `cover`,
+/// the latency delay injected per check over the hooks' cost per window
+/// check (both from counts: the model's serial accesses, the hooks' calls
+/// at their calibrated costs):
+/// [`AUTO_BUDGET`] / `o` + [`AUTO_DELAY_SHARE`] `cover`, within
+/// [[`AUTO_MIN_SHARE`], [`AUTO_MAX_SHARE`]] (the most when `o` is not
+/// positive). The hooks add at most [`AUTO_BUDGET`] of the clean code's
+/// time beyond what the delay hides: a streaming loop under `--no-inject`
+/// (`cover` 0, `o` 10-40) runs a thousandth of its checks in windows, a
+/// chase whose delay per check is as large as its hooks' cost nearly all,
+/// however the machine's load moves the timed `o`.
+pub fn auto_share(o: f64, cover: f64) -> f64 {
     if !o.is_finite() || o <= 0.0 {
         return AUTO_MAX_SHARE;
     }
-    (AUTO_BUDGET / o).clamp(AUTO_MIN_SHARE, AUTO_MAX_SHARE)
+    let cover = if cover.is_finite() {
+        cover.max(0.0)
+    } else {
+        0.0
+    };
+    (AUTO_BUDGET / o + AUTO_DELAY_SHARE * cover).clamp(AUTO_MIN_SHARE, AUTO_MAX_SHARE)
 }
 
 /// (window, gap) in checks under [`Policy::Auto`] for a `share` of the
@@ -122,11 +142,14 @@ pub enum Policy {
     /// Adaptive, per thread. Each window and each gap is timed (TSC, less
     /// the runtime's own time), and the share of checks in windows is set
     /// so that the hooks add about [`AUTO_BUDGET`] to the time the clean
-    /// code would take: `share = AUTO_BUDGET / o`, where `o` is the
-    /// measured slowdown of the instrumented copy over the clean one per
-    /// check, less 1 (see [`auto_share`]): streaming and compute code (`o`
-    /// of 10-40) runs a share of a thousandth, a chase whose misses
-    /// dwarf the hooks (`o` well below 1) nearly everything. The windows
+    /// code would take beyond the latency delay the runtime injects (which
+    /// absorbs the hooks' cost): `share = (AUTO_BUDGET + d) / o`, where
+    /// `o` is the measured slowdown of the instrumented copy over the
+    /// clean one per check, less 1, and `d` the delay per check over the
+    /// clean time per check (see [`auto_share`]): streaming and compute
+    /// code under `--no-inject` (`o` of 10-40) runs a share of a
+    /// thousandth, a chase whose delay covers its hooks nearly everything.
+    /// The windows
     /// are as long as the gaps allow within [`AUTO_PERIOD_NS`] of clean
     /// code (see [`auto_lengths`]): a phase lasting longer than that is
     /// seen.
@@ -181,6 +204,13 @@ pub struct Switch {
     pub window_cycles: f64,
     /// See `window_cycles`.
     pub gap_cycles: f64,
+    /// The latency delay the runtime injects per check, in TSC cycles (a
+    /// moving average over the thread's epochs, from the model's counts:
+    /// see [`delayed`]; 0 under `--no-inject`). Set by [`switch`].
+    pub delay_cycles: f64,
+    /// The hooks' cost per window check, in TSC cycles, from counts (see
+    /// [`hooks_cost`]; 0: not known). Set by [`switch`].
+    pub hook_cycles: f64,
     /// [`AUTO_PERIOD_NS`] in TSC cycles (0: not known yet; set by
     /// [`switch`]).
     pub period: f64,
@@ -314,13 +344,25 @@ impl Switch {
     }
 
     /// The share of checks [`Policy::Auto`] puts in windows now:
-    /// [`auto_share`] of the timed slowdown, 1/2 until a window and a gap
-    /// were timed.
+    /// [`auto_share`] of the timed slowdown and of the delay per check
+    /// over the hooks' cost per window check (the timed one until counts
+    /// gave it), 1/2 until a window and a gap were timed.
     pub fn share(&self) -> f64 {
         if self.window_cycles <= 0.0 || self.gap_cycles <= 0.0 {
             return 0.5;
         }
-        auto_share(self.window_cycles / self.gap_cycles - 1.0)
+        let o = self.window_cycles / self.gap_cycles - 1.0;
+        let hooks = if self.hook_cycles > 0.0 {
+            self.hook_cycles
+        } else {
+            o * self.gap_cycles
+        };
+        let cover = if hooks > 0.0 {
+            self.delay_cycles / hooks
+        } else {
+            0.0
+        };
+        auto_share(o, cover)
     }
 
     /// The checks of the windows and gaps so far, with those of the
@@ -405,6 +447,8 @@ thread_local! {
             since: 0,
             window_cycles: 0.0,
             gap_cycles: 0.0,
+            delay_cycles: 0.0,
+            hook_cycles: 0.0,
             period: 0.0,
             state: 0,
         })
@@ -423,6 +467,138 @@ thread_local! {
 /// slow. Async-signal-safe.
 pub fn exclude(ticks: u64) {
     EXCLUDED.with(|c| c.set(c.get().wrapping_add(ticks)));
+}
+
+/// A thread's latency delay per check and its hooks' cost per window
+/// check (see [`delayed`], [`hooks_cost`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DelayRate {
+    /// TSC cycles of delay per check, a moving average over epochs (0:
+    /// none yet).
+    pub per_check: f64,
+    /// TSC cycles of the hooks per window check, a moving average over
+    /// epochs with window checks (0: none yet).
+    pub hooks_per_check: f64,
+    /// The thread's checks (window and gap) at the last epoch that had
+    /// some, and its window checks at the last that had window checks.
+    pub checks: u64,
+    pub window_checks: u64,
+    /// Delay and hooks' cost, in TSC cycles, not yet averaged (epochs
+    /// without checks, or without window checks, pass theirs on).
+    pub pending: f64,
+    pub hooks_pending: f64,
+    /// Epochs averaged so far (delay; hooks).
+    pub epochs: u64,
+    pub hook_epochs: u64,
+}
+
+/// A moving average over epochs: the first value sets it, later ones
+/// weigh a quarter (as the timings, see [`smooth`]).
+fn average(old: f64, new: f64, n: u64) -> f64 {
+    if n == 0 {
+        new
+    } else {
+        0.75 * old + 0.25 * new
+    }
+}
+
+impl DelayRate {
+    /// Add an epoch's latency delay, `cycles`, and the hooks' cost,
+    /// `hooks` cycles, at thread totals of `window` and `gap` checks: the
+    /// epoch's delay per check and hooks' cost per window check update
+    /// the averages; an epoch without checks (without window checks)
+    /// passes its delay (its hooks' cost) on to the next that has some.
+    /// Counts, not timings: the model's serial accesses times the
+    /// latency, the hooks' calls at their calibrated costs, which the
+    /// machine's load does not move.
+    pub fn add(&mut self, cycles: f64, hooks: f64, window: u64, gap: u64) {
+        let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+        self.pending += clean(cycles);
+        self.hooks_pending += clean(hooks);
+        let n = (window + gap).saturating_sub(self.checks);
+        if n > 0 {
+            let per = self.pending / n as f64;
+            self.per_check = average(self.per_check, per, self.epochs);
+            self.epochs += 1;
+            self.checks = window + gap;
+            self.pending = 0.0;
+        }
+        let nw = window.saturating_sub(self.window_checks);
+        if nw > 0 {
+            let per = self.hooks_pending / nw as f64;
+            self.hooks_per_check = average(self.hooks_per_check, per, self.hook_epochs);
+            self.hook_epochs += 1;
+            self.window_checks = window;
+            self.hooks_pending = 0.0;
+        }
+    }
+}
+
+thread_local! {
+    /// The calling thread's latency delay per check and hooks' cost.
+    static DELAY: Cell<DelayRate> = const {
+        Cell::new(DelayRate {
+            per_check: 0.0,
+            hooks_per_check: 0.0,
+            checks: 0,
+            window_checks: 0,
+            pending: 0.0,
+            hooks_pending: 0.0,
+            epochs: 0,
+            hook_epochs: 0,
+        })
+    };
+    /// The hooks' cost of the calling thread's epoch that ends now, ns
+    /// (see [`hooks_cost`]).
+    static HOOKS_NS: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// The hooks' cost, in ns, of the calling thread's epoch that ends now:
+/// the calls at their calibrated costs (the instrumented counters' epoch
+/// end gives it, before the runtime's [`delayed`]). The model's batches
+/// the thread runs are left out: they run there only while the modeller
+/// thread waits for a CPU, and would make the share follow the load.
+/// Async-signal-safe.
+pub fn hooks_cost(ns: f64) {
+    HOOKS_NS.with(|c| c.set(c.get() + ns));
+}
+
+/// The latency delay, in ns, that the runtime asks for the epoch of the
+/// calling thread that ends now (0 under `--no-inject`, where nothing
+/// hides the hooks; the bandwidth model's stretch left out, so that
+/// `--pm-bandwidth` runs keep the clean code's budget): under
+/// [`Policy::Auto`] the windows may cover as many checks as the delay
+/// hides the hooks of (see [`auto_share`]). Called at every epoch end of
+/// the thread. Async-signal-safe.
+pub fn delayed(ns: f64) {
+    let hooks_ns = HOOKS_NS.with(|c| c.replace(0.0));
+    if policy() != Policy::Auto {
+        return;
+    }
+    let (w, g) = thread_events();
+    let per_ns = crate::clock::ns_to_ticks(1e6) as f64 / 1e6;
+    DELAY.with(|c| {
+        let mut d = c.get();
+        d.add(ns * per_ns, hooks_ns * per_ns, w, g);
+        c.set(d);
+    });
+}
+
+/// The share of checks in windows that [`Policy::Auto`] set last (any
+/// thread's), as f64 bits; 0 until it set one.
+static SHARE: AtomicU64 = AtomicU64::new(0);
+
+/// The share of the program's checks the model sees now: 1 with one
+/// endless window, the ratio under a fixed one, the last share
+/// [`Policy::Auto`] set (0 before it set any). A first sight is the
+/// program's own first touch of its line with about this probability (see
+/// [`FirstSight::settle`]).
+pub fn current_share() -> f64 {
+    match policy() {
+        Policy::Full => 1.0,
+        Policy::Fixed { window, gap } => window as f64 / (window + gap).max(1) as f64,
+        Policy::Auto => f64::from_bits(SHARE.load(Ordering::Relaxed)),
+    }
 }
 
 thread_local! {
@@ -461,9 +637,17 @@ pub fn at_epoch_end() {
 /// `__pmlab_sample_switch3`). Each thread adds its part at each question.
 static TOTALS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 
+/// Under [`Policy::Auto`], the TSC cycles per check of the windows, of
+/// the gaps and of the delay, and of the hooks per window check, as the last question (any thread's) saw
+/// them (f64 bits).
+static LAST_TIMING: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
 /// The process's sampling as a JSON member (`"sample":{...},`), or
 /// nothing when no program code asked the switch: the policy, checks in
-/// windows and in gaps, their share, windows, questions.
+/// windows and in gaps, their share, windows, questions; under `auto`
+/// also the share it set last and the cycles per check it set it from
+/// (windows, gaps, latency delay, hooks per window check; any thread's
+/// last question).
 pub fn json() -> String {
     let [w, g, n, calls] = TOTALS.each_ref().map(|c| c.load(Ordering::Relaxed));
     if calls == 0 {
@@ -479,9 +663,21 @@ pub fn json() -> String {
     } else {
         0.0
     };
+    let auto = if policy == "auto" {
+        let [wc, gc, dc, hc] = LAST_TIMING
+            .each_ref()
+            .map(|a| f64::from_bits(a.load(Ordering::Relaxed)));
+        format!(
+            ",\"last_share\":{:.6},\"window_cycles\":{wc:.1},\"gap_cycles\":{gc:.1},\
+             \"delay_cycles\":{dc:.1},\"hook_cycles\":{hc:.1}",
+            current_share()
+        )
+    } else {
+        String::new()
+    };
     format!(
         "\"sample\":{{\"policy\":\"{policy}\",\"window_checks\":{w},\"gap_checks\":{g},\
-         \"share\":{share:.6},\"windows\":{n},\"switch_calls\":{calls}}},"
+         \"share\":{share:.6},\"windows\":{n},\"switch_calls\":{calls}{auto}}},"
     )
 }
 
@@ -507,7 +703,21 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
         }
         let before = [s.window_events, s.gap_events, s.windows];
         let now = pmlab_clock::rdtsc().wrapping_sub(EXCLUDED.with(Cell::get));
-        let r = s.ask(policy(), active, full, st, now);
+        let policy = policy();
+        let rate = DELAY.with(Cell::get);
+        (s.delay_cycles, s.hook_cycles) = (rate.per_check, rate.hooks_per_check);
+        let r = s.ask(policy, active, full, st, now);
+        if policy == Policy::Auto && active && !full {
+            SHARE.store(s.share().to_bits(), Ordering::Relaxed);
+            for (a, v) in LAST_TIMING.iter().zip([
+                s.window_cycles,
+                s.gap_cycles,
+                s.delay_cycles,
+                s.hook_cycles,
+            ]) {
+                a.store(v.to_bits(), Ordering::Relaxed);
+            }
+        }
         let after = [s.window_events, s.gap_events, s.windows];
         for i in 0..3 {
             if after[i] != before[i] {
@@ -810,12 +1020,37 @@ impl FirstSight {
         ))
     }
 
-    /// Charge the waiting first sights at [`ratio`](Self::ratio); keep
-    /// them waiting while it is unknown.
+    /// Charge the waiting first sights (see [`settle_at`](Self::settle_at))
+    /// at the share the sampling runs now ([`current_share`]) when it is
+    /// [`Policy::Auto`]'s; as if at a share of 0 under a fixed ratio.
     pub fn settle(&mut self) {
+        let share = if policy() == Policy::Auto {
+            current_share()
+        } else {
+            0.0
+        };
+        self.settle_at(share);
+    }
+
+    /// Charge the waiting first sights at `share + (1 - share) r`, `r`
+    /// the [`ratio`](Self::ratio); keep them waiting while `r` is unknown.
+    /// A line first touched while a `share` of the checks runs in windows
+    /// is first touched in a window with that probability, and then its
+    /// first sight is the program's compulsory miss (a miss with full
+    /// instrumentation too); otherwise the gaps touched it first and the
+    /// model's verdict on reuse, `r`, stands. At a share near 1 (a chase
+    /// whose delay hides the hooks) first sights count as misses, as with
+    /// `--sample off`; at a thousandth (a streaming loop) at `r`.
+    pub fn settle_at(&mut self, share: f64) {
         let Some(r) = self.ratio() else {
             return;
         };
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let r = share + (1.0 - share) * r;
         for (d, p) in self.discount.iter_mut().zip(&mut self.pending) {
             *d += (1.0 - r) * *p;
             *p = 0.0;
@@ -984,12 +1219,15 @@ mod tests {
     #[test]
     fn auto_share_follows_the_timed_slowdown() {
         // Hooks hidden by misses: nearly always instrumented.
-        assert_eq!(auto_share(0.0), AUTO_MAX_SHARE);
-        assert_eq!(auto_share(0.01), AUTO_MAX_SHARE);
-        assert!((auto_share(0.2) - AUTO_BUDGET / 0.2).abs() < 1e-12);
-        // A triad 37x slower instrumented.
-        assert_eq!(auto_share(36.0), AUTO_BUDGET / 36.0);
-        assert_eq!(auto_share(1e6), AUTO_MIN_SHARE);
+        assert_eq!(auto_share(0.0, 0.0), AUTO_MAX_SHARE);
+        assert_eq!(auto_share(0.01, 0.0), AUTO_MAX_SHARE);
+        assert!((auto_share(0.2, 0.0) - AUTO_BUDGET / 0.2).abs() < 1e-12);
+        // A triad 37x slower instrumented, nothing injected.
+        assert_eq!(auto_share(36.0, 0.0), AUTO_BUDGET / 36.0);
+        assert_eq!(auto_share(1e6, 0.0), AUTO_MIN_SHARE);
+        assert_eq!(auto_share(f64::NAN, 0.0), AUTO_MAX_SHARE);
+        assert_eq!(auto_share(0.2, f64::NAN), auto_share(0.2, 0.0));
+        assert_eq!(auto_share(0.2, -1.0), auto_share(0.2, 0.0));
         assert_eq!(gap_for(100, 0.25), 300);
         assert_eq!(gap_for(100, 1.0), 0);
     }
@@ -1042,7 +1280,7 @@ mod tests {
         }
         assert_eq!(sw.window_cycles, 21.0);
         assert_eq!(sw.gap_cycles, 1.0);
-        let want = auto_share(20.0);
+        let want = auto_share(20.0, 0.0);
         assert!((sw.share() - want).abs() < 1e-12);
         let share = inside as f64 / total as f64;
         assert!(
@@ -1101,6 +1339,276 @@ mod tests {
         // to the chase's (0.05 / 0.1).
         assert!(at < 6_000_000, "the chase was seen after {at} cycles");
         assert!(sw.share() > 0.3, "chase share {}", sw.share());
+    }
+
+    #[test]
+    fn a_delay_that_covers_the_hooks_opens_the_windows() {
+        // A chase at 300 ns: hooks of 75 ns per check, a delay of 144 ns:
+        // the hooks hide in the delay, whatever the timed o.
+        assert_eq!(auto_share(0.5, 144.0 / 75.0), AUTO_MAX_SHARE);
+        assert_eq!(auto_share(20.0, 144.0 / 75.0), AUTO_MAX_SHARE);
+        // A delay of a tenth of the hooks' cost buys a tenth of the checks
+        // beyond the budget's.
+        let s = auto_share(1.0, 0.1);
+        assert!((s - (AUTO_BUDGET + 0.1)).abs() < 1e-12, "{s}");
+        // No delay (--no-inject): the clean code's budget alone.
+        assert_eq!(auto_share(30.0, 0.0), AUTO_BUDGET / 30.0);
+    }
+
+    #[test]
+    fn the_counted_hooks_cost_sets_the_cover_and_the_timed_one_stands_in() {
+        // Timed: clean checks of 100 cycles, 1100 instrumented (a loaded
+        // machine's waits landing in the windows).
+        let mut sw = Switch {
+            window_cycles: 1100.0,
+            gap_cycles: 100.0,
+            delay_cycles: 200.0,
+            ..Switch::default()
+        };
+        // No count yet: the timed cost (1000 cycles) stands in.
+        assert!((sw.share() - (AUTO_BUDGET / 10.0 + 0.2)).abs() < 1e-12);
+        // The counts say 150 cycles of hooks per window check.
+        sw.hook_cycles = 150.0;
+        assert_eq!(sw.share(), AUTO_MAX_SHARE);
+        // Nothing injected: the budget's share.
+        sw.delay_cycles = 0.0;
+        assert_eq!(sw.share(), AUTO_BUDGET / 10.0);
+    }
+
+    #[test]
+    fn the_delay_per_check_averages_epochs_and_carries_empty_ones() {
+        let mut d = DelayRate::default();
+        d.add(1000.0, 300.0, 2, 8);
+        assert_eq!((d.per_check, d.hooks_per_check), (100.0, 150.0));
+        // An epoch without checks: its delay and hooks wait for the next.
+        d.add(500.0, 100.0, 2, 8);
+        assert_eq!((d.per_check, d.pending), (100.0, 500.0));
+        // An epoch of gap checks only: the delay is averaged, the hooks'
+        // cost waits for window checks.
+        d.add(1500.0, 0.0, 2, 18);
+        assert_eq!(d.per_check, 0.75 * 100.0 + 0.25 * 200.0);
+        assert_eq!((d.pending, d.hooks_pending), (0.0, 100.0));
+        // Two window checks, their hooks' cost with the one waiting; no
+        // delay (a phase without misses) pulls the delay down.
+        d.add(0.0, 200.0, 4, 18);
+        assert_eq!(d.hooks_per_check, 150.0);
+        assert_eq!(d.per_check, 0.75 * 125.0);
+        d.add(0.0, 0.0, 4, 1018);
+        assert_eq!(d.per_check, 0.75 * 0.75 * 125.0);
+        d.add(f64::NAN, f64::INFINITY, 4, 1028);
+        assert_eq!(d.per_check, 0.75 * 0.75 * 0.75 * 125.0);
+        assert_eq!(d.hooks_pending, 0.0);
+    }
+
+    /// Simulate `checks` checks under [`Policy::Auto`], each costing
+    /// `cost[copy]` cycles, with a latency delay of `delay` cycles per
+    /// check added at epoch ends (every `epoch` cycles), which also cut
+    /// gaps past the period. Returns the share of checks run in windows.
+    #[allow(clippy::too_many_arguments)]
+    fn simulate(
+        sw: &mut Switch,
+        d: &mut DelayRate,
+        st: &mut [i64; 3],
+        copy: &mut i32,
+        now: &mut u64,
+        checks: u64,
+        cost: [u64; 2],
+        delay: f64,
+    ) -> f64 {
+        let epoch = 2_000_000u64;
+        let mut inside = 0u64;
+        for _ in 0..checks {
+            inside += *copy as u64;
+            let before = *now / epoch;
+            *now += cost[*copy as usize];
+            if *now / epoch != before {
+                let (w, g) = sw.events_with(*st);
+                let n = (w + g).saturating_sub(d.checks);
+                let nw = w.saturating_sub(d.window_checks);
+                let hooks = (cost[1] - cost[0]) as f64 * nw as f64;
+                d.add(delay * n as f64, hooks, w, g);
+                sw.cut_gap(st, *now);
+            }
+            let i = *copy as usize;
+            st[i] -= 1;
+            if st[i] <= 0 {
+                (sw.delay_cycles, sw.hook_cycles) = (d.per_check, d.hooks_per_check);
+                *copy = sw.ask(Policy::Auto, true, false, st, *now);
+            }
+        }
+        inside as f64 / checks as f64
+    }
+
+    #[test]
+    fn auto_runs_a_delayed_chase_nearly_whole_and_a_clean_stream_at_its_budget() {
+        let start = || {
+            let mut sw = Switch {
+                period: 1e6,
+                ..Switch::default()
+            };
+            let mut st = [0, 1, 0];
+            let copy = sw.ask(Policy::Auto, true, false, &mut st, 0);
+            (sw, DelayRate::default(), st, copy, 0u64)
+        };
+        // A chase: clean checks of 400 cycles, hooks of 200 (o = 0.5),
+        // 360 cycles of delay per check.
+        let (mut sw, mut d, mut st, mut copy, mut now) = start();
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            100_000,
+            [400, 600],
+            360.0,
+        );
+        let share = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            200_000,
+            [400, 600],
+            360.0,
+        );
+        assert!(share > 0.95, "chase share {share}");
+        assert!((sw.factor() - 1.0) < 0.1, "factor {}", sw.factor());
+        // The same chase under --no-inject: the budget's share, 0.05 / 0.5.
+        let (mut sw, mut d, mut st, mut copy, mut now) = start();
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            100_000,
+            [400, 600],
+            0.0,
+        );
+        let share = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            200_000,
+            [400, 600],
+            0.0,
+        );
+        assert!(
+            (share - 0.1).abs() < 0.02,
+            "--no-inject chase share {share}"
+        );
+        // A stream under --no-inject: clean checks of 2 cycles, 30 times
+        // that instrumented: a share of 0.05 / 29.
+        let (mut sw, mut d, mut st, mut copy, mut now) = start();
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            5_000_000,
+            [2, 60],
+            0.0,
+        );
+        let share = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            20_000_000,
+            [2, 60],
+            0.0,
+        );
+        let want = AUTO_BUDGET / 29.0;
+        assert!(
+            (share - want).abs() < 0.2 * want,
+            "stream share {share}, want {want}"
+        );
+    }
+
+    #[test]
+    fn auto_opens_the_windows_within_an_epoch_of_a_delayed_chase() {
+        // A stream under injection with no serial misses (o = 29, no
+        // delay), then a chase whose delay hides its hooks.
+        let mut sw = Switch {
+            period: 1e6,
+            ..Switch::default()
+        };
+        let mut d = DelayRate::default();
+        let mut st = [0, 1, 0];
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, 0);
+        let mut now = 0u64;
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            10_000_000,
+            [2, 60],
+            0.0,
+        );
+        assert!(sw.share() < 0.01, "stream share {}", sw.share());
+        // 10 ms of chase in steps of 1 000 checks (400 000 cycles): the
+        // share passes 0.9 within three epochs of 2 ms.
+        let start = now;
+        let mut at = None;
+        while now - start < 30_000_000 {
+            simulate(
+                &mut sw,
+                &mut d,
+                &mut st,
+                &mut copy,
+                &mut now,
+                1_000,
+                [400, 600],
+                360.0,
+            );
+            if at.is_none() && sw.share() > 0.9 {
+                at = Some(now - start);
+            }
+        }
+        let at = at.expect("the share never rose");
+        assert!(
+            at < 6_000_000,
+            "the chase opened the windows after {at} cycles"
+        );
+        assert_eq!(sw.share(), AUTO_MAX_SHARE);
+        // Back to the stream: the delay per check falls with the epochs'
+        // counts, and the share with it.
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            10_000_000,
+            [2, 60],
+            0.0,
+        );
+        assert!(sw.share() < 0.01, "stream share again {}", sw.share());
+    }
+
+    #[test]
+    fn first_sights_at_a_share_near_one_count_as_the_program_s_first_touches() {
+        // A working set that fits (r = 0): at a share of 0 the first
+        // sights cost nothing, at 0.98 nearly all of each, at 1/2 half.
+        for (share, want) in [(0.0, 0.0), (0.5, 5.0), (0.98, 9.8), (f64::NAN, 0.0)] {
+            let mut f = FirstSight::with_bits(1 << 16, 1 << 16, 16);
+            for line in 1..11 {
+                assert!(!f.seen(line));
+                f.first(true, [1.0, 0.0, 1.0, 0.0]);
+            }
+            assert_eq!(f.ratio(), Some(0.0));
+            f.settle_at(share);
+            let c = f.charged([10.0, 0.0, 10.0, 0.0]);
+            assert!((c[0] - want).abs() < 1e-9, "share {share}: {c:?}");
+        }
     }
 
     #[test]
