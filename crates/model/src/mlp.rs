@@ -830,6 +830,9 @@ impl OverlapEstimator {
 }
 
 #[cfg(test)]
+mod reference;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
