@@ -426,8 +426,6 @@ struct InFlight {
     live: bool,
 }
 
-/// Serial access counts of one interval, per memory kind.
-
 /// Estimates serial memory accesses from a stream of misses.
 #[derive(Debug, Clone)]
 pub(super) struct OverlapEstimator {
@@ -908,6 +906,7 @@ mod equivalence {
         };
         let mut fast = Fast::new(config);
         let mut reference = Reference::new(config);
+        assert_eq!(fast.config(), reference.config());
         let mut agents: Vec<Agent> = (0..1 + rng.below(3))
             .map(|_| Agent::new(&mut rng))
             .collect();
