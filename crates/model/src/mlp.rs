@@ -289,10 +289,11 @@ struct Relations {
     /// Per relation, while a miss is matched: the (parent's miss number
     /// + 1, parent's completion) it named (valid where the fit mask says).
     fit: [(u64, u64); RELATIONS],
-    /// Bit `i`: the value of `addrs[i]`'s miss is known.
-    known: u32,
-    /// Bit `i`: that miss depended on its parent through the pointer rule.
-    pointed: u32,
+    /// Per slot of `addrs`: bit 0, that miss's value is known; bit 1, it
+    /// depended on its parent through the pointer rule.
+    flags: [u8; HIST],
+    /// Miss number + 1 of the latest miss whose value is known (0: none).
+    last_known: u64,
     /// Bit `i`: `rel[i]` has reached [`CONFIRM`] hits.
     confirmed: u32,
     /// Slots of `rel` in use (filled in order, never emptied).
@@ -309,8 +310,8 @@ impl Default for Relations {
             values: [[(0, 0, 0); 2]; VALUE_SETS],
             rel: [Relation::default(); RELATIONS],
             fit: [(0, 0); RELATIONS],
-            known: 0,
-            pointed: 0,
+            flags: [0; HIST],
+            last_known: 0,
             confirmed: 0,
             live: 0,
             n: 0,
@@ -337,7 +338,9 @@ impl Relations {
     #[inline(always)]
     fn parent(&mut self, addr: u64, line_shift: u32) -> Option<u64> {
         let n = self.n;
-        let learn = self.known != 0 && n.is_multiple_of(LEARN_EVERY) && n >= HIST as u64;
+        // A value known among the last HIST misses.
+        let known = self.last_known != 0 && n - self.last_known < HIST as u64;
+        let learn = known && n.is_multiple_of(LEARN_EVERY) && n >= HIST as u64;
         if self.live == 0 && !learn {
             return None;
         }
@@ -517,24 +520,36 @@ impl Relations {
             let twice = (bits & 0xffff) | (bits << HIST);
             twice >> (n % HIST)
         };
-        let (known, free) = (ring(self.known), ring(!self.pointed));
+        // The flags' bit 0 and bit 1 of each slot as masks, bit `i` for
+        // slot `i` (the multiply gathers bit 0 of each of 8 bytes).
+        let word = u128::from_le_bytes(self.flags);
+        let gather =
+            |w: u64| ((w & 0x0101_0101_0101_0101).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32;
+        let mask = |shift: u32| {
+            let w = word >> shift;
+            gather(w as u64) | (gather((w >> 64) as u64) << 8)
+        };
+        let (known, free) = (ring(mask(0)), ring(!mask(1)));
         // A first pass without branches keeps the distances that pass the
         // cheap tests of `scale_of` (both differences nonzero, of one
-        // sign, the address's at least the value's): for unrelated misses
-        // (random values, hash probes) usually none.
-        let mut candidates = 0u32;
+        // sign, the address's at least the value's), as bit `HIST - j`
+        // like the masks above: for unrelated misses (random values, hash
+        // probes) usually none. With `s` all ones when `dv < 0`, `da ^ s
+        // >= dv ^ s` is `da >= dv` for `dv > 0` and `da <= dv` for `dv <
+        // 0`: the same sign and at least the magnitude.
+        let mut fit = 0u32;
         for j in 1..=MAX_CHAINS {
-            // Both values known, and the middle miss not already a pointer
-            // chase's (chains that advance in lockstep at a constant
-            // distance would otherwise fit a relation between chains).
-            let (back1, back2) = (HIST - j, HIST - 2 * j);
-            let usable = (known >> back1) & (known >> back2) & (free >> back1) & 1;
             let (i1, i0) = ((n - j) % HIST, (n - 2 * j) % HIST);
             let da = addr.wrapping_sub(self.addrs[i1]) as i64;
             let dv = self.vals[i1].wrapping_sub(self.vals[i0]) as i64;
-            let fits = (da ^ dv) >= 0 && dv != 0 && da.unsigned_abs() >= dv.unsigned_abs();
-            candidates |= (usable & u32::from(fits)) << j;
+            let s = dv >> 63;
+            fit |= u32::from((da ^ s >= dv ^ s) & (dv != 0)) << (HIST - j);
         }
+        // Both values known, and the middle miss not already a pointer
+        // chase's (chains that advance in lockstep at a constant distance
+        // would otherwise fit a relation between chains); the older
+        // value's known bit is tested below.
+        let mut candidates = fit & known & free;
         // Every distance that fits is noted, not only the first: chains
         // that advance in lockstep (the same walk in equal slices) fit a
         // relation between chains at a shorter distance than their own,
@@ -542,8 +557,13 @@ impl Relations {
         // exists for `c` below `chains - d`) links the others wrongly.
         let mut noted: Option<(u64, u64)> = None;
         while candidates != 0 {
-            let j = candidates.trailing_zeros() as usize;
-            candidates &= candidates - 1;
+            // Nearest first (the highest bit).
+            let bit = 31 - candidates.leading_zeros() as usize;
+            candidates &= !(1 << bit);
+            let j = HIST - bit;
+            if (known >> (HIST - 2 * j)) & 1 == 0 {
+                continue;
+            }
             let (i1, i0) = ((n - j) % HIST, (n - 2 * j) % HIST);
             let (a1, v1, v0) = (self.addrs[i1], self.vals[i1], self.vals[i0]);
             let Some((shift, odd)) = scale_of(addr.wrapping_sub(a1), v1.wrapping_sub(v0)) else {
@@ -607,8 +627,10 @@ impl Relations {
         let v = loaded.value();
         self.addrs[i] = addr;
         self.vals[i] = v.unwrap_or(0);
-        self.known = (self.known & !(1 << i)) | (u32::from(v.is_some()) << i);
-        self.pointed = (self.pointed & !(1 << i)) | (u32::from(pointer) << i);
+        self.flags[i] = u8::from(v.is_some()) | (u8::from(pointer) << 1);
+        if v.is_some() {
+            self.last_known = n + 1;
+        }
         if let Some(v) = v {
             self.enter_value(v, n + 1, done);
             if let Some(v) = loaded.alternative() {
