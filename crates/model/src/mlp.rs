@@ -646,8 +646,9 @@ struct InFlight {
     /// Completion time, in latencies (every miss takes one); 0 for a slot
     /// never written, which waits for nothing.
     done: u64,
-    /// Index of the access in the thread's access stream.
-    at_access: u64,
+    /// Index of the access in the thread's access stream plus the window
+    /// (saturating): a miss at a later access index is outside the window.
+    deadline: u64,
 }
 
 /// Serial access counts of one interval, per memory kind.
@@ -686,7 +687,11 @@ pub struct OverlapEstimator {
     issue: u64,
     /// Latest completion time of any miss.
     frontier: u64,
-    counts: SerialCounts,
+    /// This interval's counts (see [`SerialCounts`]): serial accesses and
+    /// misses by [`MemKind`] (as an index), misses found dependent.
+    serial: [f64; 2],
+    misses: [u64; 2],
+    dependent: u64,
     /// Completion time of the last logged load that carried a value, when
     /// it missed (the miss a following compare reads).
     last_loaded: Option<(u64, u64)>,
@@ -719,7 +724,9 @@ impl OverlapEstimator {
             relations: Box::default(),
             issue: 0,
             frontier: 0,
-            counts: SerialCounts::default(),
+            serial: [0.0; 2],
+            misses: [0; 2],
+            dependent: 0,
             last_loaded: None,
             held: None,
             sites: Box::new([Site::default(); BRANCH_SITES]),
@@ -852,7 +859,7 @@ impl OverlapEstimator {
         // order, so the start walks over each once (amortised O(1)).
         while self.wstart < n {
             let e = &self.ring[self.wstart as usize % MAX_FILL_BUFFERS];
-            if access_index.saturating_sub(e.at_access) <= self.config.window_accesses {
+            if access_index <= e.deadline {
                 break;
             }
             self.win_done = self.win_done.max(e.done);
@@ -864,11 +871,11 @@ impl OverlapEstimator {
         let pointer = line != 0 && (set[0].0 == line || set[1].0 == line);
         if pointer {
             start = start.max(if set[0].0 == line { set[0].1 } else { set[1].1 });
-            self.counts.dependent += 1;
+            self.dependent += 1;
         } else if let Some(done) = self.relations.parent(addr, line_shift) {
             // Or it is `C + s x value` for a learnt relation (index chases).
             start = start.max(done);
-            self.counts.dependent += 1;
+            self.dependent += 1;
         }
         // Fill buffers: the oldest of the `fill_buffers` most recent misses
         // must be done before this one issues.
@@ -888,16 +895,9 @@ impl OverlapEstimator {
             // critical path.
             self.frontier = done;
         }
-        match kind {
-            MemKind::Dram => {
-                self.counts.dram += f64::from(u8::from(on_path));
-                self.counts.dram_misses += 1;
-            }
-            MemKind::Pm => {
-                self.counts.pm += f64::from(u8::from(on_path));
-                self.counts.pm_misses += 1;
-            }
-        }
+        let k = kind as usize;
+        self.serial[k] += f64::from(u8::from(on_path));
+        self.misses[k] += 1;
         self.issue = start;
         if loaded.value().is_some() {
             self.last_loaded = Some((done, line));
@@ -911,7 +911,7 @@ impl OverlapEstimator {
         }
         self.ring[n as usize % MAX_FILL_BUFFERS] = InFlight {
             done,
-            at_access: access_index,
+            deadline: access_index.saturating_add(self.config.window_accesses),
         };
         // The oldest entry is overwritten when the ring is full: it is
         // older than every fill buffer, so the fill-buffer rule already
@@ -923,13 +923,21 @@ impl OverlapEstimator {
 
     /// The counts accumulated since the last [`take`](Self::take).
     pub fn counts(&self) -> SerialCounts {
-        self.counts
+        SerialCounts {
+            dram: self.serial[MemKind::Dram as usize],
+            pm: self.serial[MemKind::Pm as usize],
+            dram_misses: self.misses[MemKind::Dram as usize],
+            pm_misses: self.misses[MemKind::Pm as usize],
+            dependent: self.dependent,
+        }
     }
 
     /// Return the counts accumulated so far and start a new interval (an
     /// epoch). Misses still in flight keep their dependencies.
     pub fn take(&mut self) -> SerialCounts {
-        std::mem::take(&mut self.counts)
+        let counts = self.counts();
+        (self.serial, self.misses, self.dependent) = ([0.0; 2], [0; 2], 0);
+        counts
     }
 }
 
