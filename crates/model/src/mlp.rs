@@ -337,20 +337,27 @@ impl Relations {
     /// confirmed relation, if any.
     #[inline(always)]
     fn parent(&mut self, addr: u64, line_shift: u32) -> Option<u64> {
-        let n = self.n;
-        // A value known among the last HIST misses.
-        let known = self.last_known != 0 && n - self.last_known < HIST as u64;
-        let learn = known && n.is_multiple_of(LEARN_EVERY) && n >= HIST as u64;
-        if self.live == 0 && !learn {
+        if self.live == 0 && !self.learning_due() {
             return None;
         }
-        self.match_or_learn(addr, line_shift, learn)
+        self.match_or_learn(addr, line_shift)
+    }
+
+    /// This miss is one to learn from: one in [`LEARN_EVERY`], after
+    /// [`HIST`] misses, a value known among the last [`HIST`].
+    #[inline(always)]
+    fn learning_due(&self) -> bool {
+        let n = self.n;
+        n.is_multiple_of(LEARN_EVERY)
+            && n >= HIST as u64
+            && self.last_known != 0
+            && n - self.last_known < HIST as u64
     }
 
     /// The part of [`parent`](Self::parent) that runs when a relation is
     /// live or learning is due.
     #[inline]
-    fn match_or_learn(&mut self, addr: u64, line_shift: u32, learn: bool) -> Option<u64> {
+    fn match_or_learn(&mut self, addr: u64, line_shift: u32) -> Option<u64> {
         let n = self.n;
         let (mut matched, mut fits) = (false, 0u32);
         // Computed once, when first needed: the same for every relation.
@@ -389,7 +396,10 @@ impl Relations {
                 self.fit[i] = (no, done);
             }
         }
-        if !matched && learn && !stream.unwrap_or_else(|| self.stream(addr, line_shift)) {
+        if !matched
+            && self.learning_due()
+            && !stream.unwrap_or_else(|| self.stream(addr, line_shift))
+        {
             self.learn(addr);
         }
         self.choose(fits)
@@ -499,8 +509,11 @@ impl Relations {
     #[inline]
     fn stream(&self, addr: u64, line_shift: u32) -> bool {
         let (line, n) = (addr >> line_shift, self.n as usize);
-        let near =
-            |j: usize| line.abs_diff(self.addrs[(n - j) % HIST] >> line_shift) <= STREAM_LINES;
+        // |line - prev| <= STREAM_LINES, as one unsigned compare.
+        let near = |j: usize| {
+            let prev = self.addrs[(n - j) % HIST] >> line_shift;
+            line.wrapping_sub(prev).wrapping_add(STREAM_LINES) <= 2 * STREAM_LINES
+        };
         if n >= STREAM_LOOKBACK {
             (1..=STREAM_LOOKBACK).fold(false, |any, j| any | near(j))
         } else {
