@@ -170,7 +170,7 @@ const RELATIONS: usize = MAX_CHAINS;
 /// found by learning (two hops), it counts from its first further fit.
 const CONFIRM: u32 = 2;
 const _: () = assert!(CONFIRM > 1, "a relation is noted with one hit, unconfirmed");
-/// Misses learnt from: one in this many (learning costs ~300 instructions
+/// Misses learnt from: one in this many (learning costs ~200 instructions
 /// on a stream of unrelated misses; a chase is recognised this many misses
 /// later).
 const LEARN_EVERY: u64 = 4;
@@ -280,7 +280,7 @@ fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
 struct Relations {
     /// Recent misses' byte addresses, a ring of [`HIST`] by miss number.
     addrs: [u64; HIST],
-    /// Their loaded values (meaningful where `known` says so).
+    /// Their loaded values (meaningful where `flags` says the value is known).
     vals: [u64; HIST],
     /// Value -> (miss number + 1 (0: empty), value, completion time), two
     /// ways per set.
