@@ -169,7 +169,8 @@ const RELATIONS: usize = MAX_CHAINS;
 /// Detections plus fits a relation needs before it marks misses dependent:
 /// found by learning (two hops), it counts from its first further fit.
 const CONFIRM: u32 = 2;
-/// Misses learnt from: one in this many (learning costs ~300 instructions
+const _: () = assert!(CONFIRM > 1, "a relation is noted with one hit, unconfirmed");
+/// Misses learnt from: one in this many (learning costs ~200 instructions
 /// on a stream of unrelated misses; a chase is recognised this many misses
 /// later).
 const LEARN_EVERY: u64 = 4;
@@ -181,25 +182,22 @@ const STREAM_LINES: u64 = 2;
 /// Recent misses a miss is compared with to detect a stream.
 const STREAM_LOOKBACK: usize = 4;
 
-/// An affine relation `address = c + scale x value`, `scale = odd << shift`.
+/// An affine relation `address = c + scale x value`, `scale = odd << shift`
+/// (a scale names its odd factor and shift uniquely).
 #[derive(Debug, Clone, Copy, Default)]
 struct Relation {
     c: u64,
-    shift: u32,
-    /// Odd, at most [`MAX_ODD`].
-    odd: u64,
+    /// `odd << shift`, `odd` odd and at most [`MAX_ODD`]; 0: an empty slot.
+    scale: u64,
+    /// `(1 << shift) - 1`: an address off the relation's grid fails at once.
+    mask: u64,
     /// `odd_inverse(odd)`.
     inv: u64,
+    shift: u32,
     /// Detections and matches so far.
     hits: u32,
     /// Miss number of the last detection or match (for replacement).
     last: u64,
-}
-
-impl Relation {
-    fn scale(&self) -> u64 {
-        self.odd << self.shift
-    }
 }
 
 /// Inverse of an odd number modulo 2^64 (Newton's iteration, each step
@@ -242,47 +240,6 @@ fn scale_of(da: u64, dv: u64) -> Option<(u32, u64)> {
     Some((ta - tv, oa / ov))
 }
 
-/// The confirmed relations a miss (or a cached load) fits, and the parent
-/// each names: which one is the load's real parent.
-///
-/// Chains laid out alike fit relations besides their own: chains that
-/// walk the same sequence in equal slices (`idxchase -c`) fit `address =
-/// C + d x slice x s + s x v` with the value of the chain `d` slices on,
-/// for the chains that have one (all but the last `d`); a chain that
-/// advances by a constant stride fits its own relation shifted by the
-/// stride with the value of two hops back; chains in lockstep at a
-/// constant distance fit one with another chain's value of the same
-/// round. The rule: the relations that fit the most misses (within a
-/// sixteenth of the best: a relation between chains misses the chains
-/// that have no partner, at most 7 in 8), and among them the most recent
-/// parent (the latest value: the hop just before, not the one two hops
-/// back, nor a chain's value of the round before).
-#[derive(Debug, Default, Clone, Copy)]
-struct Fits {
-    /// (relation's hits, parent's miss number + 1, parent's completion).
-    fit: [(u32, u64, u64); RELATIONS],
-    len: usize,
-}
-
-impl Fits {
-    fn add(&mut self, hits: u32, no: u64, done: u64) {
-        if self.len < RELATIONS {
-            self.fit[self.len] = (hits, no, done);
-            self.len += 1;
-        }
-    }
-
-    /// The chosen parent's completion time, if any fit.
-    fn parent(&self) -> Option<u64> {
-        let fit = &self.fit[..self.len];
-        let top = fit.iter().map(|f| f.0).max()? as u64;
-        fit.iter()
-            .filter(|f| f.0 as u64 * 16 >= top * 15)
-            .max_by_key(|f| f.1)
-            .map(|f| f.2)
-    }
-}
-
 /// Learnt affine relations between a miss's address and a value loaded by
 /// a recent miss: the dependencies of chases whose next address is
 /// computed from the loaded value (`base + scale x index + offset`, or a
@@ -304,8 +261,8 @@ impl Fits {
 ///   (chains advancing in lockstep at a constant distance from each other
 ///   would fit a relation between chains).
 /// * A miss that fits several confirmed relations depends on the parent
-///   [`Fits`] chooses; every distance that fits a learning step is noted
-///   (chains laid out alike fit relations between chains too).
+///   [`Relations::choose`] picks; every distance that fits a learning step
+///   is noted (chains laid out alike fit relations between chains too).
 /// * Misses within two lines of one of the last four are a stream and are
 ///   neither learnt from nor matched (an array holding its own indices,
 ///   scanned, would otherwise look like an index chase).
@@ -313,18 +270,32 @@ impl Fits {
 /// Random independent misses (hash probes) almost never satisfy the
 /// learning equation exactly, and a spurious relation must then fit
 /// further misses exactly before it counts.
+///
+/// Cost: a miss the pointer rule explained only enters its value; with no
+/// relation live and no learning due, nothing else is done; confirmed
+/// relations are a bit mask (cached loads look only at those), and the
+/// relations a miss fits are noted in a per-relation scratch array named
+/// by a bit mask, not collected in a list.
 #[derive(Debug, Clone)]
 struct Relations {
-    /// Recent misses: (byte address, value, value known).
-    hist: [(u64, u64, bool); HIST],
+    /// Recent misses' byte addresses, a ring of [`HIST`] by miss number.
+    addrs: [u64; HIST],
+    /// Their loaded values (meaningful where `flags` says the value is known).
+    vals: [u64; HIST],
     /// Value -> (miss number + 1 (0: empty), value, completion time), two
     /// ways per set.
     values: [[(u64, u64, u64); 2]; VALUE_SETS],
     rel: [Relation; RELATIONS],
-    /// Bit `i`: `hist[i]`'s value is known.
-    known: u32,
-    /// Bit `i`: `hist[i]` depended on its parent through the pointer rule.
-    pointed: u32,
+    /// Per relation, while a miss is matched: the (parent's miss number
+    /// + 1, parent's completion) it named (valid where the fit mask says).
+    fit: [(u64, u64); RELATIONS],
+    /// Per slot of `addrs`: bit 0, that miss's value is known; bit 1, it
+    /// depended on its parent through the pointer rule.
+    flags: [u8; HIST],
+    /// Miss number + 1 of the latest miss whose value is known (0: none).
+    last_known: u64,
+    /// Bit `i`: `rel[i]` has reached [`CONFIRM`] hits.
+    confirmed: u32,
     /// Slots of `rel` in use (filled in order, never emptied).
     live: usize,
     /// Misses seen.
@@ -334,11 +305,14 @@ struct Relations {
 impl Default for Relations {
     fn default() -> Relations {
         Relations {
-            hist: [(0, 0, false); HIST],
+            addrs: [0; HIST],
+            vals: [0; HIST],
             values: [[(0, 0, 0); 2]; VALUE_SETS],
             rel: [Relation::default(); RELATIONS],
-            known: 0,
-            pointed: 0,
+            fit: [(0, 0); RELATIONS],
+            flags: [0; HIST],
+            last_known: 0,
+            confirmed: 0,
             live: 0,
             n: 0,
         }
@@ -350,102 +324,201 @@ fn value_slot(v: u64) -> usize {
     (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % VALUE_SETS
 }
 
+/// Way of a two-way set `(key, age)` to write `key` into: the way already
+/// holding it, else the older one (way 0 on a tie).
+#[inline(always)]
+fn way(k0: u64, age0: u64, k1: u64, age1: u64, key: u64) -> usize {
+    usize::from(k0 != key && (k1 == key || age0 > age1))
+}
+
 impl Relations {
-    /// A miss at byte address `addr`: the completion time of the miss it
-    /// depends on through a confirmed relation, if any. `pointer_parent`
-    /// says the pointer rule already found its parent (then only the
-    /// history is updated).
-    fn parent(&mut self, addr: u64, line_shift: u32, pointer_parent: bool) -> Option<u64> {
-        let n = self.n;
-        let learn = self.known != 0 && n.is_multiple_of(LEARN_EVERY) && n >= HIST as u64;
-        if pointer_parent || (self.live == 0 && !learn) {
+    /// A miss at byte address `addr` that the pointer rule did not
+    /// explain: the completion time of the miss it depends on through a
+    /// confirmed relation, if any.
+    #[inline(always)]
+    fn parent(&mut self, addr: u64, line_shift: u32) -> Option<u64> {
+        if self.live == 0 && !self.learning_due() {
             return None;
         }
-        let (mut matched, mut fits) = (false, Fits::default());
+        self.match_or_learn(addr, line_shift)
+    }
+
+    /// This miss is one to learn from: one in [`LEARN_EVERY`], after
+    /// [`HIST`] misses, a value known among the last [`HIST`].
+    #[inline(always)]
+    fn learning_due(&self) -> bool {
+        let n = self.n;
+        n.is_multiple_of(LEARN_EVERY)
+            && n >= HIST as u64
+            && self.last_known != 0
+            && n - self.last_known < HIST as u64
+    }
+
+    /// The part of [`parent`](Self::parent) that runs when a relation is
+    /// live or learning is due.
+    #[inline]
+    fn match_or_learn(&mut self, addr: u64, line_shift: u32) -> Option<u64> {
+        let n = self.n;
+        let (mut matched, mut fits) = (false, 0u32);
+        // Computed once, when first needed: the same for every relation.
+        let mut stream = None;
         for i in 0..self.live {
-            let r = self.rel[i];
-            let x = addr.wrapping_sub(r.c);
-            if x & ((1u64 << r.shift) - 1) != 0 {
+            let Relation {
+                c,
+                scale,
+                mask,
+                inv,
+                shift,
+                ..
+            } = self.rel[i];
+            let x = addr.wrapping_sub(c);
+            if x & mask != 0 {
                 continue;
             }
-            let v = (((x as i64) >> r.shift) as u64).wrapping_mul(r.inv);
-            let set = &self.values[value_slot(v)];
-            let Some(&(no, _, done)) = set
-                .iter()
-                .find(|e| e.0 != 0 && e.1 == v && n + 1 - e.0 <= VALUE_HORIZON)
-            else {
+            let v = (((x as i64) >> shift) as u64).wrapping_mul(inv);
+            let Some((no, done)) = self.find_value(v, n) else {
                 continue;
             };
-            if r.c.wrapping_add(v.wrapping_mul(r.scale())) != addr || self.stream(addr, line_shift)
-            {
+            if c.wrapping_add(v.wrapping_mul(scale)) != addr {
                 continue;
+            }
+            if *stream.get_or_insert_with(|| self.stream(addr, line_shift)) {
+                // A stream fits no relation and is not learnt from.
+                return None;
             }
             let r = &mut self.rel[i];
             r.hits = r.hits.saturating_add(1);
             r.last = n;
             matched = true;
             if r.hits >= CONFIRM {
-                fits.add(r.hits, no, done);
+                self.confirmed |= 1 << i;
+                fits |= 1 << i;
+                self.fit[i] = (no, done);
             }
         }
-        if !matched && learn && !self.stream(addr, line_shift) {
+        if !matched
+            && self.learning_due()
+            && !stream.unwrap_or_else(|| self.stream(addr, line_shift))
+        {
             self.learn(addr);
         }
-        fits.parent()
+        self.choose(fits)
+    }
+
+    /// The value table's entry for `v` among the last [`VALUE_HORIZON`]
+    /// misses: (miss number + 1, completion).
+    #[inline(always)]
+    fn find_value(&self, v: u64, n: u64) -> Option<(u64, u64)> {
+        let set = &self.values[value_slot(v)];
+        set.iter()
+            .find(|e| e.0 != 0 && e.1 == v && n + 1 - e.0 <= VALUE_HORIZON)
+            .map(|e| (e.0, e.2))
+    }
+
+    /// Enter `v`, loaded by miss `no - 1` and ready at `done`.
+    #[inline(always)]
+    fn enter_value(&mut self, v: u64, no: u64, done: u64) {
+        let set = &mut self.values[value_slot(v)];
+        set[way(set[0].1, set[0].0, set[1].1, set[1].0, v)] = (no, v, done);
+    }
+
+    /// The parent among the confirmed relations in `fits` (bit `i`:
+    /// `rel[i]` fits, naming `fit[i]`). Chains laid out alike fit
+    /// relations besides their own: chains that walk the same sequence in
+    /// equal slices (`idxchase -c`) fit `address = C + d x slice x s + s x
+    /// v` with the value of the chain `d` slices on, for the chains that
+    /// have one (all but the last `d`); a chain that advances by a
+    /// constant stride fits its own relation shifted by the stride with
+    /// the value of two hops back; chains in lockstep at a constant
+    /// distance fit one with another chain's value of the same round. The
+    /// rule: the relations that fit the most misses (within a sixteenth of
+    /// the best: a relation between chains misses the chains that have no
+    /// partner, at most 7 in 8), and among them the most recent parent
+    /// (the latest value: the hop just before, not the one two hops back,
+    /// nor a chain's value of the round before); on a tie of parents the
+    /// later relation's.
+    #[inline(always)]
+    fn choose(&self, fits: u32) -> Option<u64> {
+        if fits == 0 {
+            return None;
+        }
+        if fits & (fits - 1) == 0 {
+            return Some(self.fit[fits.trailing_zeros() as usize].1);
+        }
+        self.choose_among(fits)
+    }
+
+    /// [`choose`](Self::choose) when several relations fit.
+    #[cold]
+    #[inline(never)]
+    fn choose_among(&self, fits: u32) -> Option<u64> {
+        let bits = || (0..RELATIONS).filter(move |i| fits & (1 << i) != 0);
+        let top = bits().map(|i| self.rel[i].hits).max()? as u64;
+        let mut best: Option<(u64, u64)> = None;
+        for i in bits().filter(|&i| self.rel[i].hits as u64 * 16 >= top * 15) {
+            let (no, done) = self.fit[i];
+            if best.is_none_or(|b| no >= b.0) {
+                best = Some((no, done));
+            }
+        }
+        best.map(|b| b.1)
     }
 
     /// The completion time of the value a confirmed relation names as the
     /// parent of a load at `addr`, if any; no learning, no counting (for
     /// loads that hit the cache).
-    fn lookup(&self, addr: u64) -> Option<u64> {
+    #[inline]
+    fn lookup(&mut self, addr: u64) -> Option<u64> {
         let n = self.n;
-        let mut fits = Fits::default();
-        for r in &self.rel[..self.live] {
-            if r.hits < CONFIRM {
-                continue;
-            }
+        let (mut left, mut fits) = (self.confirmed, 0u32);
+        while left != 0 {
+            let i = left.trailing_zeros() as usize;
+            left &= left - 1;
+            let r = &self.rel[i];
             let x = addr.wrapping_sub(r.c);
-            if x & ((1u64 << r.shift) - 1) != 0 {
+            if x & r.mask != 0 {
                 continue;
             }
             let v = (((x as i64) >> r.shift) as u64).wrapping_mul(r.inv);
-            if r.c.wrapping_add(v.wrapping_mul(r.scale())) != addr {
+            if r.c.wrapping_add(v.wrapping_mul(r.scale)) != addr {
                 continue;
             }
-            let set = &self.values[value_slot(v)];
-            if let Some(&(no, _, done)) = set
-                .iter()
-                .find(|e| e.0 != 0 && e.1 == v && n + 1 - e.0 <= VALUE_HORIZON)
-            {
-                fits.add(r.hits, no, done);
+            if let Some(fit) = self.find_value(v, n) {
+                fits |= 1 << i;
+                self.fit[i] = fit;
             }
         }
-        fits.parent()
+        self.choose(fits)
     }
 
     /// Enter a cached load's value (ready at `done`) in the value table,
     /// as the most recent miss's (the history is not touched).
+    #[inline]
     fn note_value(&mut self, loaded: Loaded, done: u64) {
-        let n = self.n.max(1);
-        for v in loaded.value().into_iter().chain(loaded.alternative()) {
-            let set = &mut self.values[value_slot(v)];
-            let way = if set[0].1 == v || (set[1].1 != v && set[0].0 <= set[1].0) {
-                0
-            } else {
-                1
-            };
-            set[way] = (n, v, done);
+        let no = self.n.max(1);
+        if let Some(v) = loaded.value() {
+            self.enter_value(v, no, done);
+        }
+        if let Some(v) = loaded.alternative() {
+            self.enter_value(v, no, done);
         }
     }
 
     /// The miss at `addr` is within [`STREAM_LINES`] of one of the last
     /// [`STREAM_LOOKBACK`] misses.
+    #[inline]
     fn stream(&self, addr: u64, line_shift: u32) -> bool {
         let (line, n) = (addr >> line_shift, self.n as usize);
-        (1..=STREAM_LOOKBACK.min(n)).any(|j| {
-            let prev = self.hist[(n - j) % HIST].0 >> line_shift;
-            line.abs_diff(prev) <= STREAM_LINES
-        })
+        // |line - prev| <= STREAM_LINES, as one unsigned compare.
+        let near = |j: usize| {
+            let prev = self.addrs[(n - j) % HIST] >> line_shift;
+            line.wrapping_sub(prev).wrapping_add(STREAM_LINES) <= 2 * STREAM_LINES
+        };
+        if n >= STREAM_LOOKBACK {
+            (1..=STREAM_LOOKBACK).fold(false, |any, j| any | near(j))
+        } else {
+            (1..=n).any(near)
+        }
     }
 
     /// Look for a relation two hops of one chain share (see the type's
@@ -453,86 +526,129 @@ impl Relations {
     #[inline(never)]
     fn learn(&mut self, addr: u64) {
         let n = self.n as usize;
+        debug_assert!(n >= HIST, "learning starts after HIST misses");
+        // Misses whose value is known and that the pointer rule did not
+        // explain, as bits by distance back: bit `j` for miss `n - j`.
+        let ring = |bits: u32| {
+            let twice = (bits & 0xffff) | (bits << HIST);
+            twice >> (n % HIST)
+        };
+        // The flags' bit 0 and bit 1 of each slot as masks, bit `i` for
+        // slot `i` (the multiply gathers bit 0 of each of 8 bytes).
+        let word = u128::from_le_bytes(self.flags);
+        let gather =
+            |w: u64| ((w & 0x0101_0101_0101_0101).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32;
+        let mask = |shift: u32| {
+            let w = word >> shift;
+            gather(w as u64) | (gather((w >> 64) as u64) << 8)
+        };
+        let (known, free) = (ring(mask(0)), ring(!mask(1)));
+        // A first pass without branches keeps the distances that pass the
+        // cheap tests of `scale_of` (both differences nonzero, of one
+        // sign, the address's at least the value's), as bit `HIST - j`
+        // like the masks above: for unrelated misses (random values, hash
+        // probes) usually none. With `s` all ones when `dv < 0`, `da ^ s
+        // >= dv ^ s` is `da >= dv` for `dv > 0` and `da <= dv` for `dv <
+        // 0`: the same sign and at least the magnitude.
+        let mut fit = 0u32;
+        for j in 1..=MAX_CHAINS {
+            let (i1, i0) = ((n - j) % HIST, (n - 2 * j) % HIST);
+            let da = addr.wrapping_sub(self.addrs[i1]) as i64;
+            let dv = self.vals[i1].wrapping_sub(self.vals[i0]) as i64;
+            let s = dv >> 63;
+            fit |= u32::from((da ^ s >= dv ^ s) & (dv != 0)) << (HIST - j);
+        }
+        // Both values known, and the middle miss not already a pointer
+        // chase's (chains that advance in lockstep at a constant distance
+        // would otherwise fit a relation between chains); the older
+        // value's known bit is tested below.
+        let mut candidates = fit & known & free;
         // Every distance that fits is noted, not only the first: chains
         // that advance in lockstep (the same walk in equal slices) fit a
         // relation between chains at a shorter distance than their own,
         // and one that covers only some of the chains (the chain `c + d`
         // exists for `c` below `chains - d`) links the others wrongly.
-        let mut noted: Option<(u64, u32, u64)> = None;
-        for j in 1..=MAX_CHAINS.min(n / 2) {
-            let (i1, i0) = ((n - j) % HIST, (n - 2 * j) % HIST);
-            // Both values known, and the middle miss not already a pointer
-            // chase's (chains that advance in lockstep at a constant
-            // distance would otherwise fit a relation between chains).
-            if self.known & (1 << i1) == 0
-                || self.known & (1 << i0) == 0
-                || self.pointed & (1 << i1) != 0
-            {
+        let mut noted: Option<(u64, u64)> = None;
+        while candidates != 0 {
+            // Nearest first (the highest bit).
+            let bit = 31 - candidates.leading_zeros() as usize;
+            candidates &= !(1 << bit);
+            let j = HIST - bit;
+            if (known >> (HIST - 2 * j)) & 1 == 0 {
                 continue;
             }
-            let (a1, v1, _) = self.hist[i1];
-            let (_, v0, _) = self.hist[i0];
+            let (i1, i0) = ((n - j) % HIST, (n - 2 * j) % HIST);
+            let (a1, v1, v0) = (self.addrs[i1], self.vals[i1], self.vals[i0]);
             let Some((shift, odd)) = scale_of(addr.wrapping_sub(a1), v1.wrapping_sub(v0)) else {
                 continue;
             };
-            let c = addr.wrapping_sub(v1.wrapping_mul(odd << shift));
-            if noted != Some((c, shift, odd)) {
+            let scale = odd << shift;
+            let c = addr.wrapping_sub(v1.wrapping_mul(scale));
+            if noted != Some((c, scale)) {
                 self.note(c, shift, odd);
-                noted = Some((c, shift, odd));
+                noted = Some((c, scale));
             }
         }
     }
 
     /// Record a detection of `(odd << shift, c)`.
     fn note(&mut self, c: u64, shift: u32, odd: u64) {
-        let n = self.n;
-        if let Some(r) = self
-            .rel
-            .iter_mut()
-            .find(|r| r.odd == odd && r.shift == shift && r.c == c)
+        let (n, scale) = (self.n, odd << shift);
+        if let Some(i) = (0..self.live).find(|&i| self.rel[i].scale == scale && self.rel[i].c == c)
         {
+            let r = &mut self.rel[i];
             r.hits = r.hits.saturating_add(1);
             r.last = n;
+            if r.hits >= CONFIRM {
+                self.confirmed |= 1 << i;
+            }
             return;
         }
-        // An empty slot, else the least recently seen relation.
-        let victim = if self.live < RELATIONS {
+        // An empty slot, else the least recently seen relation (the first
+        // of equals).
+        let i = if self.live < RELATIONS {
             self.live += 1;
-            &mut self.rel[self.live - 1]
+            self.live - 1
         } else {
-            self.rel
-                .iter_mut()
-                .min_by_key(|r| r.last)
-                .expect("RELATIONS > 0")
+            (1..RELATIONS).fold(0, |m, i| {
+                if self.rel[i].last < self.rel[m].last {
+                    i
+                } else {
+                    m
+                }
+            })
         };
-        *victim = Relation {
+        self.rel[i] = Relation {
             c,
-            shift,
-            odd,
+            scale,
+            mask: (1u64 << shift) - 1,
             inv: odd_inverse(odd),
+            shift,
             hits: 1,
             last: n,
         };
+        // One hit: not confirmed (CONFIRM is 2).
+        self.confirmed &= !(1 << i);
     }
 
     /// Record the miss's address and loaded value, completing at `done`;
     /// `pointer`: the pointer rule found its parent.
+    #[inline(always)]
     fn record(&mut self, addr: u64, loaded: Loaded, done: u64, pointer: bool) {
         let n = self.n;
-        let v = loaded.value();
         let i = n as usize % HIST;
-        self.hist[i] = (addr, v.unwrap_or(0), v.is_some());
-        self.known = (self.known & !(1 << i)) | (u32::from(v.is_some()) << i);
-        self.pointed = (self.pointed & !(1 << i)) | (u32::from(pointer) << i);
-        for v in v.into_iter().chain(loaded.alternative()) {
-            let set = &mut self.values[value_slot(v)];
-            // The same value again, else the older way.
-            let way = if set[0].1 == v || (set[1].1 != v && set[0].0 <= set[1].0) {
-                0
-            } else {
-                1
-            };
-            set[way] = (n + 1, v, done);
+        let v = loaded.value();
+        self.addrs[i] = addr;
+        self.vals[i] = v.unwrap_or(0);
+        self.flags[i] = u8::from(v.is_some()) | (u8::from(pointer) << 1);
+        if v.is_some() {
+            self.last_known = n + 1;
+        }
+        if let Some(v) = v {
+            self.enter_value(v, n + 1, done);
+            if let Some(v) = loaded.alternative() {
+                self.enter_value(v, n + 1, done);
+            }
         }
         self.n = n + 1;
     }
@@ -540,12 +656,12 @@ impl Relations {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct InFlight {
-    /// Completion time, in latencies (every miss takes one).
+    /// Completion time, in latencies (every miss takes one); 0 for a slot
+    /// never written, which waits for nothing.
     done: u64,
-    /// Index of the access in the thread's access stream.
-    at_access: u64,
-    /// Valid entry.
-    live: bool,
+    /// Index of the access in the thread's access stream plus the window
+    /// (saturating): a miss at a later access index is outside the window.
+    deadline: u64,
 }
 
 /// Serial access counts of one interval, per memory kind.
@@ -567,27 +683,28 @@ pub struct SerialCounts {
 #[derive(Debug, Clone)]
 pub struct OverlapEstimator {
     config: OverlapConfig,
-    /// Recent misses, as a ring; the estimator looks for parents here.
+    /// Recent misses, a ring indexed by miss number; the fill-buffer and
+    /// window rules look here.
     ring: [InFlight; MAX_FILL_BUFFERS],
-    head: usize,
-    /// Oldest ring entry not yet known to be outside the window, and how
-    /// many entries follow it up to `head`.
-    wptr: usize,
-    wcount: usize,
+    /// Number of the oldest miss not yet known to be outside the window
+    /// (the ones after it, up to the latest, are in the ring).
+    wstart: u64,
     /// Latest completion among misses that fell out of the window.
     win_done: u64,
     /// Line named by the value a recent miss loaded -> (line, its
     /// completion time, miss number), two ways per set.
     parents: [[(u64, u64, u64); 2]; PARENTS],
-    /// Dependencies through address arithmetic.
+    /// Dependencies through address arithmetic; also counts the misses.
     relations: Box<Relations>,
-    /// Misses seen.
-    misses: u64,
     /// Issue time of the latest miss (program order).
     issue: u64,
     /// Latest completion time of any miss.
     frontier: u64,
-    counts: SerialCounts,
+    /// This interval's counts (see [`SerialCounts`]): serial accesses and
+    /// misses by [`MemKind`] (as an index), misses found dependent.
+    serial: [f64; 2],
+    misses: [u64; 2],
+    dependent: u64,
     /// Completion time of the last logged load that carried a value, when
     /// it missed (the miss a following compare reads).
     last_loaded: Option<(u64, u64)>,
@@ -600,6 +717,12 @@ pub struct OverlapEstimator {
     branch_waits: u64,
 }
 
+/// Set of the parents table for line `line`.
+#[inline(always)]
+fn parent_slot(line: u64) -> usize {
+    value_slot(line) % PARENTS
+}
+
 impl OverlapEstimator {
     /// A new estimator; `fill_buffers` is clamped to 1..=[`MAX_FILL_BUFFERS`].
     pub fn new(mut config: OverlapConfig) -> OverlapEstimator {
@@ -608,16 +731,15 @@ impl OverlapEstimator {
         OverlapEstimator {
             config,
             ring: [InFlight::default(); MAX_FILL_BUFFERS],
-            head: 0,
-            wptr: 0,
-            wcount: 0,
+            wstart: 0,
             win_done: 0,
             parents: [[(0, 0, 0); 2]; PARENTS],
             relations: Box::default(),
-            misses: 0,
             issue: 0,
             frontier: 0,
-            counts: SerialCounts::default(),
+            serial: [0.0; 2],
+            misses: [0; 2],
+            dependent: 0,
             last_loaded: None,
             held: None,
             sites: Box::new([Site::default(); BRANCH_SITES]),
@@ -631,6 +753,14 @@ impl OverlapEstimator {
         self.last_loaded = None;
     }
 
+    /// Enter `value_line`, named by a value ready at `done`, in the table
+    /// of parents, aged `age`.
+    #[inline(always)]
+    fn enter_parent(&mut self, value_line: u64, done: u64, age: u64) {
+        let set = &mut self.parents[parent_slot(value_line)];
+        set[way(set[0].0, set[0].2, set[1].0, set[1].2, value_line)] = (value_line, done, age);
+    }
+
     /// A logged load at `addr` that hit the cache and loaded `loaded`. When
     /// its line is the one a recent miss's value named, or its address fits
     /// a confirmed relation with a recent value (a chase, by pointer or by
@@ -641,14 +771,23 @@ impl OverlapEstimator {
     /// each miss after a hit as independent (memlat over 1.5x a
     /// random-replacement model: 0.35 serial accesses per load for about
     /// 0.55 misses).
+    #[inline]
     pub fn hit(&mut self, addr: u64, loaded: Loaded, line_shift: u32) {
         self.last_loaded = None;
         if loaded.value().is_none() {
             return;
         }
         let line = addr >> line_shift;
-        let set = &self.parents[value_slot(line) % PARENTS];
-        let pointer = set.iter().find(|p| p.0 == line && line != 0).map(|p| p.1);
+        let set = &self.parents[parent_slot(line)];
+        let pointer = if line == 0 {
+            None
+        } else if set[0].0 == line {
+            Some(set[0].1)
+        } else if set[1].0 == line {
+            Some(set[1].1)
+        } else {
+            None
+        };
         // Or linked by index through a learnt relation.
         let Some(done) = pointer.or_else(|| self.relations.lookup(addr)) else {
             return;
@@ -661,11 +800,7 @@ impl OverlapEstimator {
         if value_line == 0 || value_line == line {
             return;
         }
-        let set = &mut self.parents[value_slot(value_line) % PARENTS];
-        let way = usize::from(
-            !(set[0].0 == value_line || (set[1].0 != value_line && set[0].2 <= set[1].2)),
-        );
-        set[way] = (value_line, done, self.misses);
+        self.enter_parent(value_line, done, self.relations.n);
     }
 
     /// The program compared the value the last logged load (with a value)
@@ -720,6 +855,7 @@ impl OverlapEstimator {
     /// bytes), used to detect later misses that depend on it.
     /// `line_shift` converts an address or value to a line number (6 for
     /// 64 B lines).
+    #[inline]
     pub fn miss(
         &mut self,
         addr: u64,
@@ -729,41 +865,35 @@ impl OverlapEstimator {
         line_shift: u32,
     ) {
         let line = addr >> line_shift;
-        let fb = self.config.fill_buffers;
-        let window = self.config.window_accesses;
+        let n = self.relations.n;
         let mut start = self.issue;
         // Window: misses too far behind in the access stream must have
-        // completed before this one can issue. Entries become "far" in
-        // order, so a pointer walks over each once (amortised O(1)).
-        while self.wcount > 0 {
-            let e = &self.ring[self.wptr];
-            if access_index.saturating_sub(e.at_access) <= window {
+        // completed before this one can issue. Misses become "far" in
+        // order, so the start walks over each once (amortised O(1)).
+        while self.wstart < n {
+            let e = &self.ring[self.wstart as usize % MAX_FILL_BUFFERS];
+            if access_index <= e.deadline {
                 break;
             }
             self.win_done = self.win_done.max(e.done);
-            self.wptr = (self.wptr + 1) % MAX_FILL_BUFFERS;
-            self.wcount -= 1;
+            self.wstart += 1;
         }
         start = start.max(self.win_done);
         // Dependency: this address is the line a recent miss loaded.
-        let set = &self.parents[value_slot(line) % PARENTS];
-        let found = set.iter().find(|p| p.0 == line);
-        let pointer = line != 0 && found.is_some();
-        if let (true, Some(p)) = (pointer, found) {
-            start = start.max(p.1);
-            self.counts.dependent += 1;
-        }
-        // Or it is `C + s x value` for a learnt relation (index chases).
-        if let Some(done) = self.relations.parent(addr, line_shift, pointer) {
+        let set = &self.parents[parent_slot(line)];
+        let pointer = line != 0 && (set[0].0 == line || set[1].0 == line);
+        if pointer {
+            start = start.max(if set[0].0 == line { set[0].1 } else { set[1].1 });
+            self.dependent += 1;
+        } else if let Some(done) = self.relations.parent(addr, line_shift) {
+            // Or it is `C + s x value` for a learnt relation (index chases).
             start = start.max(done);
-            self.counts.dependent += 1;
+            self.dependent += 1;
         }
-        // Fill buffers: the oldest of the `fb` most recent misses must be
-        // done before this one issues.
-        let slot = &self.ring[(self.head + MAX_FILL_BUFFERS - fb) % MAX_FILL_BUFFERS];
-        if slot.live {
-            start = start.max(slot.done);
-        }
+        // Fill buffers: the oldest of the `fill_buffers` most recent misses
+        // must be done before this one issues.
+        let fb = self.config.fill_buffers;
+        start = start.max(self.ring[(n as usize).wrapping_sub(fb) % MAX_FILL_BUFFERS].done);
         // The line beside the one a holding compare waited for (a probe
         // that runs on into the next line, a record straddling two): the
         // core's adjacent-line prefetch fetched it with that line, so it
@@ -772,62 +902,60 @@ impl OverlapEstimator {
             Some((held, held_done)) if line.abs_diff(held) == 1 && start <= held_done => held_done,
             _ => start + 1,
         };
-        if done > self.frontier {
+        let on_path = done > self.frontier;
+        if on_path {
             // The frontier moves by one latency: this miss is on the
             // critical path.
-            match kind {
-                MemKind::Dram => self.counts.dram += 1.0,
-                MemKind::Pm => self.counts.pm += 1.0,
-            }
             self.frontier = done;
         }
-        match kind {
-            MemKind::Dram => self.counts.dram_misses += 1,
-            MemKind::Pm => self.counts.pm_misses += 1,
-        }
+        let k = kind as usize;
+        self.serial[k] += f64::from(u8::from(on_path));
+        self.misses[k] += 1;
         self.issue = start;
         if loaded.value().is_some() {
             self.last_loaded = Some((done, line));
         }
         self.relations.record(addr, loaded, done, pointer);
-        self.misses += 1;
         if let Loaded::Wide(v) = loaded {
             let value_line = v >> line_shift;
             if value_line != 0 {
-                let set = &mut self.parents[value_slot(value_line) % PARENTS];
-                // The same line again, else the older way.
-                let way = usize::from(
-                    !(set[0].0 == value_line || (set[1].0 != value_line && set[0].2 <= set[1].2)),
-                );
-                set[way] = (value_line, done, self.misses);
+                self.enter_parent(value_line, done, n + 1);
             }
         }
-        self.ring[self.head] = InFlight {
+        self.ring[n as usize % MAX_FILL_BUFFERS] = InFlight {
             done,
-            at_access: access_index,
-            live: true,
+            deadline: access_index.saturating_add(self.config.window_accesses),
         };
-        self.head = (self.head + 1) % MAX_FILL_BUFFERS;
-        if self.wcount == MAX_FILL_BUFFERS {
-            // The oldest entry is overwritten: it is older than every fill
-            // buffer, so the fill-buffer rule already waited for it.
-            self.wptr = (self.wptr + 1) % MAX_FILL_BUFFERS;
-        } else {
-            self.wcount += 1;
+        // The oldest entry is overwritten when the ring is full: it is
+        // older than every fill buffer, so the fill-buffer rule already
+        // waited for it.
+        if n + 1 - self.wstart > MAX_FILL_BUFFERS as u64 {
+            self.wstart += 1;
         }
     }
 
     /// The counts accumulated since the last [`take`](Self::take).
     pub fn counts(&self) -> SerialCounts {
-        self.counts
+        SerialCounts {
+            dram: self.serial[MemKind::Dram as usize],
+            pm: self.serial[MemKind::Pm as usize],
+            dram_misses: self.misses[MemKind::Dram as usize],
+            pm_misses: self.misses[MemKind::Pm as usize],
+            dependent: self.dependent,
+        }
     }
 
     /// Return the counts accumulated so far and start a new interval (an
     /// epoch). Misses still in flight keep their dependencies.
     pub fn take(&mut self) -> SerialCounts {
-        std::mem::take(&mut self.counts)
+        let counts = self.counts();
+        (self.serial, self.misses, self.dependent) = ([0.0; 2], [0; 2], 0);
+        counts
     }
 }
+
+#[cfg(test)]
+mod reference;
 
 #[cfg(test)]
 mod tests {
