@@ -309,15 +309,19 @@ const KEYS: &[&str] = &[
 /// What a PM read that missed the CPU caches was on this machine, for
 /// the delay: the emulated program runs on DRAM, so each access already
 /// costs its native price, and the emulator adds only the rest. What that
-/// price is depends on the access's locality, not on whether the program
-/// flushed the line (a chase over 256 MiB costs the same natively flushed
-/// or not; over 1 MiB, flushed, about 0.6 of that):
+/// price is depends on the access's locality: how much memory the thread
+/// has been missing in lately, whether the line follows the previous miss
+/// (the CPU's prefetchers have it on its way), and whether the thread
+/// flushed it just before (a flushed line's re-read is slow however small
+/// the region):
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// A miss in a page the thread missed in recently (one of the last
-    /// [`NEAR_PAGES`] 4 KiB pages, by a direct-mapped table): natively its
-    /// translation and DRAM row are at hand.
-    Near,
+    /// A miss in a page the thread missed in recently (found in a
+    /// direct-mapped table of [`NEAR_PAGES`] 4 KiB pages), with the
+    /// thread's recent footprint in 4 KiB pages ([`NativeTracker`]): the
+    /// native cost grows with it from the near cost (up to
+    /// [`NEAR_FOOTPRINT`]) to the far one (from [`FAR_FOOTPRINT`]).
+    Near(u32),
     /// Any other miss: natively a DRAM access with everything else cold,
     /// what the calibration's chase over a large region measures.
     Far,
@@ -325,12 +329,17 @@ pub enum Access {
     /// page: natively the CPU's prefetchers have it on its way (the later
     /// lines of a block a chase reads in order).
     Follow,
-    /// A line the thread flushed fewer than [`FRESH_FLUSHES`] flushes ago:
-    /// natively slow whatever its neighbours (on this VM a chase over 4 to
-    /// 16 KiB flushed just before costs 100-155 ns per line in 64 B, 256 B
-    /// and 4 KiB blocks alike; over 64 KiB, 23 and 10 ns in 256 B and 4 KiB
-    /// blocks).
+    /// A line the thread flushed fewer than [`FRESH_FLUSHES`] flushes ago,
+    /// not following the previous miss: natively slow whatever its
+    /// neighbours (on this VM a random chase over 4 to 16 KiB flushed just
+    /// before costs 115-155 ns per line).
     Fresh,
+    /// A fresh line that follows the previous miss (the later lines of a
+    /// block of a small flushed region): natively cheaper than a fresh
+    /// line when the prefetchers catch the block, as dear when they do not
+    /// (on this VM a chase over 16 KiB in 256 B blocks costs 60-140 ns per
+    /// line from one run to the next, against 136-149 in 64 B blocks).
+    FreshFollow,
 }
 
 /// Flushes after which a flushed line's re-read is no longer
@@ -341,19 +350,31 @@ pub const FRESH_FLUSHES: u64 = 256;
 /// line: exact for any 64 KiB window).
 const FRESH_SLOTS: usize = 1024;
 
-/// The 4 KiB pages the thread missed in recently that count as
-/// [`Access::Near`]: 8 MiB, the reach of a 2048-entry second-level TLB of
-/// 4 KiB pages (on this 2-vCPU KVM guest a flushed chase costs the same
-/// per line from 4 KiB to 4 MiB and about as much as a cold DRAM miss from
-/// 16 MiB on).
-pub const NEAR_PAGES: usize = 2048;
+/// Slots of [`NativeTracker`]'s table of pages missed in (direct-mapped
+/// by 4 KiB page): a footprint of up to 32 MiB is seen whole; past it a
+/// page's slot is mostly taken by another one when the page comes back,
+/// and its miss counts as [`Access::Far`].
+pub const NEAR_PAGES: usize = 8192;
+
+/// The footprint, in 4 KiB pages, up to which a near miss costs natively
+/// what the start-up chase over 256 KiB measured (1 MiB).
+pub const NEAR_FOOTPRINT: u32 = 256;
+
+/// The footprint, in 4 KiB pages, from which a near miss costs natively as
+/// much as a far one (32 MiB). In between the cost grows with the
+/// logarithm of the footprint: on this 2-vCPU KVM guest a random chase
+/// flushed before each pass costs 85-100 ns per line over 256 KiB to
+/// 1 MiB, 110 over 2 MiB, 115-128 over 4 MiB, 122-144 over 8 MiB, 139-153
+/// over 16 MiB and 150-154 over 32 MiB, against 160 for DRAM (huge pages
+/// from 2 MiB on).
+pub const FAR_FOOTPRINT: u32 = 8192;
 
 /// This machine's native cost of each [`Access`] kind, ns: what the
 /// emulated program already pays per access before any delay.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NativeCosts {
-    /// A near miss (measured at start-up: a random chase over 256 KiB,
-    /// flushed before each pass).
+    /// A near miss within [`NEAR_FOOTPRINT`] (measured at start-up: a
+    /// random chase over 256 KiB, flushed before each pass).
     pub near_ns: f64,
     /// A far miss (the calibrated DRAM latency: a chase over 256 MiB or
     /// more).
@@ -364,17 +385,39 @@ pub struct NativeCosts {
     /// A line flushed just before (measured at start-up: a random chase
     /// over 8 KiB, flushed before each pass).
     pub fresh_ns: f64,
+    /// A line flushed just before that follows the previous miss
+    /// (measured at start-up: the chase over 8 KiB in 256 B blocks, less
+    /// its first lines).
+    pub fresh_follow_ns: f64,
 }
 
 impl NativeCosts {
     /// The native cost of `access`, ns.
     pub fn of(&self, access: Access) -> f64 {
         match access {
-            Access::Near => self.near_ns,
+            Access::Near(pages) => self.near_at(pages),
             Access::Far => self.far_ns,
             Access::Follow => self.follow_ns,
             Access::Fresh => self.fresh_ns,
+            Access::FreshFollow => self.fresh_follow_ns,
         }
+    }
+
+    /// The native cost of a near miss with a footprint of `pages` 4 KiB
+    /// pages: [`near_ns`](Self::near_ns) up to [`NEAR_FOOTPRINT`],
+    /// [`far_ns`](Self::far_ns) from [`FAR_FOOTPRINT`], in between growing
+    /// with the footprint's logarithm (never below the near cost when the
+    /// far one is lower).
+    pub fn near_at(&self, pages: u32) -> f64 {
+        if pages <= NEAR_FOOTPRINT || self.far_ns <= self.near_ns {
+            return self.near_ns;
+        }
+        if pages >= FAR_FOOTPRINT {
+            return self.far_ns;
+        }
+        let span = (FAR_FOOTPRINT as f64 / NEAR_FOOTPRINT as f64).log2();
+        let x = (pages as f64 / NEAR_FOOTPRINT as f64).log2() / span;
+        self.near_ns + (self.far_ns - self.near_ns) * x
     }
 
     /// The delay of one serial PM read served by `level` that was natively
@@ -397,15 +440,31 @@ impl NativeCosts {
     }
 }
 
+/// Weight of the latest page distance in the footprint's running mean
+/// (1/256).
+const FOOTPRINT_SHIFT: u32 = 8;
+
 /// The locality of a thread's PM misses, for [`Access`]: the previous
-/// miss's line, a direct-mapped table of the last [`NEAR_PAGES`] pages
-/// missed in and one of the lines flushed lately. Allocated once (32 KiB);
+/// miss's line, a direct-mapped table of the pages missed in (with the
+/// count of page changes at each one's last miss), the thread's footprint
+/// and a table of the lines flushed lately. Allocated once (144 KiB);
 /// [`classify`](Self::classify) and [`flush`](Self::flush) allocate
 /// nothing.
+///
+/// The footprint is a running mean of the distance, in page changes (a
+/// miss in another page than the previous miss's), between two misses in
+/// the same page: a random chase over R bytes changes page R / 4 KiB times
+/// between two visits of a page on average, whatever its block size (64 B
+/// blocks visit each page 64 times a pass, 4 KiB blocks once).
 #[derive(Debug, Clone)]
 pub struct NativeTracker {
-    pages: Vec<u64>,
+    /// (page, page changes at its last miss) by page.
+    pages: Vec<(u64, u64)>,
     last_line: u64,
+    /// Page changes so far.
+    moves: u64,
+    /// The footprint's running mean, in pages << [`FOOTPRINT_SHIFT`].
+    footprint: u64,
     /// (line, flush count after its flush) by line.
     flushed: Vec<(u64, u64)>,
     flushes: u64,
@@ -421,8 +480,10 @@ impl NativeTracker {
     /// No page seen yet.
     pub fn new() -> NativeTracker {
         NativeTracker {
-            pages: vec![u64::MAX; NEAR_PAGES],
+            pages: vec![(u64::MAX, 0); NEAR_PAGES],
             last_line: u64::MAX - 1,
+            moves: 0,
+            footprint: 0,
             flushed: vec![(u64::MAX, 0); FRESH_SLOTS],
             flushes: 0,
         }
@@ -435,28 +496,42 @@ impl NativeTracker {
         self.flushed[line as usize % FRESH_SLOTS] = (line, self.flushes);
     }
 
+    /// The thread's footprint so far, in 4 KiB pages (the running mean of
+    /// the page distances of its near misses).
+    pub fn footprint_pages(&self) -> u32 {
+        (self.footprint >> FOOTPRINT_SHIFT).min(u32::MAX as u64) as u32
+    }
+
     /// The kind of the miss of `line` (an address >> 6), and note it.
     #[inline]
     pub fn classify(&mut self, line: u64) -> Access {
-        let follow = line == self.last_line.wrapping_add(1) && line & 63 != 0;
-        self.last_line = line;
         let page = line >> 6;
+        let follow = line == self.last_line.wrapping_add(1) && line & 63 != 0;
+        if page != self.last_line >> 6 {
+            self.moves += 1;
+        }
+        self.last_line = line;
         let slot = &mut self.pages[page as usize % NEAR_PAGES];
-        let near = *slot == page;
-        *slot = page;
+        let near = slot.0 == page;
+        let distance = self.moves - slot.1;
+        *slot = (page, self.moves);
+        if near && distance > 0 {
+            // footprint += (distance - footprint) / 2^SHIFT, with the
+            // footprint kept in pages << SHIFT.
+            self.footprint =
+                self.footprint - (self.footprint >> FOOTPRINT_SHIFT) + distance.min(1 << 40);
+        }
         let f = &mut self.flushed[line as usize % FRESH_SLOTS];
         let fresh = f.0 == line && self.flushes - f.1 < FRESH_FLUSHES;
         if f.0 == line {
             f.0 = u64::MAX;
         }
-        if fresh {
-            Access::Fresh
-        } else if follow {
-            Access::Follow
-        } else if near {
-            Access::Near
-        } else {
-            Access::Far
+        match (fresh, follow) {
+            (true, true) => Access::FreshFollow,
+            (true, false) => Access::Fresh,
+            (false, true) => Access::Follow,
+            (false, false) if near => Access::Near(self.footprint_pages()),
+            _ => Access::Far,
         }
     }
 }
@@ -1400,15 +1475,18 @@ mod tests {
             far_ns: 150.0,
             follow_ns: 40.0,
             fresh_ns: 130.0,
+            fresh_follow_ns: 60.0,
         };
         // A near miss natively costs 100 ns: the RMW buffer's 170 adds 70;
         // a far one (150 natively) adds 20; a line the prefetchers had on
         // its way (40) adds 130.
-        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Near), 70.0);
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Near(16)), 70.0);
         assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Far), 20.0);
         assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Follow), 130.0);
-        assert_eq!(n.delay_ns(&p, Level::Ait, Access::Near), 210.0);
+        assert_eq!(n.delay_ns(&p, Level::Ait, Access::Near(0)), 210.0);
         assert_eq!(n.delay_ns(&p, Level::Media, Access::Far), 195.0);
+        // A fresh line following the previous miss: its own cost (60).
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::FreshFollow), 110.0);
         // Never negative: a level faster than this machine adds nothing.
         assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Fresh), 40.0);
         let slow = NativeCosts {
@@ -1416,6 +1494,7 @@ mod tests {
             far_ns: 400.0,
             follow_ns: 400.0,
             fresh_ns: 400.0,
+            fresh_follow_ns: 400.0,
         };
         assert_eq!(slow.delay_ns(&p, Level::Media, Access::Far), 0.0);
         // A 4-line block chase at 55 ns per line, its first line at 100:
@@ -1426,17 +1505,75 @@ mod tests {
     }
 
     #[test]
+    fn a_near_miss_costs_more_natively_as_the_footprint_grows() {
+        let n = NativeCosts {
+            near_ns: 90.0,
+            far_ns: 160.0,
+            follow_ns: 7.0,
+            fresh_ns: 140.0,
+            fresh_follow_ns: 60.0,
+        };
+        // The near cost up to 1 MiB, the far one from 32 MiB, and the
+        // logarithm of the footprint in between: 5 doublings of 14 ns.
+        assert_eq!(n.near_at(0), 90.0);
+        assert_eq!(n.near_at(NEAR_FOOTPRINT), 90.0);
+        assert!((n.near_at(2 * NEAR_FOOTPRINT) - 104.0).abs() < 1e-9);
+        assert!((n.near_at(8 * NEAR_FOOTPRINT) - 132.0).abs() < 1e-9);
+        assert_eq!(n.near_at(FAR_FOOTPRINT), 160.0);
+        assert_eq!(n.near_at(u32::MAX), 160.0);
+        assert_eq!(n.of(Access::Near(8 * NEAR_FOOTPRINT)), n.near_at(2048));
+        // A far cost below the near one (a DRAM latency given low): the
+        // near cost throughout.
+        let low = NativeCosts { far_ns: 50.0, ..n };
+        assert_eq!(low.near_at(4096), 90.0);
+    }
+
+    #[test]
+    fn the_footprint_is_the_region_a_chase_covers_whatever_its_blocks() {
+        // A random chase over `pages` pages in blocks of `block` lines,
+        // read in order: its footprint after two passes.
+        let footprint = |pages: u64, block: u64| {
+            let mut t = NativeTracker::new();
+            let blocks = pages * 64 / block;
+            let mut order: Vec<u64> = (0..blocks).collect();
+            let mut s = 0x2545_F491u64;
+            for i in (1..order.len()).rev() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                order.swap(i, (s % (i as u64 + 1)) as usize);
+            }
+            for _ in 0..3 {
+                for &b in &order {
+                    for l in 0..block {
+                        t.classify((1 << 30) + b * block + l);
+                    }
+                }
+            }
+            t.footprint_pages() as f64
+        };
+        for (pages, block) in [(256u64, 1u64), (1024, 1), (1024, 4), (2048, 4), (512, 64)] {
+            let f = footprint(pages, block);
+            assert!(
+                (f / pages as f64 - 1.0).abs() < 0.3,
+                "{pages} pages in {block}-line blocks: footprint {f}"
+            );
+        }
+    }
+
+    #[test]
     fn a_miss_is_near_far_or_following_the_one_before() {
         let mut t = NativeTracker::new();
+        let near = |a: Access| matches!(a, Access::Near(_));
         // A page's first miss is far, the next one in it near; the line
         // right after the previous miss follows it.
         assert_eq!(t.classify(640), Access::Far);
-        assert_eq!(t.classify(650), Access::Near);
+        assert!(near(t.classify(650)));
         assert_eq!(t.classify(651), Access::Follow);
         assert_eq!(t.classify(652), Access::Follow);
-        assert_eq!(t.classify(645), Access::Near);
+        assert!(near(t.classify(645)));
         // Not across a 4 KiB page (64 lines): line 704 starts page 11.
-        assert_eq!(t.classify(703), Access::Near);
+        assert!(near(t.classify(703)));
         assert_eq!(t.classify(704), Access::Far);
         // A page NEAR_PAGES pages away takes page 10's slot.
         let other = (10 + NEAR_PAGES as u64) << 6;
@@ -1447,18 +1584,18 @@ mod tests {
         let share_near = |pages: u64| {
             let mut t = NativeTracker::new();
             let mut s = 0x2545_F491u64;
-            let mut near = 0;
+            let mut hits = 0;
             let n = 200_000;
             for i in 0..2 * n {
                 s ^= s << 13;
                 s ^= s >> 7;
                 s ^= s << 17;
                 let a = t.classify((s % (pages * 64)) | 1);
-                if i >= n && a == Access::Near {
-                    near += 1;
+                if i >= n && near(a) {
+                    hits += 1;
                 }
             }
-            near as f64 / n as f64
+            hits as f64 / n as f64
         };
         assert!(share_near(1024) > 0.99);
         assert!(share_near(8 * NEAR_PAGES as u64) < 0.2);
@@ -1471,17 +1608,19 @@ mod tests {
         for l in 640..644 {
             t.flush(l);
         }
-        // Following the previous miss, but flushed just before: fresh.
-        assert_eq!(t.classify(641), Access::Fresh);
+        // Flushed just before: fresh, and fresh-following when it follows
+        // the previous miss.
         assert_eq!(t.classify(642), Access::Fresh);
+        assert_eq!(t.classify(643), Access::FreshFollow);
         // Once: the next miss of the line is no longer fresh.
-        assert_eq!(t.classify(642), Access::Near);
+        assert!(matches!(t.classify(642), Access::Near(_)));
         // FRESH_FLUSHES flushes later a flushed line is not fresh (here
         // it follows the previous miss).
         for l in 10_000..10_000 + FRESH_FLUSHES {
             t.flush(l);
         }
-        assert_eq!(t.classify(643), Access::Follow);
+        assert!(matches!(t.classify(640), Access::Near(_)));
+        assert_eq!(t.classify(641), Access::Follow);
         // A region of 16 KiB flushed whole, then chased: every line fresh;
         // one of 64 KiB: the lines flushed first are not.
         let fresh_share = |lines: u64| {
@@ -1496,6 +1635,19 @@ mod tests {
         };
         assert_eq!(fresh_share(256), 1.0);
         assert!((fresh_share(1024) - 0.25).abs() < 0.01);
+        // A flushed 16 KiB region chased in 256 B blocks: a quarter of
+        // the lines fresh, the rest fresh-following.
+        let mut t = NativeTracker::new();
+        for l in 0..256 {
+            t.flush(l);
+        }
+        let kinds: Vec<Access> = (0..64u64)
+            .flat_map(|b| (0..4).map(move |l| (b * 37 % 64) * 4 + l))
+            .map(|l| t.classify(l))
+            .collect();
+        let count = |k: Access| kinds.iter().filter(|&&a| a == k).count();
+        assert_eq!(count(Access::Fresh), 64);
+        assert_eq!(count(Access::FreshFollow), 192);
     }
 
     #[test]

@@ -981,13 +981,14 @@ simulator gives:
   the difference of the two runs' ns per line (the delay injected per
   line);
 * the emulator charges a PM miss served by level X the latency of X less
-  what that kind of access costs natively, which depends on its locality,
-  not on the flush: a miss in one of the last 2048 pages of 4 KiB missed
-  in (a chase over 256 KiB, measured when the runtime starts), the line
-  right after the previous miss (the same chase in 256 B blocks: the
-  prefetchers have it on its way), a line flushed fewer than 256 flushes
-  before (the chase's first 8 KiB alone), or any other miss (the DRAM
-  latency);
+  what that kind of access costs natively, which depends on its locality:
+  a miss in a page missed in recently (a chase over 256 KiB, measured
+  when the runtime starts, while the thread's footprint is within 1 MiB;
+  growing with the footprint's logarithm to the DRAM latency at 32 MiB),
+  the line right after the previous miss (the same chase in 256 B blocks:
+  the prefetchers have it on its way), a line flushed fewer than 256
+  flushes before (the chase's first 8 KiB alone; in 256 B blocks when it
+  follows the previous miss), or any other miss (the DRAM latency);
   so the emulated latency is the level's when those match the program's
   own costs;
 * the expectation is `pmlab probe ptrchase --target sim:optane-1dimm` at

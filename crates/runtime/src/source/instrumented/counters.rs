@@ -510,8 +510,8 @@ pub fn device_json() -> String {
     ));
     if let Some(n) = super::model::native_costs() {
         o.push_str(&format!(
-            ",\"native_near_ns\":{:.1},\"native_far_ns\":{:.1},\"native_follow_ns\":{:.1},\"native_fresh_ns\":{:.1}",
-            n.near_ns, n.far_ns, n.follow_ns, n.fresh_ns
+            ",\"native_near_ns\":{:.1},\"native_far_ns\":{:.1},\"native_follow_ns\":{:.1},\"native_fresh_ns\":{:.1},\"native_fresh_follow_ns\":{:.1}",
+            n.near_ns, n.far_ns, n.follow_ns, n.fresh_ns, n.fresh_follow_ns
         ));
     }
     o.push_str("},");

@@ -258,6 +258,7 @@ impl ModelState {
                     far_ns: 0.0,
                     follow_ns: 0.0,
                     fresh_ns: 0.0,
+                    fresh_follow_ns: 0.0,
                 });
                 Some(Box::new(DeviceState {
                     model: DeviceModel::new(p),
@@ -689,8 +690,9 @@ impl<T: Copy> Drop for HugeTable<T> {
 const REREAD_LINES: usize = 4096;
 /// Lines per block of its second chase (256 B blocks).
 const FOLLOW_BLOCK: usize = 4;
-/// Lines of its third chase (8 KiB: each line re-read right after its
-/// flush, [`pmlab_model::device::Access::Fresh`]).
+/// Lines of its third and fourth chases (8 KiB: each line re-read right
+/// after its flush, [`pmlab_model::device::Access::Fresh`], one by one and
+/// in blocks of [`FOLLOW_BLOCK`] lines).
 const FRESH_LINES: usize = 128;
 
 /// A number from the environment variable `key`, when set to one (>= 0).
@@ -705,18 +707,23 @@ fn env_ns(key: &str) -> Option<f64> {
 /// calibrated DRAM latency) given: two random dependent chases over the
 /// same 256 KiB, flushed with the evicting flush device mode's `pflush`
 /// uses ([`super::pm::evicting_flush`]) before each pass, the median of
-/// five passes after a first untimed one: one line by one (the near
+/// five passes after a first untimed one, timed on the thread's CPU
+/// clock: one line by one (the near
 /// cost), and in 256 B blocks read in order (the following lines' cost,
 /// [`NativeCosts::follow_from`]); and the first 8 KiB of it alone, each
-/// line re-read right after its flush (the fresh cost; 25 passes). `PMLAB_DEVICE_NEAR_NS`, `PMLAB_DEVICE_FOLLOW_NS` and
-/// `PMLAB_DEVICE_FRESH_NS` give the values instead (tests, or a
-/// measurement made elsewhere). Without memory to measure in, `far_ns`
-/// for all.
+/// line re-read right after its flush, one by one (the fresh cost) and in
+/// 256 B blocks (the fresh following lines' cost; 25 passes each).
+/// `PMLAB_DEVICE_NEAR_NS`, `PMLAB_DEVICE_FOLLOW_NS`,
+/// `PMLAB_DEVICE_FRESH_NS` and `PMLAB_DEVICE_FRESH_FOLLOW_NS` give the
+/// values instead (tests, or a measurement made elsewhere; with the first
+/// three given and not the fourth, a fresh following line costs what a
+/// fresh one does). Without memory to measure in, `far_ns` for all.
 pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
-    let (near, follow, fresh) = (
+    let (near, follow, fresh, fresh_follow) = (
         env_ns("PMLAB_DEVICE_NEAR_NS"),
         env_ns("PMLAB_DEVICE_FOLLOW_NS"),
         env_ns("PMLAB_DEVICE_FRESH_NS"),
+        env_ns("PMLAB_DEVICE_FRESH_FOLLOW_NS"),
     );
     let measured = if near.is_none() || follow.is_none() || fresh.is_none() {
         measure_chases()
@@ -728,18 +735,36 @@ pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
         .or(measured.map(|m| NativeCosts::follow_from(m.0, m.1, FOLLOW_BLOCK as u32)))
         .unwrap_or(near_ns);
     let fresh_ns = fresh.or(measured.map(|m| m.2)).unwrap_or(near_ns);
+    let fresh_follow_ns = fresh_follow
+        .or(measured.map(|m| NativeCosts::follow_from(m.2, m.3, FOLLOW_BLOCK as u32)))
+        .unwrap_or(fresh_ns);
     NativeCosts {
         near_ns,
         far_ns,
         follow_ns,
         fresh_ns,
+        fresh_follow_ns,
     }
 }
 
-/// The three chases of [`measure_native_costs`]: ns per line one line by
-/// one, in blocks of [`FOLLOW_BLOCK`] lines, and one line by one over the
+/// The calling thread's CPU time, ns: the start-up chases are timed on
+/// it, so that time the thread spent switched out (a busy machine) is not
+/// taken for memory latency (the calibration and `lenschase -c` time their
+/// chases the same way).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a timespec of our own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The four chases of [`measure_native_costs`]: ns per line one line by
+/// one and in blocks of [`FOLLOW_BLOCK`] lines, then the same over the
 /// first [`FRESH_LINES`]. `None` when the memory cannot be mapped.
-fn measure_chases() -> Option<(f64, f64, f64)> {
+fn measure_chases() -> Option<(f64, f64, f64, f64)> {
     let bytes = REREAD_LINES * 64;
     // SAFETY: a fresh private anonymous mapping, unmapped below.
     let base = unsafe {
@@ -757,13 +782,14 @@ fn measure_chases() -> Option<(f64, f64, f64)> {
     }
     let b = base as *mut u8;
     let op = super::pm::evicting_flush(crate::persist::cpu_flush_op());
-    let mut out = [0f64; 3];
+    let mut out = [0f64; 4];
     // (lines per block, lines, timed passes): the short chase's passes
     // are 30x shorter, and noisier.
     for (k, (block, lines, n)) in [
         (1usize, REREAD_LINES, 5usize),
         (FOLLOW_BLOCK, REREAD_LINES, 5),
         (1, FRESH_LINES, 25),
+        (FOLLOW_BLOCK, FRESH_LINES, 25),
     ]
     .into_iter()
     .enumerate()
@@ -798,11 +824,11 @@ fn measure_chases() -> Option<(f64, f64, f64)> {
                     crate::persist::flush_line(b.add(l * 64), op);
                 }
                 crate::persist::sfence();
-                let t = std::time::Instant::now();
+                let t = thread_cpu_ns();
                 for _ in 0..lines {
                     p = std::ptr::read_volatile(p as *const usize);
                 }
-                let ns = t.elapsed().as_nanos() as f64 / lines as f64;
+                let ns = thread_cpu_ns().saturating_sub(t) as f64 / lines as f64;
                 if pass > 0 {
                     passes[pass - 1] = ns;
                 }
@@ -814,7 +840,7 @@ fn measure_chases() -> Option<(f64, f64, f64)> {
     }
     // SAFETY: our own mapping, unmapped once.
     unsafe { libc::munmap(base, bytes) };
-    Some((out[0], out[1], out[2]))
+    Some((out[0], out[1], out[2], out[3]))
 }
 
 #[cfg(test)]
@@ -836,14 +862,18 @@ mod tests {
     #[test]
     fn the_native_costs_are_measured() {
         // Plausible latencies, whatever the environment gives.
-        let (near, block, fresh) = measure_chases().expect("256 KiB mapped");
+        let (near, block, fresh, fresh_block) = measure_chases().expect("256 KiB mapped");
         assert!(near > 1.0 && near < 100_000.0, "{near}");
         assert!(block > 0.1 && block < 100_000.0, "{block}");
         assert!(fresh > 1.0 && fresh < 100_000.0, "{fresh}");
+        assert!(
+            fresh_block > 0.1 && fresh_block < 100_000.0,
+            "{fresh_block}"
+        );
         let n = measure_native_costs(150.0);
         assert_eq!(n.far_ns, 150.0);
         assert!(
-            n.near_ns > 0.0 && n.follow_ns >= 0.0 && n.fresh_ns > 0.0,
+            n.near_ns > 0.0 && n.follow_ns >= 0.0 && n.fresh_ns > 0.0 && n.fresh_follow_ns >= 0.0,
             "{n:?}"
         );
     }
