@@ -233,7 +233,12 @@ pub fn expectation(
     dram: f64,
     target: f64,
 ) -> (f64, f64) {
-    let m = ((native - c_k) / (miss - c_1)).clamp(0.0, 1.0);
+    // A miss no dearer than a hit: nothing misses.
+    let m = if miss > c_1 {
+        ((native - c_k) / (miss - c_1)).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     (native + m * (target - dram), m)
 }
 
@@ -948,6 +953,11 @@ mod tests {
         assert_eq!(miss_cost(Class::Near, 160.0, Some(15.0)), 160.0);
         assert_eq!(miss_cost(Class::Far, 160.0, None), 160.0);
         assert_eq!(miss_cost(Class::Far, 160.0, Some(f64::NAN)), 160.0);
+        // A miss cost at or below the in-cache time: no misses.
+        assert_eq!(
+            expectation(20.0, 12.6, 12.6, 12.6, 160.0, 1000.0),
+            (20.0, 0.0)
+        );
     }
 
     #[test]
