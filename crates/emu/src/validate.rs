@@ -6,7 +6,10 @@
 //! study several times under `pmlab run --source instrumented` and without
 //! pmlab, and compares the medians with what the target latency predicts:
 //!
-//! * memlat, 1 chain: ns per access against the target PM latency;
+//! * memlat, 1 chain: ns per access against the native run made before
+//!   each emulated run plus (target - the DRAM latency that run was
+//!   given), what a perfect emulator reads ([`memlat_point`]; the error
+//!   against the target itself is a diagnostic);
 //! * memlat, 2/4/8 chains: against native ns per access x target / DRAM
 //!   latency (the overlap the hardware achieves on DRAM carries over);
 //! * multilat: run time against `Num_DRAM x DRAM_lat + Num_NVM x NVM_lat`,
