@@ -152,6 +152,157 @@ pub fn check(runtime: &Path, env: &[(String, String)]) -> Result<String> {
     fail!(Failed, "{reason}")
 }
 
+/// The last-level cache the instrumented source models in a run
+/// ([`model_llc`]), and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelLlc {
+    /// `PMLAB_INSTR_LLC` for the runtime (`SIZE:WAYS`); None: the runtime
+    /// reads sysfs itself.
+    pub setting: Option<String>,
+    /// The model's size in bytes (0: unknown).
+    pub bytes: u64,
+    /// Its ways (0: unknown).
+    pub ways: u32,
+    /// Where it comes from: `flag`, `environment`, `effective` or `sysfs`.
+    pub origin: &'static str,
+    /// The effective LLC measured by `pmlab calibrate` (bytes; 0: not
+    /// measured).
+    pub effective_bytes: u64,
+}
+
+impl ModelLlc {
+    /// One phrase for the run's summary line: the model and its origin.
+    pub fn describe(&self) -> String {
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let size = if self.bytes > 0 {
+            format!("{:.1} MiB, {} ways", mib(self.bytes), self.ways)
+        } else {
+            "unknown size".to_string()
+        };
+        let from = match self.origin {
+            "flag" => "--llc".to_string(),
+            "environment" => "PMLAB_INSTR_LLC".to_string(),
+            "effective" => format!(
+                "random replacement sized from the effective LLC of {:.1} MiB that pmlab calibrate measured",
+                mib(self.effective_bytes)
+            ),
+            _ => "the size sysfs reports: no effective LLC calibrated".to_string(),
+        };
+        format!("LLC model {size}: {from}")
+    }
+
+    /// The model as JSON (`bytes`, `ways`, `origin`, `effective_bytes`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "bytes": self.bytes,
+            "ways": self.ways,
+            "origin": self.origin,
+            "effective_bytes": self.effective_bytes,
+            "setting": self.setting,
+        })
+    }
+}
+
+/// Parse a `SIZE:WAYS` cache (`32MiB:16`, `8388608:8`), checking that it
+/// makes a cache (a power-of-two number of sets); `what` names the
+/// setting in the error.
+pub fn parse_llc(v: &str, what: &str) -> Result<(u64, u32)> {
+    let parsed = v.split_once(':').and_then(|(size, ways)| {
+        let size = pmlab_model::units::Bytes::parse(size.trim()).ok()?.get();
+        let ways = ways.trim().parse::<u32>().ok().filter(|&w| w > 0)?;
+        Some((size, ways))
+    });
+    let Some((size, ways)) = parsed else {
+        fail!(
+            Invalid,
+            "{what} '{v}': expected SIZE:WAYS, e.g. 32MiB:16 (the cache's bytes and ways)"
+        );
+    };
+    if let Err(e) = pmlab_model::cache::CacheConfig::new(size, ways).sets() {
+        fail!(
+            Invalid,
+            "{what} '{v}': {e} (give a size of 64 B x ways x a power of two sets, e.g. 32MiB:16)"
+        );
+    }
+    Ok((size, ways))
+}
+
+/// The highest-level data or unified cache of cpu0 in sysfs: (bytes,
+/// ways), None when sysfs does not say.
+pub fn sysfs_llc() -> Option<(u64, u32)> {
+    let mut best: Option<(u32, u64, u32)> = None;
+    for i in 0..16 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
+        else {
+            continue;
+        };
+        if kind.trim() == "Instruction" {
+            continue;
+        }
+        let level = level.trim().parse::<u32>().unwrap_or(0);
+        let size = pmlab_model::units::Bytes::parse(size.trim()).map_or(0, |b| b.get());
+        let ways = read("ways_of_associativity")
+            .and_then(|w| w.trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        if best.is_none_or(|b| level > b.0) {
+            best = Some((level, size, ways));
+        }
+    }
+    best.map(|(_, size, ways)| (size, ways))
+}
+
+/// The LLC a run's instrumented source models, first of: `--llc`
+/// (`flag`), `PMLAB_INSTR_LLC` (`env`), the effective LLC `pmlab
+/// calibrate` measured (`effective` bytes, 0: none; modelled as
+/// [`crate::calibrate::instr_llc_for`] makes it), the size sysfs reports
+/// (`sysfs`). Why the effective LLC: a user's program meets the cache
+/// the machine leaves it, not the one its sysfs entry names, and the
+/// emulator adds `L - DRAM` only to the accesses its model says miss
+/// (see docs/emulator.md, "Which last-level cache a run models").
+pub fn model_llc(
+    flag: Option<&str>,
+    env: Option<&str>,
+    effective: u64,
+    sysfs: Option<(u64, u32)>,
+) -> Result<ModelLlc> {
+    let given = |v: &str, what: &str, origin: &'static str| -> Result<ModelLlc> {
+        let (bytes, ways) = parse_llc(v, what)?;
+        Ok(ModelLlc {
+            setting: Some(v.trim().to_string()),
+            bytes,
+            ways,
+            origin,
+            effective_bytes: effective,
+        })
+    };
+    if let Some(v) = flag {
+        return given(v, "--llc", "flag");
+    }
+    if let Some(v) = env {
+        return given(v, "PMLAB_INSTR_LLC", "environment");
+    }
+    if let Some(v) = crate::calibrate::instr_llc_for(effective) {
+        let (bytes, ways) = parse_llc(&v, "the calibrated LLC")?;
+        return Ok(ModelLlc {
+            setting: Some(v),
+            bytes,
+            ways,
+            origin: "effective",
+            effective_bytes: effective,
+        });
+    }
+    let (bytes, ways) = sysfs.unwrap_or((0, 0));
+    Ok(ModelLlc {
+        setting: None,
+        bytes,
+        ways,
+        origin: "sysfs",
+        effective_bytes: 0,
+    })
+}
+
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
@@ -206,6 +357,53 @@ mod tests {
         assert_eq!(v, OsString::from("/x/libpmlab.so:/y/liba.so"));
         let v = preload_value(Path::new("/x/libpmlab.so"), Some("".into()));
         assert_eq!(v, OsString::from("/x/libpmlab.so"));
+    }
+
+    #[test]
+    fn the_modelled_llc_is_the_flag_the_environment_the_effective_or_sysfs() {
+        let mib = 1u64 << 20;
+        let sysfs = Some((32 * mib, 16));
+        // The effective LLC calibrated (10.9 MiB): its random-replacement
+        // model, the geometry calibrate makes of knee / 1.29.
+        let m = model_llc(None, None, 11_419_958, sysfs).unwrap();
+        assert_eq!(m.origin, "effective");
+        assert_eq!(m.setting.as_deref(), Some("8388608:8"));
+        assert_eq!((m.bytes, m.ways), (8 * mib, 8));
+        assert!(
+            m.describe().contains("effective LLC of 10.9 MiB"),
+            "{}",
+            m.describe()
+        );
+        // The environment over the calibration, the flag over both.
+        let m = model_llc(None, Some("16MiB:16"), 11_419_958, sysfs).unwrap();
+        assert_eq!((m.origin, m.bytes, m.ways), ("environment", 16 * mib, 16));
+        let m = model_llc(Some("4MiB:8"), Some("16MiB:16"), 11_419_958, sysfs).unwrap();
+        assert_eq!((m.origin, m.bytes, m.ways), ("flag", 4 * mib, 8));
+        assert_eq!(m.setting.as_deref(), Some("4MiB:8"));
+        assert_eq!(m.to_json()["origin"], "flag");
+        // Nothing calibrated: sysfs, the runtime reads it itself.
+        let m = model_llc(None, None, 0, sysfs).unwrap();
+        assert_eq!(
+            (m.origin, m.setting.clone(), m.bytes),
+            ("sysfs", None, 32 * mib)
+        );
+        assert!(m.describe().contains("sysfs"), "{}", m.describe());
+    }
+
+    #[test]
+    fn a_bad_llc_is_one_line_naming_the_setting() {
+        let e = model_llc(Some("lots"), None, 0, None).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--llc 'lots': expected SIZE:WAYS"),
+            "{e}"
+        );
+        let e = model_llc(None, Some("32MiB:0"), 0, None).unwrap_err();
+        assert!(e.to_string().contains("PMLAB_INSTR_LLC '32MiB:0'"), "{e}");
+        // 1000 bytes of 3 ways: no power-of-two number of sets.
+        let e = model_llc(Some("1000:3"), None, 0, None).unwrap_err();
+        assert!(e.to_string().contains("power of two"), "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
     }
 
     #[test]

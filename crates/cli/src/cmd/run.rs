@@ -39,6 +39,11 @@ pub struct Args {
     /// Do not print the statistics summary on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The last-level cache the instrumented source models, SIZE:WAYS
+    /// (e.g. 32MiB:16); over PMLAB_INSTR_LLC. Default: the effective LLC
+    /// `pmlab calibrate` measured, else the size sysfs reports.
+    #[arg(long, value_name = "SIZE:WAYS")]
+    pub llc: Option<String>,
     /// Read settings from a TOML file (the flags' names with `_`; flags win).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -161,6 +166,8 @@ pub struct Resolved {
     pub env: Vec<(String, String)>,
     /// Counter source requested (`auto` not yet resolved).
     pub source: String,
+    /// The last-level cache the instrumented source models.
+    pub llc: launch::ModelLlc,
 }
 
 /// Merge flags over the file over the defaults, check, resolve what only
@@ -245,19 +252,21 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     }
     let mut env: Vec<(String, String)> = vec![("PMLAB_ACTIVE".into(), "1".into())];
     env.extend(o.to_env().into_iter().filter(|(k, _)| k != "PMLAB_SOURCE"));
-    // The instrumented source models the effective last-level cache the
-    // calibration measured, unless the user set PMLAB_INSTR_LLC.
-    if std::env::var_os("PMLAB_INSTR_LLC").is_none() {
-        if let Some(v) = cached
-            .as_ref()
-            .and_then(pmlab_emu::calibrate::instr_llc_setting)
-        {
-            env.push(("PMLAB_INSTR_LLC".into(), v));
-        }
+    // The instrumented source models --llc, else PMLAB_INSTR_LLC, else the
+    // effective last-level cache the calibration measured, else sysfs's.
+    let llc = launch::model_llc(
+        a.llc.as_deref(),
+        std::env::var("PMLAB_INSTR_LLC").ok().as_deref(),
+        cached.as_ref().map_or(0, |c| c.effective_llc_bytes),
+        launch::sysfs_llc(),
+    )?;
+    if let Some(v) = &llc.setting {
+        env.push(("PMLAB_INSTR_LLC".into(), v.clone()));
     }
     Ok(Resolved {
         env,
         source: o.source,
+        llc,
     })
 }
 
@@ -385,6 +394,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let runtime = launch::find_runtime()?;
     let (source, _ok) = choose_source(&runtime, &resolved.env, &resolved.source, &program)?;
     let mut env = resolved.env;
+    // The modelled LLC, where the instrumented source models one.
+    let instrumented = source == "instrumented";
+    let llc_json = instrumented.then(|| resolved.llc.to_json());
+    let llc_note = instrumented.then(|| resolved.llc.describe());
     env.push(("PMLAB_SOURCE".into(), source));
     let (stats_path, temp) = match &args.stats_json {
         Some(p) => (p.clone(), false),
@@ -417,11 +430,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             if let Some(path) = &args.json {
                 write_json(
                     path,
-                    &serde_json::json!({ "exit_code": code, "stats": v, "children": children, "pre_exec": pre_exec }),
+                    &serde_json::json!({ "exit_code": code, "stats": v, "children": children, "pre_exec": pre_exec, "llc_model": llc_json }),
                 )?;
             }
             if !args.quiet {
-                eprintln!("{}", summary(&v));
+                eprintln!("{}", summary(&v, llc_note.as_deref()));
             }
         }
         None => {
@@ -431,7 +444,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             if let Some(path) = &args.json {
                 write_json(
                     path,
-                    &serde_json::json!({ "exit_code": code, "stats": null, "children": children, "pre_exec": pre_exec }),
+                    &serde_json::json!({ "exit_code": code, "stats": null, "children": children, "pre_exec": pre_exec, "llc_model": llc_json }),
                 )?;
             }
         }
@@ -447,11 +460,13 @@ pub fn write_json(path: &Path, v: &serde_json::Value) -> anyhow::Result<()> {
     writeln!(f, "{v}").with_context(|| format!("--json {}: cannot write", path.display()))
 }
 
-fn summary(v: &serde_json::Value) -> String {
+/// The statistics' summary lines; `llc`: the modelled LLC, said after
+/// the source where one is modelled.
+fn summary(v: &serde_json::Value, llc: Option<&str>) -> String {
     let t = &v["total"];
     let ms = |k: &str| t[k].as_f64().unwrap_or(0.0) / 1e6;
     format!(
-        "pmlab: {} epochs ({} timer, {} sync, {} exit) over {} thread(s); delay {} {:.3} ms of {:.3} ms requested; overhead {:.3} ms ({}); write stalls {:.3} ms; source {}; bandwidth throttle {}\npmlab: advice: {}",
+        "pmlab: {} epochs ({} timer, {} sync, {} exit) over {} thread(s); delay {} {:.3} ms of {:.3} ms requested; overhead {:.3} ms ({}); write stalls {:.3} ms; source {}{}; bandwidth throttle {}\npmlab: advice: {}",
         t["epochs"],
         t["epochs_timer"],
         t["epochs_sync"],
@@ -464,6 +479,7 @@ fn summary(v: &serde_json::Value) -> String {
         if t["amortised"].as_bool() == Some(true) { "amortised".to_string() } else { format!("{} ns not amortised", t["unabsorbed_overhead_ns"]) },
         ms("write_delay_ns"),
         v["source"].as_str().unwrap_or("?"),
+        llc.map_or(String::new(), |l| format!("; {l}")),
         v["bandwidth_throttle"].as_str().unwrap_or("?"),
         v["advice"].as_str().unwrap_or("")
     )
@@ -481,6 +497,23 @@ mod tests {
             command: vec!["true".into()],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_llc_flag_sets_the_model_and_a_bad_one_is_one_line() {
+        let mut a = args(&[]);
+        a.llc = Some("16MiB:16".into());
+        let r = resolve(&a).unwrap();
+        assert_eq!(
+            (r.llc.origin, r.llc.bytes, r.llc.ways),
+            ("flag", 16 << 20, 16)
+        );
+        assert!(r
+            .env
+            .contains(&("PMLAB_INSTR_LLC".to_string(), "16MiB:16".to_string())));
+        a.llc = Some("16MiB".into());
+        let e = resolve(&a).unwrap_err().to_string();
+        assert!(e.starts_with("--llc '16MiB': expected SIZE:WAYS"), "{e}");
     }
 
     #[test]

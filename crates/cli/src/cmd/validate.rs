@@ -292,7 +292,7 @@ fn print_table(points: &[Point], cached: f64, sample: &str) {
             v.len()
         );
         let reference = if *study == "memlat" {
-            "against the native run next to each plus L - DRAM (diagnostic: leaves out the DRAM figure's gap to memlat's own native cost)"
+            "against the target L itself (diagnostic: adds the DRAM figure's gap to memlat's own native cost; the verdict is against the native run before each plus L - DRAM)"
         } else {
             "against the emulator-free reference (diagnostic: the native build waiting L - DRAM per PM access, multilat -x)"
         };

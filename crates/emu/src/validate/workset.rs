@@ -45,14 +45,18 @@
 //!
 //! ```text
 //! expected(r) = native(r) + m(r) x (L - DRAM)
-//! m(r)        = clamp((native(r) - c_k) / (DRAM - c_1), 0, 1)
+//! m(r)        = clamp((native(r) - c_k) / (D(r) - c_1), 0, 1)
 //! ```
 //!
 //! with `native(r)` the native ns per access at region `r` (the run of the
-//! same repetition), `DRAM` the latency measured just before, `c_k` the in-cache time
-//! per access of the same program with the same `k` chains -- its native
-//! figure at the largest region below half the LLC (the smallest region
-//! when none is) -- and `c_1` that of one chain. With one chain, `m(r)` is
+//! same repetition), `DRAM` the latency measured just before (the figure
+//! the emulated run is given), `D(r)` what one chain's miss costs at `r`
+//! ([`miss_cost`]: `DRAM` below four times the LLC, the program's own
+//! one-chain native at `r` from there up, where every access of a cyclic
+//! chase misses any cache of the LLC's size), `c_k` the in-cache time per
+//! access of the same program with the same `k` chains -- its native
+//! figure at the largest region below half the LLC that the level-2
+//! cache does not hold ([`in_cache`]) -- and `c_1` that of one chain. With one chain, `m(r)` is
 //! the share of accesses that miss the LLC: each costs `DRAM` instead of
 //! `c_1`. With `k` chains it is the serial misses per access: if hits and
 //! misses overlap alike `k'` ways, `native = (m' DRAM + (1 - m') c_1) / k'`
@@ -62,8 +66,9 @@
 //!
 //! The method's error: a region below half the LLC counts as all hits
 //! (`m = 0`) although some of its lines are evicted (by the other
-//! programs, by the LLC's own replacement), and the clamp hides TLB walks
-//! at large regions (`native > DRAM`); between half and four times the
+//! programs, by the LLC's own replacement); from four times the LLC a
+//! cache that keeps part of a region cyclic access would otherwise evict
+//! (at most a quarter there) is read as a cheaper miss; between half and four times the
 //! LLC, `m` mixes LLC hits of different latencies, and the estimate leans
 //! on `native` at one region per curve (`c_k`, measured with the same
 //! noise as the rest): the bounds widen there accordingly.
@@ -215,23 +220,63 @@ pub fn bound(t: &Tolerances, class: Class, expected: f64) -> f64 {
 
 /// `(expected, m)`: the expected ns per access at the target and the
 /// serial misses per access, from `native` ns per access, the in-cache
-/// times `c_k` (these chains) and `c_1` (one chain), the DRAM latency and
-/// the target (see the module documentation).
-pub fn expectation(native: f64, c_k: f64, c_1: f64, dram: f64, target: f64) -> (f64, f64) {
-    let m = ((native - c_k) / (dram - c_1)).clamp(0.0, 1.0);
+/// times `c_k` (these chains) and `c_1` (one chain), the cost of one
+/// chain's miss at the point's region `miss` ([`miss_cost`]), the DRAM
+/// latency the emulator is given (`dram`) and the target (see the module
+/// documentation): `m = (native - c_k) / (miss - c_1)` within [0, 1],
+/// `expected = native + m x (target - dram)`.
+pub fn expectation(
+    native: f64,
+    c_k: f64,
+    c_1: f64,
+    miss: f64,
+    dram: f64,
+    target: f64,
+) -> (f64, f64) {
+    // A miss no dearer than a hit: nothing misses.
+    let m = if miss > c_1 {
+        ((native - c_k) / (miss - c_1)).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     (native + m * (target - dram), m)
 }
 
+/// What one chain's miss costs at a region of class `cls`: from four
+/// times the LLC up (no cache of the LLC's size keeps more than a quarter
+/// of a cyclic region, a random-replacement or LRU one next to nothing)
+/// every access of one chain misses, so its native time there,
+/// `one_chain` (the same program's one-chain median at the region), is
+/// the miss cost, page walks and layout included; below, the DRAM
+/// latency measured over the calibration's region (`dram`). The DRAM
+/// figure alone read memlat's misses at 48-64 MiB as 10% hits: its native
+/// time rose from 145 ns at 48 MiB to 178 ns at 1 GiB, past any cache,
+/// while the DRAM figure (over 256 MiB) was 159 ns.
+pub fn miss_cost(cls: Class, dram: f64, one_chain: Option<f64>) -> f64 {
+    match (cls, one_chain) {
+        (Class::Far, Some(n)) if n.is_finite() && n > 0.0 => n,
+        _ => dram,
+    }
+}
+
 /// The in-cache time of a curve: the native figure at the largest region
-/// below half the LLC, or at the smallest region when none is.
-/// `curve`: (region MiB, native ns per access), regions ascending.
-pub fn in_cache(curve: &[(u64, f64)], llc: u64) -> f64 {
+/// below half the LLC (`near`, each region's own class) that the level-2
+/// cache does not hold (at least `floor` bytes, [`calibrate::l2_floor`]),
+/// else at the largest region below half the LLC, else at the smallest.
+/// An access that misses the LLC costs DRAM instead of an LLC hit, not
+/// instead of a level-2 hit: from a region the level-2 cache holds
+/// (idxchase at 1 MiB, 11 ns, against 17 ns at 4 MiB in the run of
+/// 2026-11-25) the LLC's own hits would count as misses.
+/// `curve`: (region MiB, native ns per access, below half the LLC),
+/// regions ascending.
+pub fn in_cache(curve: &[(u64, f64, bool)], floor: u64) -> f64 {
     curve
         .iter()
         .rev()
-        .find(|(r, _)| class(r << 20, llc) == Class::Near)
+        .find(|&&(r, _, near)| near && r << 20 >= floor)
+        .or_else(|| curve.iter().rev().find(|&&(_, _, near)| near))
         .or(curve.first())
-        .map_or(f64::NAN, |&(_, v)| v)
+        .map_or(f64::NAN, |&(_, v, _)| v)
 }
 
 /// A point's native runs spread by more than this share of their median:
@@ -348,11 +393,12 @@ pub fn paired_expectation(
     pair: (f64, f64),
     c_k: f64,
     c_1: f64,
+    miss: f64,
     dram: f64,
     target: f64,
 ) -> (f64, f64) {
-    let a = expectation(pair.0, c_k, c_1, dram, target);
-    let b = expectation(pair.1, c_k, c_1, dram, target);
+    let a = expectation(pair.0, c_k, c_1, miss, dram, target);
+    let b = expectation(pair.1, c_k, c_1, miss, dram, target);
     ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0)
 }
 
@@ -588,19 +634,11 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             summarize(&k).median as u64
         }
     };
-    let all_knees: Vec<f64> = knees
-        .iter()
-        .flatten()
-        .filter(|&&k| k > 0)
-        .map(|&k| k as f64)
-        .collect();
-    let llc = if all_knees.is_empty() {
-        ctx.llc_bytes
-    } else {
-        summarize(&all_knees).median as u64
-    };
-    // The one-chain in-cache time of each program, for the other curves' m.
+    // The one-chain in-cache time of each program, for the other curves' m,
+    // and its one-chain native per region (the miss cost from 4x the LLC).
     let mut c_1 = f64::NAN;
+    let mut one_chain: Vec<Option<f64>> = vec![None; p.regions.len()];
+    let floor = calibrate::l2_floor();
     for (ci, &(prog, k)) in curves.iter().enumerate() {
         let pts: Vec<(usize, u64)> = p
             .regions
@@ -609,11 +647,23 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             .filter(|&(_, &r)| p.has(k, r))
             .map(|(i, &r)| (i, r))
             .collect();
-        let curve: Vec<(u64, f64)> = pts
+        let curve: Vec<(u64, f64, bool)> = pts
             .iter()
-            .map(|&(i, r)| (r, summarize(&all[ci][i].native).median))
+            .map(|&(i, r)| {
+                (
+                    r,
+                    summarize(&all[ci][i].native).median,
+                    class(r << 20, llc_at(i)) == Class::Near,
+                )
+            })
             .collect();
-        let c_k = in_cache(&curve, llc);
+        let c_k = in_cache(&curve, floor);
+        if k == 1 {
+            one_chain = vec![None; p.regions.len()];
+            for &(ri, _) in &pts {
+                one_chain[ri] = Some(summarize(&all[ci][ri].native).median);
+            }
+        }
         if k == 1 || c_1.is_nan() {
             c_1 = if k == 1 { c_k } else { c_k * k as f64 };
         }
@@ -621,6 +671,8 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             let runs = std::mem::take(&mut all[ci][ri]);
             let native = summarize(&runs.native).median;
             let cls = class(r << 20, llc_at(ri));
+            let miss = miss_cost(cls, f64::NAN, one_chain[ri]);
+            let miss_of = |d: f64| if miss.is_nan() { d } else { miss };
             let name = format!("{prog} chains={k} region={r}MiB");
             let shaky = unstable(&runs.native, &knees[ri], r << 20).or_else(|| {
                 (runs.moved > 0).then(|| {
@@ -667,7 +719,7 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                 )
             };
             let dram = summarize(&runs.dram).median;
-            let native_m = expectation(native, c_k, c_1, dram, dram + 1.0).1;
+            let native_m = expectation(native, c_k, c_1, miss_of(dram), dram, dram + 1.0).1;
             // The emulated line through the targets' medians: the serial
             // misses charged (its slope) against the native m, and its
             // base (nothing added) against native: model against cost.
@@ -708,7 +760,7 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                 let per: Vec<(f64, f64)> = runs.pairs[j]
                     .iter()
                     .zip(&runs.dram)
-                    .map(|(&pair, &d)| paired_expectation(pair, c_k, c_1, d, lat))
+                    .map(|(&pair, &d)| paired_expectation(pair, c_k, c_1, miss_of(d), d, lat))
                     .collect();
                 let expected = summarize(&per.iter().map(|x| x.0).collect::<Vec<_>>()).median;
                 let m = summarize(&per.iter().map(|x| x.1).collect::<Vec<_>>()).median;
@@ -723,7 +775,12 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
                     runs.emulated[j].clone(),
                     bound(&ctx.bounds, cls, expected),
                     format!(
-                        "per run native + m x ({lat} - DRAM), native the mean of the native runs right before and after it below 4x the LLC (else the repetition's), DRAM measured at the repetition's start (median: native {native:.1}, m {m:.3}, DRAM {dram:.1}); m = (native - in-cache {c_k:.1}) / (DRAM - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC{knee_note}{line_note}{moved_note}{redo_note}{}",
+                        "per run native + m x ({lat} - DRAM), native the mean of the native runs right before and after it below 4x the LLC (else the repetition's), DRAM measured at the repetition's start (median: native {native:.1}, m {m:.3}, DRAM {dram:.1}); m = (native - in-cache {c_k:.1}) / ({} - one-chain in-cache {c_1:.1}); region {cls:?} against the LLC{knee_note}{line_note}{moved_note}{redo_note}{}",
+                        if miss.is_nan() {
+                            s("DRAM")
+                        } else {
+                            format!("the one-chain native here {miss:.1}, every access a miss from 4x the LLC")
+                        },
                         shaky.as_ref().map_or(String::new(), |w| format!("; native unstable: {w}"))
                     ),
                     runs.dram.clone(),
@@ -855,27 +912,77 @@ mod tests {
     fn expectation_adds_the_latency_to_the_misses_only() {
         // One chain: in cache 40 ns, DRAM 150: a region read at 95 ns
         // natively misses half the time; at 1000 ns that adds 425 ns.
-        let (e, m) = expectation(95.0, 40.0, 40.0, 150.0, 1000.0);
+        let (e, m) = expectation(95.0, 40.0, 40.0, 150.0, 150.0, 1000.0);
         assert!((m - 0.5).abs() < 1e-12, "{m}");
         assert!((e - 520.0).abs() < 1e-9, "{e}");
         // In cache: nothing added; past DRAM (TLB walks): m stays 1.
-        assert_eq!(expectation(39.0, 40.0, 40.0, 150.0, 1000.0), (39.0, 0.0));
-        assert_eq!(expectation(160.0, 40.0, 40.0, 150.0, 300.0), (310.0, 1.0));
+        assert_eq!(
+            expectation(39.0, 40.0, 40.0, 150.0, 150.0, 1000.0),
+            (39.0, 0.0)
+        );
+        assert_eq!(
+            expectation(160.0, 40.0, 40.0, 150.0, 150.0, 300.0),
+            (310.0, 1.0)
+        );
         // Four chains overlapping 4 ways: native 150/4, in cache 40/4; the
         // chains study's native x L / DRAM comes out.
-        let (e, m) = expectation(37.5, 10.0, 40.0, 150.0, 300.0);
+        let (e, m) = expectation(37.5, 10.0, 40.0, 150.0, 150.0, 300.0);
         assert!((m - 0.25).abs() < 1e-12, "{m}");
         assert!((e - 37.5 * 300.0 / 150.0).abs() < 1e-9, "{e}");
     }
 
     #[test]
-    fn in_cache_time_comes_from_the_largest_region_below_half_the_llc() {
-        let curve = [(1, 5.0), (4, 20.0), (8, 30.0), (16, 45.0), (64, 120.0)];
-        assert_eq!(in_cache(&curve, 32 << 20), 30.0);
-        // No region below half the LLC, or no LLC known: the smallest.
-        assert_eq!(in_cache(&curve[3..], 32 << 20), 45.0);
-        assert_eq!(in_cache(&curve, 0), 5.0);
-        assert!(in_cache(&[], 0).is_nan());
+    fn from_four_times_the_llc_a_miss_costs_the_one_chain_native() {
+        // memlat at 48 MiB (run of 2026-11-25): native 145.4, DRAM 160,
+        // in cache 12.6. Against DRAM, m reads 0.90 (10% "hits");
+        // against its own miss cost every access misses: native + L - DRAM.
+        let (e, m) = expectation(145.4, 12.6, 12.6, 160.0, 160.0, 1000.0);
+        assert!((m - 0.901).abs() < 1e-3, "{m}");
+        assert!((e - 902.2).abs() < 0.1, "{e}");
+        let miss = miss_cost(Class::Far, 160.0, Some(145.4));
+        assert_eq!(miss, 145.4);
+        let (e, m) = expectation(145.4, 12.6, 12.6, miss, 160.0, 1000.0);
+        assert_eq!(m, 1.0);
+        assert!((e - (145.4 + 1000.0 - 160.0)).abs() < 1e-9, "{e}");
+        // Four chains there: the serial misses per access over that cost
+        // (native 37.9, in cache 3.9 and 12.6: 0.251, not 0.234).
+        let (_, m) = expectation(37.9, 3.9, 12.6, miss, 160.0, 1000.0);
+        assert!((m - 34.0 / 132.8).abs() < 1e-9, "{m}");
+        // Below 4x the LLC, or no one-chain native: the DRAM figure.
+        assert_eq!(miss_cost(Class::Mid, 160.0, Some(145.4)), 160.0);
+        assert_eq!(miss_cost(Class::Near, 160.0, Some(15.0)), 160.0);
+        assert_eq!(miss_cost(Class::Far, 160.0, None), 160.0);
+        assert_eq!(miss_cost(Class::Far, 160.0, Some(f64::NAN)), 160.0);
+        // A miss cost at or below the in-cache time: no misses.
+        assert_eq!(
+            expectation(20.0, 12.6, 12.6, 12.6, 160.0, 1000.0),
+            (20.0, 0.0)
+        );
+    }
+
+    #[test]
+    fn in_cache_time_is_an_llc_hit_not_a_level_2_hit() {
+        let mib = 1u64 << 20;
+        // 1 MiB sits in the level-2 cache (floor 2 MiB); 4 and 8 MiB below
+        // half the LLC: the largest of those, 8 MiB.
+        let curve = [
+            (1, 5.0, true),
+            (4, 20.0, true),
+            (8, 30.0, true),
+            (16, 45.0, false),
+            (64, 120.0, false),
+        ];
+        assert_eq!(in_cache(&curve, 2 * mib), 30.0);
+        // Each region's own class: 8 MiB past half the LLC at its
+        // repetitions, 4 MiB not.
+        let moved = [(1, 11.0, true), (4, 17.2, true), (8, 60.0, false)];
+        assert_eq!(in_cache(&moved, 2 * mib), 17.2);
+        // Only level-2 regions below half the LLC: the largest of them.
+        let l2 = [(1, 11.0, true), (4, 40.0, false)];
+        assert_eq!(in_cache(&l2, 2 * mib), 11.0);
+        // None below half the LLC: the smallest region.
+        assert_eq!(in_cache(&curve[3..], 2 * mib), 45.0);
+        assert!(in_cache(&[], 2 * mib).is_nan());
     }
 
     #[test]
@@ -1002,13 +1109,13 @@ mod tests {
     fn each_run_is_judged_against_the_natives_beside_it() {
         // Natives 40 and 95 around the run (in cache 40, DRAM 150): the
         // mean of the two expectations, m 0.25 (0 and 0.5).
-        let (e, m) = paired_expectation((40.0, 95.0), 40.0, 40.0, 150.0, 1000.0);
+        let (e, m) = paired_expectation((40.0, 95.0), 40.0, 40.0, 150.0, 150.0, 1000.0);
         assert!((m - 0.25).abs() < 1e-12, "{m}");
         assert!((e - (40.0 + 520.0) / 2.0).abs() < 1e-9, "{e}");
         // The same native twice: the plain expectation.
         assert_eq!(
-            paired_expectation((95.0, 95.0), 40.0, 40.0, 150.0, 1000.0),
-            expectation(95.0, 40.0, 40.0, 150.0, 1000.0)
+            paired_expectation((95.0, 95.0), 40.0, 40.0, 150.0, 150.0, 1000.0),
+            expectation(95.0, 40.0, 40.0, 150.0, 150.0, 1000.0)
         );
         // Moved: over 20% of their mean apart.
         assert!(!pair_moved(100.0, 110.0));
