@@ -766,8 +766,9 @@ impl<T: AsRef<[u32]> + AsMut<[u32]>> CompactCache<T> {
         // set length is a constant, the scan unrolls and the LRU shift is
         // an inline move (7.3-8.0 ns instead of 11.7 per access on a 32 MiB
         // model, `bench/model-speed.sh`); on x86-64 the scan compares four
-        // tags per instruction and the shift moves four slots (161 -> 41
-        // instructions per miss of a full 16-way set, `bench/batch-cost.sh`).
+        // tags per instruction and the shift moves four slots (268 -> 126
+        // instructions per miss of a full 16-way set, the replay's loop
+        // included, `bench/batch-cost.sh`).
         match ways {
             16 => {
                 let set = <&mut [u32; 16]>::try_from(set).unwrap();

@@ -603,11 +603,11 @@ fn run_compact(
         let pm = is_pm(addr);
         let f = c.access_flags((addr >> LINE_SHIFT) as u64, write, pm);
         // A dirty victim is written back to its memory.
-        let wb = u64::from(f & CompactAccess::VICTIM_DIRTY != 0);
-        let victim_pm = u64::from(f & CompactAccess::VICTIM_PM != 0);
+        let wb = u64::from((f / CompactAccess::VICTIM_DIRTY) & 1);
+        let victim_pm = u64::from((f / CompactAccess::VICTIM_PM) & 1);
         wb_pm += wb & victim_pm;
         wb_dram += wb & !victim_pm;
-        dirtied += u64::from(f & CompactAccess::DIRTIED != 0 && pm);
+        dirtied += u64::from((f / CompactAccess::DIRTIED) & 1) & u64::from(pm);
         // Position in thousandths of hooked-window units, as `count_miss`.
         n += 1;
         let units = e.at * UNIT + n * weight;
