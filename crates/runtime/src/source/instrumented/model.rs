@@ -7,7 +7,7 @@
 use super::pm::is_pm;
 use super::sample::{first_sight_rule, FirstSight, Serial};
 use super::settings::{self, UNIT};
-use pmlab_model::cache::{CompactCache, Hierarchy};
+use pmlab_model::cache::{CompactAccess, CompactCache, Hierarchy};
 use pmlab_model::device::{DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
@@ -332,6 +332,21 @@ impl ModelState {
             )));
         }
         let (before, window_before) = (self.totals.serial, self.window_serial);
+        if self.first.is_none() && self.device.is_none() {
+            if let Model::Compact(c) = &mut self.cache {
+                let at = Position {
+                    entries: &mut self.entries,
+                    last_miss_units: &mut self.last_miss_units,
+                    window_serial: &mut self.window_serial,
+                };
+                run_compact(c, &mut self.est, &mut self.totals, at, entries);
+                let after = self.totals.serial;
+                let serial = (after.dram - before.dram) + (after.pm - before.pm);
+                let window = self.window_serial - window_before;
+                self.totals.hooked_serial += serial.max(window);
+                return;
+            }
+        }
         if let Model::Compact(c) = &self.cache {
             for e in &entries[..entries.len().min(PREFETCH_AHEAD)] {
                 let line = ((e.addr & !FLAGS) >> LINE_SHIFT) as u64;
@@ -537,6 +552,104 @@ impl ModelState {
         let before = self.totals.serial.pm;
         self.count_miss(e, addr, pm, miss);
         self.totals.device_read_delay_ns += (self.totals.serial.pm - before).max(0.0) * delay;
+    }
+}
+
+/// Where a thread's model stands in its access stream (the fields of
+/// [`ModelState`] that [`run_compact`] advances).
+struct Position<'a> {
+    entries: &'a mut u64,
+    last_miss_units: &'a mut u64,
+    window_serial: &'a mut f64,
+}
+
+/// [`ModelState::run`] in the common case: the compact model, no device,
+/// no first-sight rule. The same work as `process_one` and `count_miss`
+/// entry by entry, with the settings read once per batch, the counts kept
+/// in locals and stored once, and the estimator's counts copied once (the
+/// estimator's hits and compares leave them alone): the same totals
+/// (`model/replay.rs` checks it on every stream), about half the
+/// instructions outside the estimator (`bench/batch-cost.sh`).
+#[inline(always)]
+fn run_compact(
+    c: &mut CompactCache<HugeTable>,
+    est: &mut OverlapEstimator,
+    totals: &mut ThreadTotals,
+    at: Position,
+    entries: &[LogEntry],
+) {
+    let weight = settings::logged_weight() - UNIT;
+    let window = settings::hooked_window();
+    let window_f = window as f64;
+    let (mut n, mut last, mut window_serial) =
+        (*at.entries, *at.last_miss_units, *at.window_serial);
+    let (mut dirtied, mut read, mut wb_pm, mut wb_dram) = (0u64, 0u64, 0u64, 0u64);
+    let mut missed = false;
+    let line_of = |e: &LogEntry| ((e.addr & !FLAGS) >> LINE_SHIFT) as u64;
+    for e in &entries[..entries.len().min(PREFETCH_AHEAD)] {
+        prefetch(c.set_addr(line_of(e)));
+    }
+    for (i, &e) in entries.iter().enumerate() {
+        if let Some(ahead) = entries.get(i + PREFETCH_AHEAD) {
+            prefetch(c.set_addr(line_of(ahead)));
+        }
+        if e.addr & BRANCH == BRANCH {
+            let site = e.addr & ((1 << OUTCOME_SHIFT) - 1);
+            let outcome = ((e.addr & !FLAGS) >> OUTCOME_SHIFT) as u8;
+            est.branch(site as u64, outcome);
+            continue;
+        }
+        let write = e.addr & (STORE_BIT | UPDATE) != 0;
+        let addr = e.addr & !FLAGS;
+        let pm = is_pm(addr);
+        let f = c.access_flags((addr >> LINE_SHIFT) as u64, write, pm);
+        // A dirty victim is written back to its memory.
+        let wb = u64::from((f / CompactAccess::VICTIM_DIRTY) & 1);
+        let victim_pm = u64::from((f / CompactAccess::VICTIM_PM) & 1);
+        wb_pm += wb & victim_pm;
+        wb_dram += wb & !victim_pm;
+        dirtied += u64::from((f / CompactAccess::DIRTIED) & 1) & u64::from(pm);
+        // Position in thousandths of hooked-window units, as `count_miss`.
+        n += 1;
+        let units = e.at * UNIT + n * weight;
+        if f & CompactAccess::HIT == 0 {
+            read += pm as u64;
+            let kind = if pm { MemKind::Pm } else { MemKind::Dram };
+            let loaded = if e.addr & VALUE_WIDE != 0 {
+                Loaded::Wide(e.value)
+            } else if e.addr & VALUE_NARROW != 0 {
+                Loaded::Narrow(e.value as u32)
+            } else {
+                Loaded::Unknown
+            };
+            est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
+            missed = true;
+            let gap = units.saturating_sub(last);
+            last = units;
+            // `window_share(gap, window)`: below the window (under 2^63)
+            // the gap converts as a signed integer, to the same value in
+            // fewer instructions.
+            window_serial += if gap < window && window < 1 << 63 {
+                gap as i64 as f64 / window_f
+            } else {
+                window_share(gap, window)
+            };
+        } else if e.addr & (VALUE_WIDE | VALUE_NARROW) != 0 {
+            let loaded = if e.addr & VALUE_WIDE != 0 {
+                Loaded::Wide(e.value)
+            } else {
+                Loaded::Narrow(e.value as u32)
+            };
+            est.hit(addr as u64, loaded, LINE_SHIFT);
+        }
+    }
+    (*at.entries, *at.last_miss_units, *at.window_serial) = (n, last, window_serial);
+    totals.pm_dirtied += dirtied;
+    totals.pm_lines_read += read;
+    totals.pm_writebacks += wb_pm;
+    totals.dram_writebacks += wb_dram;
+    if missed {
+        totals.serial = est.counts();
     }
 }
 
@@ -842,6 +955,9 @@ fn measure_chases() -> Option<(f64, f64, f64, f64)> {
     unsafe { libc::munmap(base, bytes) };
     Some((out[0], out[1], out[2], out[3]))
 }
+
+#[cfg(test)]
+mod replay;
 
 #[cfg(test)]
 mod tests {
