@@ -448,13 +448,7 @@ impl ModelState {
         let units = e.at * UNIT + self.entries * (settings::logged_weight() - UNIT);
         if miss {
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
-            let loaded = if e.addr & VALUE_WIDE != 0 {
-                Loaded::Wide(e.value)
-            } else if e.addr & VALUE_NARROW != 0 {
-                Loaded::Narrow(e.value as u32)
-            } else {
-                Loaded::Unknown
-            };
+            let loaded = loaded_of(e);
             self.est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
             self.totals.serial = self.est.counts();
             let gap = units.saturating_sub(self.last_miss_units);
@@ -463,11 +457,7 @@ impl ModelState {
         } else if e.addr & (VALUE_WIDE | VALUE_NARROW) != 0 {
             // A chase through a cached node keeps its dependence; a compare
             // that follows reads a cached value.
-            let loaded = if e.addr & VALUE_WIDE != 0 {
-                Loaded::Wide(e.value)
-            } else {
-                Loaded::Narrow(e.value as u32)
-            };
+            let loaded = loaded_of(e);
             self.est.hit(addr as u64, loaded, LINE_SHIFT);
         }
     }
@@ -615,13 +605,7 @@ fn run_compact(
         if f & CompactAccess::HIT == 0 {
             read += pm as u64;
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
-            let loaded = if e.addr & VALUE_WIDE != 0 {
-                Loaded::Wide(e.value)
-            } else if e.addr & VALUE_NARROW != 0 {
-                Loaded::Narrow(e.value as u32)
-            } else {
-                Loaded::Unknown
-            };
+            let loaded = loaded_of(e);
             est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
             missed = true;
             let gap = units.saturating_sub(last);
@@ -635,11 +619,7 @@ fn run_compact(
                 window_share(gap, window)
             };
         } else if e.addr & (VALUE_WIDE | VALUE_NARROW) != 0 {
-            let loaded = if e.addr & VALUE_WIDE != 0 {
-                Loaded::Wide(e.value)
-            } else {
-                Loaded::Narrow(e.value as u32)
-            };
+            let loaded = loaded_of(e);
             est.hit(addr as u64, loaded, LINE_SHIFT);
         }
     }
@@ -673,6 +653,19 @@ fn charged(f: &FirstSight, raw: SerialCounts) -> SerialCounts {
         dram_misses: c[2].round() as u64,
         pm_misses: c[3].round() as u64,
         dependent: raw.dependent,
+    }
+}
+
+/// The value a logged load carried (its flags say whether it did, and
+/// how wide), as the overlap estimator takes it.
+#[inline(always)]
+fn loaded_of(e: LogEntry) -> Loaded {
+    if e.addr & VALUE_WIDE != 0 {
+        Loaded::Wide(e.value)
+    } else if e.addr & VALUE_NARROW != 0 {
+        Loaded::Narrow(e.value as u32)
+    } else {
+        Loaded::Unknown
     }
 }
 

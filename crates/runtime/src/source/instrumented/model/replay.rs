@@ -441,13 +441,7 @@ fn estimator_pass(est: &mut OverlapEstimator, classed: &[(LogEntry, bool)]) {
             est.branch(site as u64, ((e.addr & !FLAGS) >> OUTCOME_SHIFT) as u8);
             continue;
         }
-        let loaded = if e.addr & VALUE_WIDE != 0 {
-            Loaded::Wide(e.value)
-        } else if e.addr & VALUE_NARROW != 0 {
-            Loaded::Narrow(e.value as u32)
-        } else {
-            Loaded::Unknown
-        };
+        let loaded = loaded_of(e);
         if miss {
             est.miss(addr, MemKind::Pm, e.at, loaded, LINE_SHIFT);
         } else if loaded != Loaded::Unknown {
