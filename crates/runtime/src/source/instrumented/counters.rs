@@ -141,18 +141,11 @@ impl Source for InstrumentedSource {
     }
 
     fn thread_counters(&self) -> Result<Box<dyn ThreadCounters>, Error> {
-        Ok(Box::new(InstrumentedCounters {
-            costs: self.costs,
-            lat: self.lat,
-            shared: Arc::clone(&self.shared),
-            last: ThreadTotals::default(),
-            last_overhead_ns: 0.0,
-            carried_ns: 0.0,
-            window: LossWindow::default(),
-            owner: 0,
-            checks: (0, 0),
-            gaps: gap_rate(),
-        }))
+        Ok(Box::new(InstrumentedCounters::new(
+            self.costs,
+            self.lat,
+            Arc::clone(&self.shared),
+        )))
     }
 
     fn stats(&self) -> SourceStats {
@@ -537,6 +530,23 @@ pub struct Charge {
 }
 
 impl InstrumentedCounters {
+    /// A thread's counters with the source's hook costs, latencies and
+    /// shared totals, nothing counted yet.
+    fn new(costs: HookCosts, lat: Option<(f64, f64)>, shared: Arc<Shared>) -> InstrumentedCounters {
+        InstrumentedCounters {
+            costs,
+            lat,
+            shared,
+            last: ThreadTotals::default(),
+            last_overhead_ns: 0.0,
+            carried_ns: 0.0,
+            window: LossWindow::default(),
+            owner: 0,
+            checks: (0, 0),
+            gaps: gap_rate(),
+        }
+    }
+
     /// Charge the epoch from the last totals to `now` (`epoch_ns` long, of
     /// which `batches` ns were batches the thread ran outside the epoch
     /// end) for the hooks, given its `delay` (None: no latencies known or
@@ -1095,18 +1105,7 @@ mod tests {
     }
 
     fn counters_with(costs: HookCosts, lat: Option<(f64, f64)>) -> InstrumentedCounters {
-        InstrumentedCounters {
-            costs,
-            lat,
-            shared: Arc::default(),
-            last: ThreadTotals::default(),
-            last_overhead_ns: 0.0,
-            carried_ns: 0.0,
-            window: LossWindow::default(),
-            owner: 0,
-            checks: (0, 0),
-            gaps: gap_rate(),
-        }
+        InstrumentedCounters::new(costs, lat, Arc::default())
     }
 
     #[test]
@@ -1184,16 +1183,8 @@ mod tests {
             sched0: Sched::default(),
         };
         let counters = |carried_ns| InstrumentedCounters {
-            costs: src.costs,
-            lat: src.lat,
-            shared: Arc::clone(&src.shared),
-            last: ThreadTotals::default(),
-            last_overhead_ns: 0.0,
             carried_ns,
-            window: LossWindow::default(),
-            owner: 0,
-            checks: (0, 0),
-            gaps: gap_rate(),
+            ..InstrumentedCounters::new(src.costs, src.lat, Arc::clone(&src.shared))
         };
         // Two threads drop what they carry at a clock read.
         counters(2e6).time_observed();
@@ -1212,18 +1203,7 @@ mod tests {
             ..HookCosts::default()
         };
         let shared = Arc::new(Shared::default());
-        let mut c = InstrumentedCounters {
-            costs,
-            lat: None,
-            shared: Arc::clone(&shared),
-            last: ThreadTotals::default(),
-            last_overhead_ns: 0.0,
-            carried_ns: 0.0,
-            window: LossWindow::default(),
-            owner: 0,
-            checks: (0, 0),
-            gaps: gap_rate(),
-        };
+        let mut c = InstrumentedCounters::new(costs, None, Arc::clone(&shared));
         // Totals as if the thread had run 3 batches of 2,000,000 cycles
         // (1 ms each at 2 GHz) itself: the epoch-end reading takes the
         // difference from the thread's real totals, so feed the synthetic
@@ -1286,22 +1266,12 @@ mod tests {
             let shared = Arc::new(Shared::default());
             let sh = Arc::clone(&shared);
             std::thread::spawn(move || {
-                let mut c = InstrumentedCounters {
-                    // TSC cycles as ns: the shares are ratios.
-                    costs: HookCosts {
-                        tsc_ghz: 1.0,
-                        ..HookCosts::default()
-                    },
-                    lat: None,
-                    shared: sh,
-                    last: ThreadTotals::default(),
-                    last_overhead_ns: 0.0,
-                    carried_ns: 0.0,
-                    window: LossWindow::default(),
-                    owner: 0,
-                    checks: (0, 0),
-                    gaps: gap_rate(),
+                // TSC cycles as ns: the shares are ratios.
+                let costs = HookCosts {
+                    tsc_ghz: 1.0,
+                    ..HookCosts::default()
                 };
+                let mut c = InstrumentedCounters::new(costs, None, sh);
                 c.start().unwrap();
                 TEST_PAUSE.store(paused, Ordering::Release);
                 let v = vec![0u64; 20 * LOG_ENTRIES * 8];
