@@ -587,7 +587,9 @@ struct Lru {
     aux: Vec<u32>,
     prev: Vec<u32>,
     next: Vec<u32>,
-    /// Slot of each key, by hash (linear probing); NIL when empty.
+    /// Slot of each key, by hash (linear probing, at most a quarter
+    /// full: short probes and short clusters to shift on removal); NIL
+    /// when empty.
     index: Vec<u32>,
     head: u32,
     tail: u32,
@@ -597,7 +599,7 @@ struct Lru {
 impl Lru {
     fn new(cap: u32) -> Lru {
         let c = cap as usize;
-        let ix = (c * 2).next_power_of_two().max(2);
+        let ix = (c * 4).next_power_of_two().max(2);
         Lru {
             keys: vec![0; c],
             masks: vec![0; c],
@@ -918,7 +920,7 @@ impl DeviceModel {
                 Level::Rmw
             }
             _ => {
-                let l = self.fetch(d, blk);
+                let l = self.fetch(d, blk, held.is_some());
                 match l {
                     Level::Ait => self.counts.ait_hits += 1,
                     _ => self.counts.media_reads += 1,
@@ -946,8 +948,9 @@ impl DeviceModel {
                 }
                 if self.dimms[d].rmw.find(b).is_none() {
                     self.counts.prefetches += 1;
-                    self.fetch(d, b);
-                    self.rmw_insert(d, b, 0, false);
+                    self.fetch(d, b, false);
+                    // The fetch only takes XPLines out of the buffer.
+                    self.rmw_insert_absent(d, b, 0, false);
                 }
             }
         }
@@ -983,7 +986,7 @@ impl DeviceModel {
         if bit != self.full && held.is_none() {
             self.counts.modify_reads += 1;
             self.counts.media_write_ns += self.p.read_occ_ns;
-            self.fetch(d, blk);
+            self.fetch(d, blk, false);
         }
         self.media_write(d, blk);
         self.ait_fill(d, blk);
@@ -998,19 +1001,21 @@ impl DeviceModel {
     }
 
     /// Bring XPLine `blk` of DIMM `d` to its RMW buffer's door: an AIT
-    /// hit, or a media read (which fills the AIT buffer).
-    fn fetch(&mut self, d: usize, blk: u64) -> Level {
+    /// hit, or a media read (which fills the AIT buffer). `in_rmw`: the
+    /// XPLine is in the RMW buffer now.
+    fn fetch(&mut self, d: usize, blk: u64, in_rmw: bool) -> Level {
         let page = blk >> self.per_shift;
         let bit = 1u32 << (blk & (self.per - 1));
         let dimm = &mut self.dimms[d];
-        if let Some(s) = dimm.ait.find(page) {
+        let found = dimm.ait.find(page);
+        if let Some(s) = found {
             dimm.ait.touch(s);
             dimm.ait_memo = (page, s);
             if dimm.ait.masks[s as usize] & bit != 0 {
                 return Level::Ait;
             }
         }
-        self.ait_fill(d, blk);
+        self.ait_fill_at(d, blk, found, if in_rmw { bit } else { 0 });
         Level::Media
     }
 
@@ -1024,9 +1029,18 @@ impl DeviceModel {
         } else {
             0
         };
+        let found = self.dimms[d].ait.find(page);
+        self.ait_fill_at(d, blk, found, in_rmw);
+    }
+
+    /// [`ait_fill`](Self::ait_fill) with the AIT entry's slot (`found`)
+    /// and the XPLine's bit if it is in the RMW buffer (`in_rmw`) known.
+    fn ait_fill_at(&mut self, d: usize, blk: u64, found: Option<u32>, in_rmw: u32) {
+        let page = blk >> self.per_shift;
+        let bit = 1u32 << (blk & (self.per - 1));
         let dimm = &mut self.dimms[d];
         let ait = &mut dimm.ait;
-        if let Some(s) = ait.find(page) {
+        if let Some(s) = found {
             ait.masks[s as usize] |= bit;
             ait.aux[s as usize] |= in_rmw;
             ait.touch(s);
