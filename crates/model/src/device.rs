@@ -575,18 +575,26 @@ impl DeviceCounts {
 
 const NIL: u32 = u32::MAX;
 
+/// One entry of an [`Lru`]: its fields side by side (one cache line
+/// holds two entries).
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    key: u64,
+    mask: u32,
+    /// A second mask (the AIT buffer's: which of its XPLines are in the
+    /// RMW buffer; the RMW buffer's: its AIT entry's slot plus one).
+    aux: u32,
+    prev: u32,
+    next: u32,
+    flag: bool,
+}
+
 /// An exact LRU set of `u64` keys with a 32-bit mask and a flag each, of
 /// fixed capacity: arrays and an open-addressing index allocated once.
 #[derive(Debug, Clone)]
 struct Lru {
-    keys: Vec<u64>,
-    masks: Vec<u32>,
-    flags: Vec<bool>,
-    /// A second mask per entry (the AIT buffer's: which of its XPLines are
-    /// in the RMW buffer).
-    aux: Vec<u32>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// The entries, by slot (the first `len` in use).
+    e: Vec<Entry>,
     /// Slot of each key, by hash (linear probing, at most a quarter
     /// full: short probes and short clusters to shift on removal); NIL
     /// when empty.
@@ -601,12 +609,17 @@ impl Lru {
         let c = cap as usize;
         let ix = (c * 4).next_power_of_two().max(2);
         Lru {
-            keys: vec![0; c],
-            masks: vec![0; c],
-            flags: vec![false; c],
-            aux: vec![0; c],
-            prev: vec![NIL; c],
-            next: vec![NIL; c],
+            e: vec![
+                Entry {
+                    key: 0,
+                    mask: 0,
+                    aux: 0,
+                    prev: NIL,
+                    next: NIL,
+                    flag: false,
+                };
+                c
+            ],
             index: vec![NIL; ix],
             head: NIL,
             tail: NIL,
@@ -615,7 +628,7 @@ impl Lru {
     }
 
     fn cap(&self) -> u32 {
-        self.keys.len() as u32
+        self.e.len() as u32
     }
 
     #[inline]
@@ -633,7 +646,7 @@ impl Lru {
             if s == NIL {
                 return (i, None);
             }
-            if self.keys[s as usize] == key {
+            if self.e[s as usize].key == key {
                 return (i, Some(s));
             }
             i = (i + 1) & m;
@@ -648,24 +661,24 @@ impl Lru {
     }
 
     fn unlink(&mut self, s: u32) {
-        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
+        let (p, n) = (self.e[s as usize].prev, self.e[s as usize].next);
         if p != NIL {
-            self.next[p as usize] = n;
+            self.e[p as usize].next = n;
         } else {
             self.head = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            self.e[n as usize].prev = p;
         } else {
             self.tail = p;
         }
     }
 
     fn push_front(&mut self, s: u32) {
-        self.prev[s as usize] = NIL;
-        self.next[s as usize] = self.head;
+        self.e[s as usize].prev = NIL;
+        self.e[s as usize].next = self.head;
         if self.head != NIL {
-            self.prev[self.head as usize] = s;
+            self.e[self.head as usize].prev = s;
         }
         self.head = s;
         if self.tail == NIL {
@@ -695,7 +708,7 @@ impl Lru {
             if s == NIL {
                 break;
             }
-            let h = self.home(self.keys[s as usize]);
+            let h = self.home(self.e[s as usize].key);
             // Move the entry at j back to i unless its home lies in (i, j].
             let between = if i <= j {
                 i < h && h <= j
@@ -734,21 +747,21 @@ impl Lru {
             self.len - 1
         } else {
             let s = self.tail;
-            let old = self.keys[s as usize];
+            let old = self.e[s as usize].key;
             evicted = Some((
                 old,
-                self.masks[s as usize],
-                self.flags[s as usize],
-                self.aux[s as usize],
+                self.e[s as usize].mask,
+                self.e[s as usize].flag,
+                self.e[s as usize].aux,
             ));
             self.unindex(old);
             self.unlink(s);
             s
         };
-        self.keys[s as usize] = key;
-        self.masks[s as usize] = mask;
-        self.flags[s as usize] = flag;
-        self.aux[s as usize] = 0;
+        self.e[s as usize].key = key;
+        self.e[s as usize].mask = mask;
+        self.e[s as usize].flag = flag;
+        self.e[s as usize].aux = 0;
         let (i, _) = self.probe(key);
         self.index[i] = s;
         self.push_front(s);
@@ -758,29 +771,29 @@ impl Lru {
     /// Remove `key`; returns its mask and flag.
     fn remove(&mut self, key: u64) -> Option<(u32, bool)> {
         let s = self.find(key)?;
-        let out = (self.masks[s as usize], self.flags[s as usize]);
+        let out = (self.e[s as usize].mask, self.e[s as usize].flag);
         self.unindex(key);
         self.unlink(s);
         // Keep the slots dense: move the last slot into the hole.
         let last = self.len - 1;
         if s != last {
-            let k = self.keys[last as usize];
+            let k = self.e[last as usize].key;
             let (i, _) = self.probe(k);
             self.index[i] = s;
-            self.keys[s as usize] = k;
-            self.masks[s as usize] = self.masks[last as usize];
-            self.flags[s as usize] = self.flags[last as usize];
-            self.aux[s as usize] = self.aux[last as usize];
-            let (p, n) = (self.prev[last as usize], self.next[last as usize]);
-            self.prev[s as usize] = p;
-            self.next[s as usize] = n;
+            self.e[s as usize].key = k;
+            self.e[s as usize].mask = self.e[last as usize].mask;
+            self.e[s as usize].flag = self.e[last as usize].flag;
+            self.e[s as usize].aux = self.e[last as usize].aux;
+            let (p, n) = (self.e[last as usize].prev, self.e[last as usize].next);
+            self.e[s as usize].prev = p;
+            self.e[s as usize].next = n;
             if p != NIL {
-                self.next[p as usize] = s;
+                self.e[p as usize].next = s;
             } else {
                 self.head = s;
             }
             if n != NIL {
-                self.prev[n as usize] = s;
+                self.e[n as usize].prev = s;
             } else {
                 self.tail = s;
             }
@@ -911,9 +924,9 @@ impl DeviceModel {
             // A partial line written without its old content serves only
             // the lines written.
             Some(s)
-                if dimm.rmw.masks[s as usize] & bit != 0
-                    || dimm.rmw.masks[s as usize] == 0
-                    || !dimm.rmw.flags[s as usize] =>
+                if dimm.rmw.e[s as usize].mask & bit != 0
+                    || dimm.rmw.e[s as usize].mask == 0
+                    || !dimm.rmw.e[s as usize].flag =>
             {
                 dimm.rmw.touch(s);
                 self.counts.rmw_hits += 1;
@@ -930,7 +943,7 @@ impl DeviceModel {
                     // fetch may have moved its slot: look it up again).
                     let dimm = &mut self.dimms[d];
                     if let Some(s) = dimm.rmw.find(blk) {
-                        dimm.rmw.flags[s as usize] = false;
+                        dimm.rmw.e[s as usize].flag = false;
                     }
                     self.rmw_insert(d, blk, 0, false);
                 } else {
@@ -973,12 +986,12 @@ impl DeviceModel {
         if let Some(s) = held {
             self.dimms[d].rmw.touch(s);
         }
-        let old = held.map_or(0, |s| self.dimms[d].rmw.masks[s as usize]);
+        let old = held.map_or(0, |s| self.dimms[d].rmw.e[s as usize].mask);
         let dirty = old | bit;
         if self.p.combine_in_buffer && dirty != self.full {
             // Partial: it waits in the buffer for the rest of its XPLine.
             match held {
-                Some(s) => self.dimms[d].rmw.masks[s as usize] = dirty,
+                Some(s) => self.dimms[d].rmw.e[s as usize].mask = dirty,
                 None => self.rmw_insert(d, blk, bit, true),
             }
             return self.counts.stall_ns - stall0;
@@ -992,8 +1005,8 @@ impl DeviceModel {
         self.ait_fill(d, blk);
         match self.dimms[d].rmw.find(blk) {
             Some(s) => {
-                self.dimms[d].rmw.masks[s as usize] = 0;
-                self.dimms[d].rmw.flags[s as usize] = false;
+                self.dimms[d].rmw.e[s as usize].mask = 0;
+                self.dimms[d].rmw.e[s as usize].flag = false;
             }
             None => self.rmw_insert(d, blk, 0, false),
         }
@@ -1011,7 +1024,7 @@ impl DeviceModel {
         if let Some(s) = found {
             dimm.ait.touch(s);
             dimm.ait_memo = (page, s);
-            if dimm.ait.masks[s as usize] & bit != 0 {
+            if dimm.ait.e[s as usize].mask & bit != 0 {
                 return Level::Ait;
             }
         }
@@ -1041,8 +1054,8 @@ impl DeviceModel {
         let dimm = &mut self.dimms[d];
         let ait = &mut dimm.ait;
         if let Some(s) = found {
-            ait.masks[s as usize] |= bit;
-            ait.aux[s as usize] |= in_rmw;
+            ait.e[s as usize].mask |= bit;
+            ait.e[s as usize].aux |= in_rmw;
             ait.touch(s);
             dimm.ait_memo = (page, s);
             return;
@@ -1055,7 +1068,7 @@ impl DeviceModel {
         let mask = if self.p.fill_entry { all } else { bit };
         let (s, evicted) = ait.insert_at(page, mask, false);
         if s != NIL {
-            ait.aux[s as usize] = in_rmw;
+            ait.e[s as usize].aux = in_rmw;
             dimm.ait_memo = (page, s);
         }
         if let Some((victim, valid, _, in_rmw)) = evicted {
@@ -1079,7 +1092,7 @@ impl DeviceModel {
     fn rmw_insert(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
         let rmw = &mut self.dimms[d].rmw;
         if let Some(s) = rmw.find(blk) {
-            rmw.masks[s as usize] |= dirty;
+            rmw.e[s as usize].mask |= dirty;
             rmw.touch(s);
             return;
         }
@@ -1092,7 +1105,7 @@ impl DeviceModel {
         let hint = self.mark_in_rmw(d, blk, true, 0);
         if s != NIL {
             // The RMW entry remembers its AIT entry's slot (plus one).
-            self.dimms[d].rmw.aux[s as usize] = hint;
+            self.dimms[d].rmw.e[s as usize].aux = hint;
         }
         if let Some((victim, mask, unread, hint)) = evicted {
             self.mark_in_rmw(d, victim, false, hint);
@@ -1121,7 +1134,7 @@ impl DeviceModel {
         };
         let (memo_page, memo) = dimm.ait_memo;
         let ait = &mut dimm.ait;
-        let holds = |s: u32| s < ait.len && ait.keys[s as usize] == page;
+        let holds = |s: u32| s < ait.len && ait.e[s as usize].key == page;
         let slot = if hint != 0 && holds(hint - 1) {
             Some(hint - 1)
         } else if memo_page == page && holds(memo) {
@@ -1134,9 +1147,9 @@ impl DeviceModel {
         };
         let bit = 1u32 << (blk & (self.per - 1));
         if on {
-            ait.aux[s as usize] |= bit;
+            ait.e[s as usize].aux |= bit;
         } else {
-            ait.aux[s as usize] &= !bit;
+            ait.e[s as usize].aux &= !bit;
         }
         s + 1
     }
