@@ -586,6 +586,8 @@ struct Entry {
     aux: u32,
     prev: u32,
     next: u32,
+    /// Position of the entry's slot in the index.
+    pos: u32,
     flag: bool,
 }
 
@@ -616,6 +618,7 @@ impl Lru {
                     aux: 0,
                     prev: NIL,
                     next: NIL,
+                    pos: 0,
                     flag: false,
                 };
                 c
@@ -653,6 +656,7 @@ impl Lru {
         }
     }
 
+    #[inline]
     fn find(&self, key: u64) -> Option<u32> {
         if self.len == 0 {
             return None;
@@ -660,6 +664,7 @@ impl Lru {
         self.probe(key).1
     }
 
+    #[inline]
     fn unlink(&mut self, s: u32) {
         let (p, n) = (self.e[s as usize].prev, self.e[s as usize].next);
         if p != NIL {
@@ -674,6 +679,7 @@ impl Lru {
         }
     }
 
+    #[inline]
     fn push_front(&mut self, s: u32) {
         self.e[s as usize].prev = NIL;
         self.e[s as usize].next = self.head;
@@ -687,6 +693,7 @@ impl Lru {
     }
 
     /// Make `s` the most recent.
+    #[inline]
     fn touch(&mut self, s: u32) {
         if self.head != s {
             self.unlink(s);
@@ -694,21 +701,19 @@ impl Lru {
         }
     }
 
-    /// Remove `key`'s index entry (backward-shift deletion).
-    fn unindex(&mut self, key: u64) {
+    /// Remove slot `s`'s index entry (backward-shift deletion).
+    #[inline]
+    fn unindex(&mut self, s: u32) {
         let m = self.index.len() - 1;
-        let (mut i, found) = self.probe(key);
-        if found.is_none() {
-            return;
-        }
+        let mut i = self.e[s as usize].pos as usize;
         let mut j = i;
         loop {
             j = (j + 1) & m;
-            let s = self.index[j];
-            if s == NIL {
+            let t = self.index[j];
+            if t == NIL {
                 break;
             }
-            let h = self.home(self.e[s as usize].key);
+            let h = self.home(self.e[t as usize].key);
             // Move the entry at j back to i unless its home lies in (i, j].
             let between = if i <= j {
                 i < h && h <= j
@@ -716,7 +721,8 @@ impl Lru {
                 i < h || h <= j
             };
             if !between {
-                self.index[i] = s;
+                self.index[i] = t;
+                self.e[t as usize].pos = i as u32;
                 i = j;
             }
         }
@@ -732,6 +738,7 @@ impl Lru {
 
     /// [`insert`](Self::insert), and the slot `key` now has (NIL with no
     /// capacity).
+    #[inline]
     fn insert_at(
         &mut self,
         key: u64,
@@ -754,7 +761,7 @@ impl Lru {
                 self.e[s as usize].flag,
                 self.e[s as usize].aux,
             ));
-            self.unindex(old);
+            self.unindex(s);
             self.unlink(s);
             s
         };
@@ -764,6 +771,7 @@ impl Lru {
         self.e[s as usize].aux = 0;
         let (i, _) = self.probe(key);
         self.index[i] = s;
+        self.e[s as usize].pos = i as u32;
         self.push_front(s);
         (s, evicted)
     }
@@ -772,14 +780,15 @@ impl Lru {
     fn remove(&mut self, key: u64) -> Option<(u32, bool)> {
         let s = self.find(key)?;
         let out = (self.e[s as usize].mask, self.e[s as usize].flag);
-        self.unindex(key);
+        self.unindex(s);
         self.unlink(s);
         // Keep the slots dense: move the last slot into the hole.
         let last = self.len - 1;
         if s != last {
             let k = self.e[last as usize].key;
-            let (i, _) = self.probe(k);
-            self.index[i] = s;
+            let i = self.e[last as usize].pos;
+            self.index[i as usize] = s;
+            self.e[s as usize].pos = i;
             self.e[s as usize].key = k;
             self.e[s as usize].mask = self.e[last as usize].mask;
             self.e[s as usize].flag = self.e[last as usize].flag;
@@ -1202,15 +1211,28 @@ mod tests {
         // sizes and with a wear threshold low enough to migrate: the same
         // level for every read, the same stall for every write-back, the
         // same counts (so the same amplification) as the model kept as
-        // the reference.
+        // the reference; also with buffers small enough that AIT entries
+        // leave while their XPLines are in the RMW buffer, and without
+        // whole-entry fills or write combining.
         let base = DeviceParams::optane_like();
         let wearing = DeviceParams {
             wear_threshold: 40,
             wear_window: 20_000,
             ..base.clone()
         };
+        let tiny = DeviceParams {
+            rmw_lines: 16,
+            ait_entries: 8,
+            ait_entry: 1024,
+            ..wearing.clone()
+        };
+        let plain = DeviceParams {
+            fill_entry: false,
+            combine_in_buffer: false,
+            ..tiny.clone()
+        };
         let mut migrated = false;
-        for p0 in [&base, &wearing] {
+        for p0 in [&base, &wearing, &tiny, &plain] {
             for channels in [1u32, 6] {
                 let p = DeviceParams {
                     channels,
