@@ -640,7 +640,7 @@ impl Lru {
     }
 
     /// Position in `index` of `key`, or of the empty slot where it would go.
-    #[inline]
+    #[inline(always)]
     fn probe(&self, key: u64) -> (usize, Option<u32>) {
         let m = self.index.len() - 1;
         let mut i = self.home(key);
@@ -702,7 +702,7 @@ impl Lru {
     }
 
     /// Remove slot `s`'s index entry (backward-shift deletion).
-    #[inline]
+    #[inline(always)]
     fn unindex(&mut self, s: u32) {
         let m = self.index.len() - 1;
         let mut i = self.e[s as usize].pos as usize;
@@ -738,7 +738,7 @@ impl Lru {
 
     /// [`insert`](Self::insert), and the slot `key` now has (NIL with no
     /// capacity).
-    #[inline]
+    #[inline(always)]
     fn insert_at(
         &mut self,
         key: u64,
@@ -1025,6 +1025,7 @@ impl DeviceModel {
     /// Bring XPLine `blk` of DIMM `d` to its RMW buffer's door: an AIT
     /// hit, or a media read (which fills the AIT buffer). `in_rmw`: the
     /// XPLine is in the RMW buffer now.
+    #[inline(always)]
     fn fetch(&mut self, d: usize, blk: u64, in_rmw: bool) -> Level {
         let page = blk >> self.per_shift;
         let bit = 1u32 << (blk & (self.per - 1));
@@ -1057,6 +1058,7 @@ impl DeviceModel {
 
     /// [`ait_fill`](Self::ait_fill) with the AIT entry's slot (`found`)
     /// and the XPLine's bit if it is in the RMW buffer (`in_rmw`) known.
+    #[inline(always)]
     fn ait_fill_at(&mut self, d: usize, blk: u64, found: Option<u32>, in_rmw: u32) {
         let page = blk >> self.per_shift;
         let bit = 1u32 << (blk & (self.per - 1));
@@ -1109,6 +1111,7 @@ impl DeviceModel {
     }
 
     /// [`rmw_insert`](Self::rmw_insert) of an XPLine known to be absent.
+    #[inline(always)]
     fn rmw_insert_absent(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
         let (s, evicted) = self.dimms[d].rmw.insert_at(blk, dirty, unread);
         let hint = self.mark_in_rmw(d, blk, true, 0);
@@ -1130,7 +1133,7 @@ impl DeviceModel {
     /// remembered it (0: none); returns the slot plus one (0: absent).
     /// AIT slots are never removed, only reused by eviction: a slot holds
     /// the entry while its key says so.
-    #[inline]
+    #[inline(always)]
     fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool, hint: u32) -> u32 {
         let page = blk >> self.per_shift;
         let dimm = &mut self.dimms[d];
