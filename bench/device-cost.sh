@@ -14,8 +14,35 @@
 # stores), logged and modelled like the chase.
 # Usage: bench/device-cost.sh   (uses cargo; CARGO_TARGET_DIR is honoured)
 # Run it on a quiet machine: every figure is a time.
+#        bench/device-cost.sh --instructions
+# counts instead the instructions per modelled access under callgrind
+# (valgrind): each stream above on one and six DIMMs, 200000 accesses,
+# the buffers warmed by a first pass and only the measured pass counted.
+# The counts hold under load.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = "--instructions" ]; then
+	command -v valgrind >/dev/null || { echo "device-cost.sh: --instructions needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+	cd "$ROOT"
+	cargo build --quiet --release -p pmlab-model --example device_cost
+	B=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/device_cost
+	N=200000
+	OUT=$(mktemp)
+	trap 'rm -f "$OUT"' EXIT
+	for dimms in 1 6; do
+		for s in 0 1 2 3 4; do
+			what=$(valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+				--toggle-collect='*measured_*' "$B" --one "$dimms" "$s" "$N" 2>"$OUT.log" | cut -d: -f1)
+			ir=$(sed -n 's/.*Collected : //p' "$OUT.log")
+			rm -f "$OUT.log"
+			echo "$what: $((ir / N)) instructions per access"
+		done
+	done
+	exit 0
+elif [ $# -gt 0 ]; then
+	echo "device-cost.sh: unknown argument '$1' (usage: bench/device-cost.sh [--instructions])" >&2
+	exit 2
+fi
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 cd "$ROOT"
 cargo run --quiet --release -p pmlab-model --example device_cost

@@ -32,56 +32,134 @@ fn stream(n: usize, span: u64, seed: u64) -> Vec<u64> {
         .collect()
 }
 
+/// One pass of reads over `addrs`: the delay they inject, ns.
+#[inline(never)]
+fn reads(d: &mut DeviceModel, p: &DeviceParams, addrs: &[u64]) -> f64 {
+    let mut delay = 0.0;
+    for &a in addrs {
+        delay += NATIVE.delay_ns(p, d.read(a), Access::Far);
+    }
+    delay
+}
+
+/// The measured pass of reads (the instruction counts of
+/// `bench/device-cost.sh --instructions` are this function's).
+#[inline(never)]
+fn measured_reads(d: &mut DeviceModel, p: &DeviceParams, addrs: &[u64]) -> f64 {
+    let mut delay = 0.0;
+    for &a in addrs {
+        delay += NATIVE.delay_ns(p, d.read(a), Access::Far);
+    }
+    std::hint::black_box(delay)
+}
+
+/// The measured pass of write-backs.
+#[inline(never)]
+fn measured_writes(d: &mut DeviceModel, addrs: &[u64]) {
+    for &a in addrs {
+        std::hint::black_box(d.write_back(a));
+    }
+}
+
+/// The streams measured: (what, span of the reads or None for
+/// write-backs, addresses).
+fn streams(n: usize) -> Vec<(&'static str, Option<u64>, Vec<u64>)> {
+    let mut v = Vec::new();
+    for (what, span) in [
+        ("reads, 8 KiB (RMW buffer)", 8u64 << 10),
+        ("reads, 4 MiB (AIT buffer)", 4 << 20),
+        ("reads, 1 GiB (media)", 1 << 30),
+    ] {
+        v.push((what, Some(span), stream(n, span, span)));
+    }
+    v.push((
+        "write-backs, random over 1 GiB",
+        None,
+        stream(n, 1 << 30, 7),
+    ));
+    v.push((
+        "write-backs, sequential",
+        None,
+        (0..n as u64).map(|i| i * 64).collect(),
+    ));
+    v
+}
+
 fn main() {
-    let n = 2_000_000usize;
+    let args: Vec<String> = std::env::args().skip(1).collect();
     let one = DeviceParams::optane_like();
     let six = DeviceParams {
         channels: 6,
         ..one.clone()
     };
-    for (label, p) in [("1 DIMM", &one), ("6 DIMMs", &six)] {
-        for (what, span) in [
-            ("reads, 8 KiB (RMW buffer)", 8u64 << 10),
-            ("reads, 4 MiB (AIT buffer)", 4 << 20),
-            ("reads, 1 GiB (media)", 1 << 30),
-        ] {
-            let addrs = stream(n, span, span);
-            let mut d = DeviceModel::new(p);
-            let (mut ns, mut delay) = (0.0, 0.0);
-            // The second pass is timed: the first warms the buffers.
-            for _ in 0..2 {
-                let t = Instant::now();
-                delay = 0.0;
-                for &a in &addrs {
-                    delay += NATIVE.delay_ns(p, d.read(a), Access::Far);
+    let configs = [("1 DIMM", &one), ("6 DIMMs", &six)];
+    // `--one DIMMS STREAM N`: only that stream (its index in the list
+    // above) on that many DIMMs, N accesses, warmed, measured once and
+    // untimed: for callgrind (`bench/device-cost.sh --instructions`).
+    if args.first().map(String::as_str) == Some("--one") {
+        let num = |i: usize| -> usize {
+            match args.get(i).and_then(|a| a.parse().ok()) {
+                Some(v) => v,
+                None => {
+                    eprintln!("device_cost: usage: device_cost [--one DIMMS(1|6) STREAM(0-4) N]");
+                    std::process::exit(2)
                 }
-                ns = t.elapsed().as_nanos() as f64 / n as f64;
             }
-            let per = delay / n as f64;
-            println!(
-                "{label}, {what}: {ns:.1} ns per access, injects {per:.0} ns ({:.1}% of it)",
-                100.0 * ns / per
+        };
+        let (dimms, which, n) = (num(1), num(2), num(3));
+        let p = match dimms {
+            1 => &one,
+            6 => &six,
+            _ => {
+                eprintln!("device_cost: --one takes 1 or 6 DIMMs, not {dimms}");
+                std::process::exit(2)
+            }
+        };
+        let all = streams(n);
+        let Some((what, span, addrs)) = all.get(which) else {
+            eprintln!(
+                "device_cost: --one takes a stream from 0 to {}",
+                all.len() - 1
             );
+            std::process::exit(2)
+        };
+        let mut d = DeviceModel::new(p);
+        if span.is_some() {
+            reads(&mut d, p, addrs);
+            std::hint::black_box(measured_reads(&mut d, p, addrs));
+        } else {
+            measured_writes(&mut d, addrs);
         }
-        for (what, addrs) in [
-            ("write-backs, random over 1 GiB", stream(n, 1 << 30, 7)),
-            (
-                "write-backs, sequential",
-                (0..n as u64).map(|i| i * 64).collect::<Vec<_>>(),
-            ),
-        ] {
+        println!("{dimms} DIMM(s), {what}: {n} accesses, {:?}", d.counts());
+        return;
+    }
+    let n = 2_000_000usize;
+    let all = streams(n);
+    for (label, p) in configs {
+        for (what, span, addrs) in &all {
             let mut d = DeviceModel::new(p);
-            let t = Instant::now();
-            for &a in &addrs {
-                d.write_back(a);
+            if span.is_some() {
+                // The second pass is timed: the first warms the buffers.
+                reads(&mut d, p, addrs);
+                let t = Instant::now();
+                let delay = measured_reads(&mut d, p, addrs);
+                let ns = t.elapsed().as_nanos() as f64 / n as f64;
+                let per = delay / n as f64;
+                println!(
+                    "{label}, {what}: {ns:.1} ns per access, injects {per:.0} ns ({:.1}% of it)",
+                    100.0 * ns / per
+                );
+            } else {
+                let t = Instant::now();
+                measured_writes(&mut d, addrs);
+                let ns = t.elapsed().as_nanos() as f64 / n as f64;
+                let c = d.counts();
+                println!(
+                    "{label}, {what}: {ns:.1} ns per write-back, {:.0} ns of media time each (amplification {:.2})",
+                    c.media_write_ns / n as f64,
+                    c.write_amplification(p.xpline)
+                );
             }
-            let ns = t.elapsed().as_nanos() as f64 / n as f64;
-            let c = d.counts();
-            println!(
-                "{label}, {what}: {ns:.1} ns per write-back, {:.0} ns of media time each (amplification {:.2})",
-                c.media_write_ns / n as f64,
-                c.write_amplification(p.xpline)
-            );
         }
     }
     // The locality tracker: each miss classified (random lines over

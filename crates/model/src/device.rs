@@ -575,19 +575,31 @@ impl DeviceCounts {
 
 const NIL: u32 = u32::MAX;
 
+/// One entry of an [`Lru`]: its fields side by side (one cache line
+/// holds two entries).
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    key: u64,
+    mask: u32,
+    /// A second mask (the AIT buffer's: which of its XPLines are in the
+    /// RMW buffer; the RMW buffer's: its AIT entry's slot plus one).
+    aux: u32,
+    prev: u32,
+    next: u32,
+    /// Position of the entry's slot in the index.
+    pos: u32,
+    flag: bool,
+}
+
 /// An exact LRU set of `u64` keys with a 32-bit mask and a flag each, of
 /// fixed capacity: arrays and an open-addressing index allocated once.
 #[derive(Debug, Clone)]
 struct Lru {
-    keys: Vec<u64>,
-    masks: Vec<u32>,
-    flags: Vec<bool>,
-    /// A second mask per entry (the AIT buffer's: which of its XPLines are
-    /// in the RMW buffer).
-    aux: Vec<u32>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    /// Slot of each key, by hash (linear probing); NIL when empty.
+    /// The entries, by slot (the first `len` in use).
+    e: Vec<Entry>,
+    /// Slot of each key, by hash (linear probing, at most a quarter
+    /// full: short probes and short clusters to shift on removal); NIL
+    /// when empty.
     index: Vec<u32>,
     head: u32,
     tail: u32,
@@ -597,14 +609,20 @@ struct Lru {
 impl Lru {
     fn new(cap: u32) -> Lru {
         let c = cap as usize;
-        let ix = (c * 2).next_power_of_two().max(2);
+        let ix = (c * 4).next_power_of_two().max(2);
         Lru {
-            keys: vec![0; c],
-            masks: vec![0; c],
-            flags: vec![false; c],
-            aux: vec![0; c],
-            prev: vec![NIL; c],
-            next: vec![NIL; c],
+            e: vec![
+                Entry {
+                    key: 0,
+                    mask: 0,
+                    aux: 0,
+                    prev: NIL,
+                    next: NIL,
+                    pos: 0,
+                    flag: false,
+                };
+                c
+            ],
             index: vec![NIL; ix],
             head: NIL,
             tail: NIL,
@@ -613,7 +631,7 @@ impl Lru {
     }
 
     fn cap(&self) -> u32 {
-        self.keys.len() as u32
+        self.e.len() as u32
     }
 
     #[inline]
@@ -622,7 +640,7 @@ impl Lru {
     }
 
     /// Position in `index` of `key`, or of the empty slot where it would go.
-    #[inline]
+    #[inline(always)]
     fn probe(&self, key: u64) -> (usize, Option<u32>) {
         let m = self.index.len() - 1;
         let mut i = self.home(key);
@@ -631,13 +649,14 @@ impl Lru {
             if s == NIL {
                 return (i, None);
             }
-            if self.keys[s as usize] == key {
+            if self.e[s as usize].key == key {
                 return (i, Some(s));
             }
             i = (i + 1) & m;
         }
     }
 
+    #[inline]
     fn find(&self, key: u64) -> Option<u32> {
         if self.len == 0 {
             return None;
@@ -645,25 +664,27 @@ impl Lru {
         self.probe(key).1
     }
 
+    #[inline]
     fn unlink(&mut self, s: u32) {
-        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
+        let (p, n) = (self.e[s as usize].prev, self.e[s as usize].next);
         if p != NIL {
-            self.next[p as usize] = n;
+            self.e[p as usize].next = n;
         } else {
             self.head = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            self.e[n as usize].prev = p;
         } else {
             self.tail = p;
         }
     }
 
+    #[inline]
     fn push_front(&mut self, s: u32) {
-        self.prev[s as usize] = NIL;
-        self.next[s as usize] = self.head;
+        self.e[s as usize].prev = NIL;
+        self.e[s as usize].next = self.head;
         if self.head != NIL {
-            self.prev[self.head as usize] = s;
+            self.e[self.head as usize].prev = s;
         }
         self.head = s;
         if self.tail == NIL {
@@ -672,6 +693,7 @@ impl Lru {
     }
 
     /// Make `s` the most recent.
+    #[inline]
     fn touch(&mut self, s: u32) {
         if self.head != s {
             self.unlink(s);
@@ -679,21 +701,19 @@ impl Lru {
         }
     }
 
-    /// Remove `key`'s index entry (backward-shift deletion).
-    fn unindex(&mut self, key: u64) {
+    /// Remove slot `s`'s index entry (backward-shift deletion).
+    #[inline(always)]
+    fn unindex(&mut self, s: u32) {
         let m = self.index.len() - 1;
-        let (mut i, found) = self.probe(key);
-        if found.is_none() {
-            return;
-        }
+        let mut i = self.e[s as usize].pos as usize;
         let mut j = i;
         loop {
             j = (j + 1) & m;
-            let s = self.index[j];
-            if s == NIL {
+            let t = self.index[j];
+            if t == NIL {
                 break;
             }
-            let h = self.home(self.keys[s as usize]);
+            let h = self.home(self.e[t as usize].key);
             // Move the entry at j back to i unless its home lies in (i, j].
             let between = if i <= j {
                 i < h && h <= j
@@ -701,7 +721,8 @@ impl Lru {
                 i < h || h <= j
             };
             if !between {
-                self.index[i] = s;
+                self.index[i] = t;
+                self.e[t as usize].pos = i as u32;
                 i = j;
             }
         }
@@ -717,6 +738,7 @@ impl Lru {
 
     /// [`insert`](Self::insert), and the slot `key` now has (NIL with no
     /// capacity).
+    #[inline(always)]
     fn insert_at(
         &mut self,
         key: u64,
@@ -732,23 +754,24 @@ impl Lru {
             self.len - 1
         } else {
             let s = self.tail;
-            let old = self.keys[s as usize];
+            let old = self.e[s as usize].key;
             evicted = Some((
                 old,
-                self.masks[s as usize],
-                self.flags[s as usize],
-                self.aux[s as usize],
+                self.e[s as usize].mask,
+                self.e[s as usize].flag,
+                self.e[s as usize].aux,
             ));
-            self.unindex(old);
+            self.unindex(s);
             self.unlink(s);
             s
         };
-        self.keys[s as usize] = key;
-        self.masks[s as usize] = mask;
-        self.flags[s as usize] = flag;
-        self.aux[s as usize] = 0;
+        self.e[s as usize].key = key;
+        self.e[s as usize].mask = mask;
+        self.e[s as usize].flag = flag;
+        self.e[s as usize].aux = 0;
         let (i, _) = self.probe(key);
         self.index[i] = s;
+        self.e[s as usize].pos = i as u32;
         self.push_front(s);
         (s, evicted)
     }
@@ -756,29 +779,30 @@ impl Lru {
     /// Remove `key`; returns its mask and flag.
     fn remove(&mut self, key: u64) -> Option<(u32, bool)> {
         let s = self.find(key)?;
-        let out = (self.masks[s as usize], self.flags[s as usize]);
-        self.unindex(key);
+        let out = (self.e[s as usize].mask, self.e[s as usize].flag);
+        self.unindex(s);
         self.unlink(s);
         // Keep the slots dense: move the last slot into the hole.
         let last = self.len - 1;
         if s != last {
-            let k = self.keys[last as usize];
-            let (i, _) = self.probe(k);
-            self.index[i] = s;
-            self.keys[s as usize] = k;
-            self.masks[s as usize] = self.masks[last as usize];
-            self.flags[s as usize] = self.flags[last as usize];
-            self.aux[s as usize] = self.aux[last as usize];
-            let (p, n) = (self.prev[last as usize], self.next[last as usize]);
-            self.prev[s as usize] = p;
-            self.next[s as usize] = n;
+            let k = self.e[last as usize].key;
+            let i = self.e[last as usize].pos;
+            self.index[i as usize] = s;
+            self.e[s as usize].pos = i;
+            self.e[s as usize].key = k;
+            self.e[s as usize].mask = self.e[last as usize].mask;
+            self.e[s as usize].flag = self.e[last as usize].flag;
+            self.e[s as usize].aux = self.e[last as usize].aux;
+            let (p, n) = (self.e[last as usize].prev, self.e[last as usize].next);
+            self.e[s as usize].prev = p;
+            self.e[s as usize].next = n;
             if p != NIL {
-                self.next[p as usize] = s;
+                self.e[p as usize].next = s;
             } else {
                 self.head = s;
             }
             if n != NIL {
-                self.prev[n as usize] = s;
+                self.e[n as usize].prev = s;
             } else {
                 self.tail = s;
             }
@@ -909,16 +933,16 @@ impl DeviceModel {
             // A partial line written without its old content serves only
             // the lines written.
             Some(s)
-                if dimm.rmw.masks[s as usize] & bit != 0
-                    || dimm.rmw.masks[s as usize] == 0
-                    || !dimm.rmw.flags[s as usize] =>
+                if dimm.rmw.e[s as usize].mask & bit != 0
+                    || dimm.rmw.e[s as usize].mask == 0
+                    || !dimm.rmw.e[s as usize].flag =>
             {
                 dimm.rmw.touch(s);
                 self.counts.rmw_hits += 1;
                 Level::Rmw
             }
             _ => {
-                let l = self.fetch(d, blk);
+                let l = self.fetch(d, blk, held.is_some());
                 match l {
                     Level::Ait => self.counts.ait_hits += 1,
                     _ => self.counts.media_reads += 1,
@@ -928,7 +952,7 @@ impl DeviceModel {
                     // fetch may have moved its slot: look it up again).
                     let dimm = &mut self.dimms[d];
                     if let Some(s) = dimm.rmw.find(blk) {
-                        dimm.rmw.flags[s as usize] = false;
+                        dimm.rmw.e[s as usize].flag = false;
                     }
                     self.rmw_insert(d, blk, 0, false);
                 } else {
@@ -946,8 +970,9 @@ impl DeviceModel {
                 }
                 if self.dimms[d].rmw.find(b).is_none() {
                     self.counts.prefetches += 1;
-                    self.fetch(d, b);
-                    self.rmw_insert(d, b, 0, false);
+                    self.fetch(d, b, false);
+                    // The fetch only takes XPLines out of the buffer.
+                    self.rmw_insert_absent(d, b, 0, false);
                 }
             }
         }
@@ -970,12 +995,12 @@ impl DeviceModel {
         if let Some(s) = held {
             self.dimms[d].rmw.touch(s);
         }
-        let old = held.map_or(0, |s| self.dimms[d].rmw.masks[s as usize]);
+        let old = held.map_or(0, |s| self.dimms[d].rmw.e[s as usize].mask);
         let dirty = old | bit;
         if self.p.combine_in_buffer && dirty != self.full {
             // Partial: it waits in the buffer for the rest of its XPLine.
             match held {
-                Some(s) => self.dimms[d].rmw.masks[s as usize] = dirty,
+                Some(s) => self.dimms[d].rmw.e[s as usize].mask = dirty,
                 None => self.rmw_insert(d, blk, bit, true),
             }
             return self.counts.stall_ns - stall0;
@@ -983,14 +1008,14 @@ impl DeviceModel {
         if bit != self.full && held.is_none() {
             self.counts.modify_reads += 1;
             self.counts.media_write_ns += self.p.read_occ_ns;
-            self.fetch(d, blk);
+            self.fetch(d, blk, false);
         }
         self.media_write(d, blk);
         self.ait_fill(d, blk);
         match self.dimms[d].rmw.find(blk) {
             Some(s) => {
-                self.dimms[d].rmw.masks[s as usize] = 0;
-                self.dimms[d].rmw.flags[s as usize] = false;
+                self.dimms[d].rmw.e[s as usize].mask = 0;
+                self.dimms[d].rmw.e[s as usize].flag = false;
             }
             None => self.rmw_insert(d, blk, 0, false),
         }
@@ -998,19 +1023,22 @@ impl DeviceModel {
     }
 
     /// Bring XPLine `blk` of DIMM `d` to its RMW buffer's door: an AIT
-    /// hit, or a media read (which fills the AIT buffer).
-    fn fetch(&mut self, d: usize, blk: u64) -> Level {
+    /// hit, or a media read (which fills the AIT buffer). `in_rmw`: the
+    /// XPLine is in the RMW buffer now.
+    #[inline(always)]
+    fn fetch(&mut self, d: usize, blk: u64, in_rmw: bool) -> Level {
         let page = blk >> self.per_shift;
         let bit = 1u32 << (blk & (self.per - 1));
         let dimm = &mut self.dimms[d];
-        if let Some(s) = dimm.ait.find(page) {
+        let found = dimm.ait.find(page);
+        if let Some(s) = found {
             dimm.ait.touch(s);
             dimm.ait_memo = (page, s);
-            if dimm.ait.masks[s as usize] & bit != 0 {
+            if dimm.ait.e[s as usize].mask & bit != 0 {
                 return Level::Ait;
             }
         }
-        self.ait_fill(d, blk);
+        self.ait_fill_at(d, blk, found, if in_rmw { bit } else { 0 });
         Level::Media
     }
 
@@ -1024,11 +1052,21 @@ impl DeviceModel {
         } else {
             0
         };
+        let found = self.dimms[d].ait.find(page);
+        self.ait_fill_at(d, blk, found, in_rmw);
+    }
+
+    /// [`ait_fill`](Self::ait_fill) with the AIT entry's slot (`found`)
+    /// and the XPLine's bit if it is in the RMW buffer (`in_rmw`) known.
+    #[inline(always)]
+    fn ait_fill_at(&mut self, d: usize, blk: u64, found: Option<u32>, in_rmw: u32) {
+        let page = blk >> self.per_shift;
+        let bit = 1u32 << (blk & (self.per - 1));
         let dimm = &mut self.dimms[d];
         let ait = &mut dimm.ait;
-        if let Some(s) = ait.find(page) {
-            ait.masks[s as usize] |= bit;
-            ait.aux[s as usize] |= in_rmw;
+        if let Some(s) = found {
+            ait.e[s as usize].mask |= bit;
+            ait.e[s as usize].aux |= in_rmw;
             ait.touch(s);
             dimm.ait_memo = (page, s);
             return;
@@ -1041,7 +1079,7 @@ impl DeviceModel {
         let mask = if self.p.fill_entry { all } else { bit };
         let (s, evicted) = ait.insert_at(page, mask, false);
         if s != NIL {
-            ait.aux[s as usize] = in_rmw;
+            ait.e[s as usize].aux = in_rmw;
             dimm.ait_memo = (page, s);
         }
         if let Some((victim, valid, _, in_rmw)) = evicted {
@@ -1065,7 +1103,7 @@ impl DeviceModel {
     fn rmw_insert(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
         let rmw = &mut self.dimms[d].rmw;
         if let Some(s) = rmw.find(blk) {
-            rmw.masks[s as usize] |= dirty;
+            rmw.e[s as usize].mask |= dirty;
             rmw.touch(s);
             return;
         }
@@ -1073,12 +1111,13 @@ impl DeviceModel {
     }
 
     /// [`rmw_insert`](Self::rmw_insert) of an XPLine known to be absent.
+    #[inline(always)]
     fn rmw_insert_absent(&mut self, d: usize, blk: u64, dirty: u32, unread: bool) {
         let (s, evicted) = self.dimms[d].rmw.insert_at(blk, dirty, unread);
         let hint = self.mark_in_rmw(d, blk, true, 0);
         if s != NIL {
             // The RMW entry remembers its AIT entry's slot (plus one).
-            self.dimms[d].rmw.aux[s as usize] = hint;
+            self.dimms[d].rmw.e[s as usize].aux = hint;
         }
         if let Some((victim, mask, unread, hint)) = evicted {
             self.mark_in_rmw(d, victim, false, hint);
@@ -1094,7 +1133,7 @@ impl DeviceModel {
     /// remembered it (0: none); returns the slot plus one (0: absent).
     /// AIT slots are never removed, only reused by eviction: a slot holds
     /// the entry while its key says so.
-    #[inline]
+    #[inline(always)]
     fn mark_in_rmw(&mut self, d: usize, blk: u64, on: bool, hint: u32) -> u32 {
         let page = blk >> self.per_shift;
         let dimm = &mut self.dimms[d];
@@ -1107,7 +1146,7 @@ impl DeviceModel {
         };
         let (memo_page, memo) = dimm.ait_memo;
         let ait = &mut dimm.ait;
-        let holds = |s: u32| s < ait.len && ait.keys[s as usize] == page;
+        let holds = |s: u32| s < ait.len && ait.e[s as usize].key == page;
         let slot = if hint != 0 && holds(hint - 1) {
             Some(hint - 1)
         } else if memo_page == page && holds(memo) {
@@ -1120,9 +1159,9 @@ impl DeviceModel {
         };
         let bit = 1u32 << (blk & (self.per - 1));
         if on {
-            ait.aux[s as usize] |= bit;
+            ait.e[s as usize].aux |= bit;
         } else {
-            ait.aux[s as usize] &= !bit;
+            ait.e[s as usize].aux &= !bit;
         }
         s + 1
     }
@@ -1162,8 +1201,94 @@ impl DeviceModel {
 }
 
 #[cfg(test)]
+mod reference;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_agrees_with_its_reference() {
+        // Random, sequential and mixed streams of reads and write-backs
+        // over 8 KiB, 4 MiB and 1 GiB, on one DIMM and six, with Optane's
+        // sizes and with a wear threshold low enough to migrate: the same
+        // level for every read, the same stall for every write-back, the
+        // same counts (so the same amplification) as the model kept as
+        // the reference; also with buffers small enough that AIT entries
+        // leave while their XPLines are in the RMW buffer, and without
+        // whole-entry fills or write combining.
+        let base = DeviceParams::optane_like();
+        let wearing = DeviceParams {
+            wear_threshold: 40,
+            wear_window: 20_000,
+            ..base.clone()
+        };
+        let tiny = DeviceParams {
+            rmw_lines: 16,
+            ait_entries: 8,
+            ait_entry: 1024,
+            ..wearing.clone()
+        };
+        let plain = DeviceParams {
+            fill_entry: false,
+            combine_in_buffer: false,
+            ..tiny.clone()
+        };
+        let mut migrated = false;
+        for p0 in [&base, &wearing, &tiny, &plain] {
+            for channels in [1u32, 6] {
+                let p = DeviceParams {
+                    channels,
+                    ..p0.clone()
+                };
+                for span in [8u64 << 10, 4 << 20, 1 << 30] {
+                    for kind in ["random", "sequential", "mixed"] {
+                        let mut new = DeviceModel::new(&p);
+                        let mut old = reference::DeviceModel::new(&p);
+                        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ span ^ channels as u64;
+                        let mut seq = 0u64;
+                        for i in 0..60_000u64 {
+                            s ^= s << 13;
+                            s ^= s >> 7;
+                            s ^= s << 17;
+                            let random = (s % span) & !63;
+                            seq = (seq + 64) % span;
+                            let a = match kind {
+                                "random" => random,
+                                "sequential" => seq,
+                                // Runs of sequential lines, random lines
+                                // and a hot 4 KiB.
+                                _ => match (s >> 40) % 4 {
+                                    0 | 1 => seq,
+                                    2 => random,
+                                    _ => ((s >> 20) % 64) * 64 % span,
+                                },
+                            };
+                            let write = match kind {
+                                "sequential" => i % 4 == 3,
+                                _ => s & 4 == 0,
+                            };
+                            let what = format!("{kind} {span} B on {channels} DIMMs, access {i}");
+                            if write {
+                                assert_eq!(new.write_back(a), old.write_back(a), "{what}");
+                            } else {
+                                assert_eq!(new.read(a), old.read(a), "{what}");
+                            }
+                        }
+                        let (cn, co) = (new.counts(), old.counts());
+                        assert_eq!(cn, co, "{kind} {span} B on {channels} DIMMs");
+                        assert_eq!(
+                            cn.write_amplification(p.xpline),
+                            co.write_amplification(p.xpline)
+                        );
+                        assert!(cn.writes > 0 && cn.rmw_hits + cn.ait_hits + cn.media_reads > 0);
+                        migrated |= cn.migrations > 0;
+                    }
+                }
+            }
+        }
+        assert!(migrated, "no stream reached a wear-leveling migration");
+    }
 
     std::thread_local! {
         /// The AIT entries' slots are always looked up (the remembered
