@@ -36,7 +36,7 @@
 
 use pmlab_model::options::Sample;
 use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 
 /// Checks between two questions while the hooks are off.
 pub const INACTIVE_GAP: i64 = 1 << 24;
@@ -214,6 +214,12 @@ pub struct Switch {
     /// [`AUTO_PERIOD_NS`] in TSC cycles (0: not known yet; set by
     /// [`switch`]).
     pub period: f64,
+    /// The cache model has not filled yet (it has taken fewer misses than
+    /// it holds lines: see [`FirstSight::full`]): [`Policy::Auto`] keeps
+    /// the share at [`AUTO_MAX_SHARE`], so that a set-up phase is counted
+    /// as `--sample off` counts it (its compulsory misses, a model that
+    /// fills when the cache it stands for does). Set by [`switch`].
+    pub unfilled: bool,
     /// The program's countdown triple, as last seen (to count the checks
     /// of the current window or gap).
     pub state: usize,
@@ -346,8 +352,13 @@ impl Switch {
     /// The share of checks [`Policy::Auto`] puts in windows now:
     /// [`auto_share`] of the timed slowdown and of the delay per check
     /// over the hooks' cost per window check (the timed one until counts
-    /// gave it), 1/2 until a window and a gap were timed.
+    /// gave it), 1/2 until a window and a gap were timed;
+    /// [`AUTO_MAX_SHARE`] while the cache model has not filled
+    /// ([`Switch::unfilled`]).
     pub fn share(&self) -> f64 {
+        if self.unfilled {
+            return AUTO_MAX_SHARE;
+        }
         if self.window_cycles <= 0.0 || self.gap_cycles <= 0.0 {
             return 0.5;
         }
@@ -450,6 +461,7 @@ thread_local! {
             delay_cycles: 0.0,
             hook_cycles: 0.0,
             period: 0.0,
+            unfilled: false,
             state: 0,
         })
     };
@@ -584,6 +596,17 @@ pub fn delayed(ns: f64) {
     });
 }
 
+/// Whether a thread's cache model has filled (see [`FirstSight::full`];
+/// set at a [`FirstSight::settle_at`]).
+static FILLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a cache model of the process has taken as many misses as it
+/// holds lines (with first sights ruled: sampled runs). Until then
+/// [`Policy::Auto`] runs at [`AUTO_MAX_SHARE`] (see [`Switch::unfilled`]).
+pub fn model_filled() -> bool {
+    FILLED.load(Ordering::Relaxed)
+}
+
 /// The share of checks in windows that [`Policy::Auto`] set last (any
 /// thread's), as f64 bits; 0 until it set one.
 static SHARE: AtomicU64 = AtomicU64::new(0);
@@ -706,6 +729,7 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
         let policy = policy();
         let rate = DELAY.with(Cell::get);
         (s.delay_cycles, s.hook_cycles) = (rate.per_check, rate.hooks_per_check);
+        s.unfilled = !model_filled();
         let r = s.ask(policy, active, full, st, now);
         if policy == Policy::Auto && active && !full {
             SHARE.store(s.share().to_bits(), Ordering::Relaxed);
@@ -1042,6 +1066,9 @@ impl FirstSight {
     /// whose delay hides the hooks) first sights count as misses, as with
     /// `--sample off`; at a thousandth (a streaming loop) at `r`.
     pub fn settle_at(&mut self, share: f64) {
+        if self.full() && !model_filled() {
+            FILLED.store(true, Ordering::Relaxed);
+        }
         let Some(r) = self.ratio() else {
             return;
         };
@@ -1592,6 +1619,78 @@ mod tests {
             0.0,
         );
         assert!(sw.share() < 0.01, "stream share again {}", sw.share());
+    }
+
+    #[test]
+    fn a_set_up_before_the_model_fills_runs_at_the_most_and_a_stream_after_at_its_budget() {
+        // A set-up: sequential writes, hooks 30 times the clean code
+        // (o = 30), no delay to cover them. While the model has not
+        // filled it runs nearly whole in windows; once it has, the same
+        // checks (a stream under --no-inject) run at the budget's share.
+        let mut sw = Switch {
+            period: 1e6,
+            unfilled: true,
+            ..Switch::default()
+        };
+        let mut d = DelayRate::default();
+        let mut st = [0, 1, 0];
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, 0);
+        let mut now = 0u64;
+        let inside = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            200_000,
+            [2, 62],
+            0.0,
+        );
+        assert_eq!(sw.share(), AUTO_MAX_SHARE);
+        assert!(inside > 0.95, "set-up share of checks {inside}");
+        // The model filled: the stream's budget share.
+        sw.unfilled = false;
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            2_000_000,
+            [2, 62],
+            0.0,
+        );
+        let inside = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            10_000_000,
+            [2, 62],
+            0.0,
+        );
+        let want = auto_share(30.0, 0.0);
+        assert!(sw.share() < 0.01, "stream share {}", sw.share());
+        assert!(
+            (inside - want).abs() < 0.01,
+            "stream share of checks {inside}, want {want}"
+        );
+    }
+
+    #[test]
+    fn a_full_model_marks_the_process_s_model_filled() {
+        // A model of 64 lines: 63 misses leave it unfilled, the 64th
+        // fills it, and its next settle says so to the switch.
+        let mut f = FirstSight::with_bits(1 << 16, 64, 16);
+        for line in 0..63 {
+            f.first(true, [0.0; 4]);
+            assert!(!f.full(), "line {line}");
+        }
+        f.first(true, [0.0; 4]);
+        assert!(f.full());
+        f.settle_at(0.5);
+        assert!(model_filled());
     }
 
     #[test]
