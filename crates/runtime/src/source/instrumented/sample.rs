@@ -220,6 +220,12 @@ pub struct Switch {
     /// as `--sample off` counts it (its compulsory misses, a model that
     /// fills when the cache it stands for does). Set by [`switch`].
     pub unfilled: bool,
+    /// The latency is injected and the windows take many model misses per
+    /// check (over [`AUTO_MISS_RATE`]): [`Policy::Auto`] keeps the share
+    /// at [`AUTO_MAX_SHARE`], so that a phase of misses whose own delay is
+    /// small (a set-up writing memory, a chase through DRAM between PM
+    /// runs) is counted whole when it moves on to PM. Set by [`switch`].
+    pub missing: bool,
     /// The program's countdown triple, as last seen (to count the checks
     /// of the current window or gap).
     pub state: usize,
@@ -354,9 +360,10 @@ impl Switch {
     /// over the hooks' cost per window check (the timed one until counts
     /// gave it), 1/2 until a window and a gap were timed;
     /// [`AUTO_MAX_SHARE`] while the cache model has not filled
-    /// ([`Switch::unfilled`]).
+    /// ([`Switch::unfilled`]) and while the windows take many misses under
+    /// injection ([`Switch::missing`]).
     pub fn share(&self) -> f64 {
-        if self.unfilled {
+        if self.unfilled || self.missing {
             return AUTO_MAX_SHARE;
         }
         if self.window_cycles <= 0.0 || self.gap_cycles <= 0.0 {
@@ -462,6 +469,7 @@ thread_local! {
             hook_cycles: 0.0,
             period: 0.0,
             unfilled: false,
+            missing: false,
             state: 0,
         })
     };
@@ -587,6 +595,17 @@ pub fn delayed(ns: f64) {
     if policy() != Policy::Auto {
         return;
     }
+    if ns > 0.0 && !INJECTING.load(Ordering::Relaxed) {
+        INJECTING.store(true, Ordering::Relaxed);
+    }
+    MISS_RATE.with(|c| {
+        let mut m = c.get();
+        m.add(
+            MISSES.load(Ordering::Relaxed),
+            TOTALS[0].load(Ordering::Relaxed),
+        );
+        c.set(m);
+    });
     let (w, g) = thread_events();
     let per_ns = crate::clock::ns_to_ticks(1e6) as f64 / 1e6;
     DELAY.with(|c| {
@@ -605,6 +624,56 @@ static FILLED: AtomicBool = AtomicBool::new(false);
 /// [`Policy::Auto`] runs at [`AUTO_MAX_SHARE`] (see [`Switch::unfilled`]).
 pub fn model_filled() -> bool {
     FILLED.load(Ordering::Relaxed)
+}
+
+/// Misses the process's cache models have taken in windows (reported at
+/// each [`FirstSight::settle_at`]).
+static MISSES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the runtime has asked for a latency delay (not `--no-inject`).
+static INJECTING: AtomicBool = AtomicBool::new(false);
+
+/// Model misses per window check above which [`Policy::Auto`] runs at
+/// [`AUTO_MAX_SHARE`] while the latency is injected (see
+/// [`Switch::missing`]).
+pub const AUTO_MISS_RATE: f64 = 0.1;
+
+/// The process's model misses per window check, averaged over epochs (a
+/// quarter weight per epoch), from the totals at the last epoch end:
+/// `(misses, window checks, rate)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MissRate {
+    /// Misses and window checks at the last epoch end that had window
+    /// checks.
+    pub misses: u64,
+    pub window_checks: u64,
+    /// Misses per window check (0: none yet).
+    pub rate: f64,
+    /// Epochs averaged.
+    pub epochs: u64,
+}
+
+impl MissRate {
+    /// Add the totals at an epoch end: the misses and window checks since
+    /// the last epoch with window checks update the average.
+    pub fn add(&mut self, misses: u64, window_checks: u64) {
+        let nw = window_checks.saturating_sub(self.window_checks);
+        if nw == 0 {
+            return;
+        }
+        let per = misses.saturating_sub(self.misses) as f64 / nw as f64;
+        self.rate = average(self.rate, per, self.epochs);
+        self.epochs += 1;
+        self.misses = misses;
+        self.window_checks = window_checks;
+    }
+}
+
+thread_local! {
+    /// The miss rate as the calling thread's epoch ends saw it.
+    static MISS_RATE: Cell<MissRate> = const {
+        Cell::new(MissRate { misses: 0, window_checks: 0, rate: 0.0, epochs: 0 })
+    };
 }
 
 /// The share of checks in windows that [`Policy::Auto`] set last (any
@@ -730,6 +799,8 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
         let rate = DELAY.with(Cell::get);
         (s.delay_cycles, s.hook_cycles) = (rate.per_check, rate.hooks_per_check);
         s.unfilled = !model_filled();
+        s.missing =
+            INJECTING.load(Ordering::Relaxed) && MISS_RATE.with(Cell::get).rate > AUTO_MISS_RATE;
         let r = s.ask(policy, active, full, st, now);
         if policy == Policy::Auto && active && !full {
             SHARE.store(s.share().to_bits(), Ordering::Relaxed);
@@ -909,8 +980,10 @@ pub struct FirstSight {
     /// Sightings (accesses run through the model) and first sights.
     sightings: f64,
     firsts: f64,
-    /// Misses the model has taken (it is full past `capacity`).
+    /// Misses the model has taken (it is full past `capacity`), and those
+    /// reported to the process's count.
     inserted: f64,
+    reported: f64,
     /// Re-sights after the model filled, and their misses (halved past
     /// [`RESIGHT_HORIZON`]).
     resights: f64,
@@ -942,6 +1015,7 @@ impl FirstSight {
             sightings: 0.0,
             firsts: 0.0,
             inserted: 0.0,
+            reported: 0.0,
             resights: 0.0,
             resight_misses: 0.0,
             pending: [0.0; 4],
@@ -1068,6 +1142,11 @@ impl FirstSight {
     pub fn settle_at(&mut self, share: f64) {
         if self.full() && !model_filled() {
             FILLED.store(true, Ordering::Relaxed);
+        }
+        let new = (self.inserted - self.reported).max(0.0) as u64;
+        if new > 0 {
+            MISSES.fetch_add(new, Ordering::Relaxed);
+            self.reported += new as f64;
         }
         let Some(r) = self.ratio() else {
             return;
@@ -1679,6 +1758,39 @@ mod tests {
     }
 
     #[test]
+    fn many_misses_per_window_check_under_injection_run_at_the_most() {
+        // The process's totals at epoch ends: 1 000 window checks with 800
+        // misses (a chase through DRAM, no delay of its own), then an
+        // epoch in a gap (no window checks: nothing changes).
+        let mut m = MissRate::default();
+        m.add(800, 1_000);
+        assert_eq!(m.rate, 0.8);
+        m.add(900, 1_000);
+        assert_eq!(m.rate, 0.8);
+        // A stream of few misses per check pulls the average down a
+        // quarter per epoch.
+        for _ in 0..40 {
+            let (mi, w) = (m.misses + 10, m.window_checks + 1_000);
+            m.add(mi, w);
+        }
+        assert!(m.rate < AUTO_MISS_RATE, "{}", m.rate);
+        // The switch: with many misses per check the share is the most,
+        // whatever o; without, the budget's.
+        let sw = Switch {
+            window_cycles: 62.0,
+            gap_cycles: 2.0,
+            missing: true,
+            ..Switch::default()
+        };
+        assert_eq!(sw.share(), AUTO_MAX_SHARE);
+        let sw = Switch {
+            missing: false,
+            ..sw
+        };
+        assert_eq!(sw.share(), auto_share(30.0, 0.0));
+    }
+
+    #[test]
     fn a_full_model_marks_the_process_s_model_filled() {
         // A model of 64 lines: 63 misses leave it unfilled, the 64th
         // fills it, and its next settle says so to the switch.
@@ -1689,8 +1801,14 @@ mod tests {
         }
         f.first(true, [0.0; 4]);
         assert!(f.full());
+        let before = MISSES.load(Ordering::Relaxed);
         f.settle_at(0.5);
         assert!(model_filled());
+        // Its 64 misses went to the process's count, once.
+        assert!(MISSES.load(Ordering::Relaxed) >= before + 64);
+        assert_eq!(f.reported, 64.0);
+        f.settle_at(0.5);
+        assert_eq!(f.reported, 64.0);
     }
 
     #[test]
