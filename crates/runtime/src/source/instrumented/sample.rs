@@ -152,7 +152,9 @@ pub enum Policy {
     /// The windows
     /// are as long as the gaps allow within [`AUTO_PERIOD_NS`] of clean
     /// code (see [`auto_lengths`]): a phase lasting longer than that is
-    /// seen.
+    /// seen. The share is [`AUTO_MAX_SHARE`] until the cache model has
+    /// filled and, under injection, while the windows take many misses
+    /// per check ([`Switch::unfilled`], [`Switch::missing`]).
     Auto,
 }
 
