@@ -36,7 +36,7 @@
 
 use pmlab_model::options::Sample;
 use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 
 /// Checks between two questions while the hooks are off.
 pub const INACTIVE_GAP: i64 = 1 << 24;
@@ -152,7 +152,9 @@ pub enum Policy {
     /// The windows
     /// are as long as the gaps allow within [`AUTO_PERIOD_NS`] of clean
     /// code (see [`auto_lengths`]): a phase lasting longer than that is
-    /// seen.
+    /// seen. The share is [`AUTO_MAX_SHARE`] until the cache model has
+    /// filled and, under injection, while the windows take many misses
+    /// per check ([`Switch::unfilled`], [`Switch::missing`]).
     Auto,
 }
 
@@ -214,6 +216,18 @@ pub struct Switch {
     /// [`AUTO_PERIOD_NS`] in TSC cycles (0: not known yet; set by
     /// [`switch`]).
     pub period: f64,
+    /// The cache model has not filled yet (it has taken fewer misses than
+    /// it holds lines: see [`FirstSight::full`]): [`Policy::Auto`] keeps
+    /// the share at [`AUTO_MAX_SHARE`], so that a set-up phase is counted
+    /// as `--sample off` counts it (its compulsory misses, a model that
+    /// fills when the cache it stands for does). Set by [`switch`].
+    pub unfilled: bool,
+    /// The latency is injected and the windows take many model misses per
+    /// check (over [`AUTO_MISS_RATE`]): [`Policy::Auto`] keeps the share
+    /// at [`AUTO_MAX_SHARE`], so that a phase of misses whose own delay is
+    /// small (a set-up writing memory, a chase through DRAM between PM
+    /// runs) is counted whole when it moves on to PM. Set by [`switch`].
+    pub missing: bool,
     /// The program's countdown triple, as last seen (to count the checks
     /// of the current window or gap).
     pub state: usize,
@@ -346,8 +360,14 @@ impl Switch {
     /// The share of checks [`Policy::Auto`] puts in windows now:
     /// [`auto_share`] of the timed slowdown and of the delay per check
     /// over the hooks' cost per window check (the timed one until counts
-    /// gave it), 1/2 until a window and a gap were timed.
+    /// gave it), 1/2 until a window and a gap were timed;
+    /// [`AUTO_MAX_SHARE`] while the cache model has not filled
+    /// ([`Switch::unfilled`]) and while the windows take many misses under
+    /// injection ([`Switch::missing`]).
     pub fn share(&self) -> f64 {
+        if self.unfilled || self.missing {
+            return AUTO_MAX_SHARE;
+        }
         if self.window_cycles <= 0.0 || self.gap_cycles <= 0.0 {
             return 0.5;
         }
@@ -450,6 +470,8 @@ thread_local! {
             delay_cycles: 0.0,
             hook_cycles: 0.0,
             period: 0.0,
+            unfilled: false,
+            missing: false,
             state: 0,
         })
     };
@@ -575,6 +597,17 @@ pub fn delayed(ns: f64) {
     if policy() != Policy::Auto {
         return;
     }
+    if ns > 0.0 && !INJECTING.load(Ordering::Relaxed) {
+        INJECTING.store(true, Ordering::Relaxed);
+    }
+    MISS_RATE.with(|c| {
+        let mut m = c.get();
+        m.add(
+            MISSES.load(Ordering::Relaxed),
+            TOTALS[0].load(Ordering::Relaxed),
+        );
+        c.set(m);
+    });
     let (w, g) = thread_events();
     let per_ns = crate::clock::ns_to_ticks(1e6) as f64 / 1e6;
     DELAY.with(|c| {
@@ -582,6 +615,67 @@ pub fn delayed(ns: f64) {
         d.add(ns * per_ns, hooks_ns * per_ns, w, g);
         c.set(d);
     });
+}
+
+/// Whether a thread's cache model has filled (see [`FirstSight::full`];
+/// set at a [`FirstSight::settle_at`]).
+static FILLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a cache model of the process has taken as many misses as it
+/// holds lines (with first sights ruled: sampled runs). Until then
+/// [`Policy::Auto`] runs at [`AUTO_MAX_SHARE`] (see [`Switch::unfilled`]).
+pub fn model_filled() -> bool {
+    FILLED.load(Ordering::Relaxed)
+}
+
+/// Misses the process's cache models have taken in windows (reported at
+/// each [`FirstSight::settle_at`]).
+static MISSES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the runtime has asked for a latency delay (not `--no-inject`).
+static INJECTING: AtomicBool = AtomicBool::new(false);
+
+/// Model misses per window check above which [`Policy::Auto`] runs at
+/// [`AUTO_MAX_SHARE`] while the latency is injected (see
+/// [`Switch::missing`]).
+pub const AUTO_MISS_RATE: f64 = 0.1;
+
+/// The process's model misses per window check, averaged over epochs (a
+/// quarter weight per epoch), from the totals at the last epoch end:
+/// `(misses, window checks, rate)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MissRate {
+    /// Misses and window checks at the last epoch end that had window
+    /// checks.
+    pub misses: u64,
+    pub window_checks: u64,
+    /// Misses per window check (0: none yet).
+    pub rate: f64,
+    /// Epochs averaged.
+    pub epochs: u64,
+}
+
+impl MissRate {
+    /// Add the totals at an epoch end: the misses and window checks since
+    /// the last epoch with window checks update the average.
+    pub fn add(&mut self, misses: u64, window_checks: u64) {
+        let nw = window_checks.saturating_sub(self.window_checks);
+        if nw == 0 {
+            return;
+        }
+        let per = misses.saturating_sub(self.misses) as f64 / nw as f64;
+        self.rate = average(self.rate, per, self.epochs);
+        self.epochs += 1;
+        self.misses = misses;
+        self.window_checks = window_checks;
+    }
+}
+
+thread_local! {
+    /// The miss rate as the calling thread's epoch ends saw it.
+    static MISS_RATE: Cell<MissRate> = const {
+        Cell::new(MissRate { misses: 0, window_checks: 0, rate: 0.0, epochs: 0 })
+    };
 }
 
 /// The share of checks in windows that [`Policy::Auto`] set last (any
@@ -706,6 +800,9 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
         let policy = policy();
         let rate = DELAY.with(Cell::get);
         (s.delay_cycles, s.hook_cycles) = (rate.per_check, rate.hooks_per_check);
+        s.unfilled = !model_filled();
+        s.missing =
+            INJECTING.load(Ordering::Relaxed) && MISS_RATE.with(Cell::get).rate > AUTO_MISS_RATE;
         let r = s.ask(policy, active, full, st, now);
         if policy == Policy::Auto && active && !full {
             SHARE.store(s.share().to_bits(), Ordering::Relaxed);
@@ -885,8 +982,10 @@ pub struct FirstSight {
     /// Sightings (accesses run through the model) and first sights.
     sightings: f64,
     firsts: f64,
-    /// Misses the model has taken (it is full past `capacity`).
+    /// Misses the model has taken (it is full past `capacity`), and those
+    /// reported to the process's count.
     inserted: f64,
+    reported: f64,
     /// Re-sights after the model filled, and their misses (halved past
     /// [`RESIGHT_HORIZON`]).
     resights: f64,
@@ -918,6 +1017,7 @@ impl FirstSight {
             sightings: 0.0,
             firsts: 0.0,
             inserted: 0.0,
+            reported: 0.0,
             resights: 0.0,
             resight_misses: 0.0,
             pending: [0.0; 4],
@@ -1042,6 +1142,14 @@ impl FirstSight {
     /// whose delay hides the hooks) first sights count as misses, as with
     /// `--sample off`; at a thousandth (a streaming loop) at `r`.
     pub fn settle_at(&mut self, share: f64) {
+        if self.full() && !model_filled() {
+            FILLED.store(true, Ordering::Relaxed);
+        }
+        let new = (self.inserted - self.reported).max(0.0) as u64;
+        if new > 0 {
+            MISSES.fetch_add(new, Ordering::Relaxed);
+            self.reported += new as f64;
+        }
         let Some(r) = self.ratio() else {
             return;
         };
@@ -1592,6 +1700,117 @@ mod tests {
             0.0,
         );
         assert!(sw.share() < 0.01, "stream share again {}", sw.share());
+    }
+
+    #[test]
+    fn a_set_up_before_the_model_fills_runs_at_the_most_and_a_stream_after_at_its_budget() {
+        // A set-up: sequential writes, hooks 30 times the clean code
+        // (o = 30), no delay to cover them. While the model has not
+        // filled it runs nearly whole in windows; once it has, the same
+        // checks (a stream under --no-inject) run at the budget's share.
+        let mut sw = Switch {
+            period: 1e6,
+            unfilled: true,
+            ..Switch::default()
+        };
+        let mut d = DelayRate::default();
+        let mut st = [0, 1, 0];
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, 0);
+        let mut now = 0u64;
+        let inside = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            200_000,
+            [2, 62],
+            0.0,
+        );
+        assert_eq!(sw.share(), AUTO_MAX_SHARE);
+        assert!(inside > 0.95, "set-up share of checks {inside}");
+        // The model filled: the stream's budget share.
+        sw.unfilled = false;
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            2_000_000,
+            [2, 62],
+            0.0,
+        );
+        let inside = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            10_000_000,
+            [2, 62],
+            0.0,
+        );
+        let want = auto_share(30.0, 0.0);
+        assert!(sw.share() < 0.01, "stream share {}", sw.share());
+        assert!(
+            (inside - want).abs() < 0.01,
+            "stream share of checks {inside}, want {want}"
+        );
+    }
+
+    #[test]
+    fn many_misses_per_window_check_under_injection_run_at_the_most() {
+        // The process's totals at epoch ends: 1 000 window checks with 800
+        // misses (a chase through DRAM, no delay of its own), then an
+        // epoch in a gap (no window checks: nothing changes).
+        let mut m = MissRate::default();
+        m.add(800, 1_000);
+        assert_eq!(m.rate, 0.8);
+        m.add(900, 1_000);
+        assert_eq!(m.rate, 0.8);
+        // A stream of few misses per check pulls the average down a
+        // quarter per epoch.
+        for _ in 0..40 {
+            let (mi, w) = (m.misses + 10, m.window_checks + 1_000);
+            m.add(mi, w);
+        }
+        assert!(m.rate < AUTO_MISS_RATE, "{}", m.rate);
+        // The switch: with many misses per check the share is the most,
+        // whatever o; without, the budget's.
+        let sw = Switch {
+            window_cycles: 62.0,
+            gap_cycles: 2.0,
+            missing: true,
+            ..Switch::default()
+        };
+        assert_eq!(sw.share(), AUTO_MAX_SHARE);
+        let sw = Switch {
+            missing: false,
+            ..sw
+        };
+        assert_eq!(sw.share(), auto_share(30.0, 0.0));
+    }
+
+    #[test]
+    fn a_full_model_marks_the_process_s_model_filled() {
+        // A model of 64 lines: 63 misses leave it unfilled, the 64th
+        // fills it, and its next settle says so to the switch.
+        let mut f = FirstSight::with_bits(1 << 16, 64, 16);
+        for line in 0..63 {
+            f.first(true, [0.0; 4]);
+            assert!(!f.full(), "line {line}");
+        }
+        f.first(true, [0.0; 4]);
+        assert!(f.full());
+        let before = MISSES.load(Ordering::Relaxed);
+        f.settle_at(0.5);
+        assert!(model_filled());
+        // Its 64 misses went to the process's count, once.
+        assert!(MISSES.load(Ordering::Relaxed) >= before + 64);
+        assert_eq!(f.reported, 64.0);
+        f.settle_at(0.5);
+        assert_eq!(f.reported, 64.0);
     }
 
     #[test]
