@@ -9,7 +9,8 @@
 //!
 //! * [`rdtsc`] and [`rdtsc_ordered`] read the counter (the second between
 //!   two `lfence`s, for timing short kernels).
-//! * [`monotonic_ns`]: `CLOCK_MONOTONIC` in ns.
+//! * [`monotonic_ns`]: `CLOCK_MONOTONIC` in ns; [`thread_cpu_ns`]: the
+//!   calling thread's CPU time in ns.
 //! * [`measure_tsc_ghz`] and [`measure_tsc_ghz_with`]: ticks per ns over a
 //!   window, from two (clock, TSC) pairs each read tightly, so that a
 //!   preemption between the two reads of a pair cannot skew it.
@@ -64,16 +65,30 @@ pub fn rdtsc_ordered() -> u64 {
     }
 }
 
-/// `CLOCK_MONOTONIC` in ns, through libc (the vDSO).
+/// `clock` (a `CLOCK_*` id) in ns, through libc (the vDSO).
 #[inline]
-pub fn monotonic_ns() -> u64 {
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into our timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `CLOCK_MONOTONIC` in ns, through libc (the vDSO).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) in ns: what
+/// a latency chase is timed on, so that time the thread spent switched
+/// out on a busy machine is not taken for memory latency.
+#[inline]
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// `CLOCK_MONOTONIC` in ns by a raw system call: never an interposed

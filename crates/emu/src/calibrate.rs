@@ -253,9 +253,9 @@ impl Chaser {
         let part = (steps / 8).max(1);
         let mut ns = [0.0f64; 8];
         for v in &mut ns {
-            let t0 = thread_cpu_ns();
+            let t0 = pmlab_clock::thread_cpu_ns();
             self.chain.chase(part);
-            *v = (thread_cpu_ns() - t0) as f64 / part as f64;
+            *v = (pmlab_clock::thread_cpu_ns() - t0) as f64 / part as f64;
         }
         ns.sort_by(f64::total_cmp);
         (ns[3] + ns[4]) / 2.0
@@ -297,9 +297,9 @@ impl KneeProbe {
             let part = 40_000;
             let mut ns = [0.0f64; 4];
             for v in &mut ns {
-                let t0 = thread_cpu_ns();
+                let t0 = pmlab_clock::thread_cpu_ns();
                 chain.chase(part);
-                *v = (thread_cpu_ns() - t0) as f64 / part as f64;
+                *v = (pmlab_clock::thread_cpu_ns() - t0) as f64 / part as f64;
             }
             ns.sort_by(f64::total_cmp);
             curve.push((*r, (ns[1] + ns[2]) / 2.0));
@@ -314,17 +314,6 @@ impl KneeProbe {
 /// (unknown).
 pub fn instr_llc_for(bytes: u64) -> Option<String> {
     instr_llc_model(random_model_bytes(bytes))
-}
-
-/// The calling thread's CPU time, ns.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into a local timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The region this machine's calibration chases (8x its LLC, 256 MiB to
@@ -374,9 +363,9 @@ pub fn measure_llc_curve(regions: &[u64]) -> Result<Vec<(u64, f64)>> {
         let part = steps / 4;
         let mut ns = [0.0f64; 4];
         for v in &mut ns {
-            let t0 = thread_cpu_ns();
+            let t0 = pmlab_clock::thread_cpu_ns();
             chain.chase(part);
-            *v = (thread_cpu_ns() - t0) as f64 / part as f64;
+            *v = (pmlab_clock::thread_cpu_ns() - t0) as f64 / part as f64;
         }
         ns.sort_by(f64::total_cmp);
         out.push((r, (ns[1] + ns[2]) / 2.0));

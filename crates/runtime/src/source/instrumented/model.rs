@@ -853,20 +853,6 @@ pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
     }
 }
 
-/// The calling thread's CPU time, ns: the start-up chases are timed on
-/// it, so that time the thread spent switched out (a busy machine) is not
-/// taken for memory latency (the calibration and `lenschase -c` time their
-/// chases the same way).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a timespec of our own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The four chases of [`measure_native_costs`]: ns per line one line by
 /// one and in blocks of [`FOLLOW_BLOCK`] lines, then the same over the
 /// first [`FRESH_LINES`]. `None` when the memory cannot be mapped.
@@ -930,11 +916,11 @@ fn measure_chases() -> Option<(f64, f64, f64, f64)> {
                     crate::persist::flush_line(b.add(l * 64), op);
                 }
                 crate::persist::sfence();
-                let t = thread_cpu_ns();
+                let t = pmlab_clock::thread_cpu_ns();
                 for _ in 0..lines {
                     p = std::ptr::read_volatile(p as *const usize);
                 }
-                let ns = thread_cpu_ns().saturating_sub(t) as f64 / lines as f64;
+                let ns = pmlab_clock::thread_cpu_ns().saturating_sub(t) as f64 / lines as f64;
                 if pass > 0 {
                     passes[pass - 1] = ns;
                 }
