@@ -152,6 +152,20 @@ pub fn check(runtime: &Path, env: &[(String, String)]) -> Result<String> {
     fail!(Failed, "{reason}")
 }
 
+/// `PMLAB_TIMED_MISSES` for `--timed-misses ARG` (`N`, 1 in N logged
+/// loads timed, or `off`), checked here so that a bad value is one line
+/// before the program starts.
+pub fn timed_misses(arg: &str) -> Result<String> {
+    let v = arg.trim();
+    if v == "off" || v.parse::<u32>().is_ok_and(|n| (1..=1 << 24).contains(&n)) {
+        return Ok(v.to_string());
+    }
+    fail!(
+        Invalid,
+        "--timed-misses '{arg}': expected off or N in 1..=16777216 (time 1 in N logged loads)"
+    )
+}
+
 /// The last-level cache the instrumented source models in a run
 /// ([`model_llc`]), and where it comes from.
 #[derive(Debug, Clone, PartialEq)]

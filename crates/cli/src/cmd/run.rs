@@ -44,6 +44,12 @@ pub struct Args {
     /// `pmlab calibrate` measured, else the size sysfs reports.
     #[arg(long, value_name = "SIZE:WAYS")]
     pub llc: Option<String>,
+    /// Instrumented source: time 1 in N logged loads to learn which ones
+    /// really miss this machine's LLC, and correct the cache model's
+    /// misses by it (`off`: no timing, the default); over
+    /// PMLAB_TIMED_MISSES.
+    #[arg(long, value_name = "N|off")]
+    pub timed_misses: Option<String>,
     /// Read settings from a TOML file (the flags' names with `_`; flags win).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -262,6 +268,9 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     )?;
     if let Some(v) = &llc.setting {
         env.push(("PMLAB_INSTR_LLC".into(), v.clone()));
+    }
+    if let Some(v) = &a.timed_misses {
+        env.push(("PMLAB_TIMED_MISSES".into(), launch::timed_misses(v)?));
     }
     Ok(Resolved {
         env,
@@ -514,6 +523,19 @@ mod tests {
         a.llc = Some("16MiB".into());
         let e = resolve(&a).unwrap_err().to_string();
         assert!(e.starts_with("--llc '16MiB': expected SIZE:WAYS"), "{e}");
+    }
+
+    #[test]
+    fn the_timed_misses_flag_is_passed_on_and_checked() {
+        let mut a = args(&[]);
+        a.timed_misses = Some("64".into());
+        let r = resolve(&a).unwrap();
+        assert!(r
+            .env
+            .contains(&("PMLAB_TIMED_MISSES".to_string(), "64".to_string())));
+        a.timed_misses = Some("often".into());
+        let e = resolve(&a).unwrap_err().to_string();
+        assert!(e.starts_with("--timed-misses 'often'"), "{e}");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
             .map_or(0.0, |c| c.dram_latency_ns);
         super::model::set_native_costs(super::model::measure_native_costs(cold));
     }
+    set_up_timed_misses()?;
     hooks::activate(cfg);
     let costs = cost::calibrate();
     note_costs(&costs);
@@ -55,6 +56,32 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
         sched0,
     }))
 }
+
+/// Timed misses (`PMLAB_TIMED_MISSES`, [`super::timed`]): the sampling
+/// rate, and the threshold of a slow read: the timing primitive's cost,
+/// measured now, plus half the calibrated DRAM latency.
+fn set_up_timed_misses() -> Result<(), Error> {
+    let Some(every) = settings::timed_from_env(|k| std::env::var(k).ok())? else {
+        return Ok(());
+    };
+    let c = crate::config::get();
+    let c = c.as_ref().ok();
+    let ghz = c
+        .and_then(|c| c.tsc_ghz)
+        .unwrap_or_else(|| crate::clock::measure_tsc_ghz(2_000_000));
+    let dram = c.map_or(0.0, |c| c.dram_latency_ns);
+    let base = super::timed::measure_base_ticks();
+    super::timed::set(
+        Some(every),
+        base,
+        super::timed::slow_threshold(base, dram, ghz),
+    );
+    TIMED_GHZ.store(ghz.to_bits(), Ordering::Relaxed);
+    Ok(())
+}
+
+/// The TSC rate the timed-miss threshold was set at (f64 bits).
+static TIMED_GHZ: AtomicU64 = AtomicU64::new(0);
 
 /// The source: configuration plus the measured hook costs.
 pub struct InstrumentedSource {
@@ -562,7 +589,7 @@ impl InstrumentedCounters {
         batches: f64,
         delay: Option<f64>,
     ) -> Charge {
-        let calls = self.costs.calls_ns(&self.last, now);
+        let calls = self.costs.calls_ns(&self.last, now) + timed_calls_ns(&self.last, now);
         let mut c = Charge {
             calls,
             exposed_calls: calls,
@@ -609,8 +636,8 @@ impl InstrumentedCounters {
 
 /// The hooks' counts and charges of every thread's epochs, for the
 /// statistics ([`hooks_json`]).
-static HOOK_COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
-const HOOK_NAMES: [&str; 9] = [
+static HOOK_COUNTS: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
+const HOOK_NAMES: [&str; 13] = [
     "accesses",
     "logged",
     "compares",
@@ -620,7 +647,58 @@ const HOOK_NAMES: [&str; 9] = [
     "calls_ns",
     "exposed_calls_ns",
     "window_loss_ns",
+    "timed_loads",
+    "timed_real_misses",
+    "timed_model_misses",
+    "model_serial_milli",
 ];
+
+/// The timed-miss members of [`hooks_json`] (`v`: its counts): 1 in how
+/// many logged loads was timed (0: off), the primitive's cost and the
+/// slow threshold (ns), the shares of the timed loads that the machine
+/// and the model missed, and the correction applied (serial accesses
+/// charged over those the model counted).
+fn timed_json(v: &[u64]) -> String {
+    let every = super::timed::every();
+    let ghz = f64::from_bits(TIMED_GHZ.load(Ordering::Relaxed));
+    let (base, slow) = super::timed::ticks();
+    let ns = |t: u64| if ghz > 0.0 { t as f64 / ghz } else { 0.0 };
+    let share = |k: u64| {
+        if v[9] > 0 {
+            k as f64 / v[9] as f64
+        } else {
+            0.0
+        }
+    };
+    let correction = if v[12] > 0 {
+        v[5] as f64 / v[12] as f64
+    } else {
+        1.0
+    };
+    format!(
+        ",\"timed_every\":{every},\"timed_pace\":{:.4},\"timed_cost_ns\":{:.1},\"timed_slow_ns\":{:.1},\"timed_real_miss_share\":{:.4},\"timed_model_miss_share\":{:.4},\"timed_correction\":{correction:.4}",
+        super::timed::pace(),
+        ns(base),
+        if every > 0 { ns(slow) } else { 0.0 },
+        share(v[10]),
+        share(v[11]),
+    )
+}
+
+/// The timing primitive's cost of the timed loads between two totals
+/// ([`super::timed`]; 0 when timing is off), ns.
+fn timed_calls_ns(a: &ThreadTotals, b: &ThreadTotals) -> f64 {
+    let n = b.timed_loads.saturating_sub(a.timed_loads);
+    if n == 0 {
+        return 0.0;
+    }
+    let ghz = f64::from_bits(TIMED_GHZ.load(Ordering::Relaxed));
+    if ghz > 0.0 {
+        n as f64 * super::timed::ticks().0 as f64 / ghz
+    } else {
+        0.0
+    }
+}
 
 /// The costs the source calibrated, for [`hooks_json`] (f64 bits).
 static HOOK_COSTS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
@@ -652,6 +730,10 @@ fn note_hooks(a: &ThreadTotals, b: &ThreadTotals, c: &Charge) {
         c.calls.max(0.0) as u64,
         c.exposed_calls.max(0.0) as u64,
         c.loss.max(0.0) as u64,
+        b.timed_loads.saturating_sub(a.timed_loads),
+        b.timed_real_misses.saturating_sub(a.timed_real_misses),
+        b.timed_model_misses.saturating_sub(a.timed_model_misses),
+        ((b.model_serial - a.model_serial).max(0.0) * 1000.0) as u64,
     ];
     for (total, x) in HOOK_COUNTS.iter().zip(v) {
         total.fetch_add(x, Ordering::Relaxed);
@@ -684,12 +766,15 @@ pub fn hooks_json() -> String {
         costs[0], costs[1], costs[2], costs[3]
     );
     for (n, x) in HOOK_NAMES.iter().zip(&v) {
-        if *n == "serial_milli" {
-            o.push_str(&format!(",\"serial\":{:.3}", *x as f64 / 1000.0));
-        } else {
-            o.push_str(&format!(",\"{n}\":{x}"));
+        match *n {
+            "serial_milli" => o.push_str(&format!(",\"serial\":{:.3}", *x as f64 / 1000.0)),
+            "model_serial_milli" => {
+                o.push_str(&format!(",\"model_serial\":{:.3}", *x as f64 / 1000.0))
+            }
+            _ => o.push_str(&format!(",\"{n}\":{x}")),
         }
     }
+    o.push_str(&timed_json(&v));
     o.push_str("},");
     o
 }
@@ -755,6 +840,13 @@ impl ThreadCounters for InstrumentedCounters {
             _ => None,
         };
         let c = self.charge(&now, epoch_ns, batches, delay);
+        if super::timed::every() > 0 {
+            // The run's pace, for the timed misses: the program's own time
+            // in the epoch over the epoch and the delay injected after it.
+            let own = (epoch_ns - c.overhead).max(0.0);
+            let injected = delay.map_or(0.0, |d| (d - c.overhead).max(0.0));
+            super::timed::note_epoch(own, epoch_ns + injected);
+        }
         super::sample::hooks_cost(c.calls);
         note_hooks(&self.last, &now, &c);
         if let (Some(d), Some((dram, pm))) = (device, self.lat) {

@@ -33,7 +33,7 @@ use super::model::{
     VALUE_NARROW, VALUE_WIDE,
 };
 use super::settings::HookConfig;
-use super::{offload, pm, settings, thread, trace};
+use super::{offload, pm, settings, thread, timed, trace};
 use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
 
 /// [`ON`] while the hooks count, plus [`TRACING`] while they also feed the
@@ -163,6 +163,14 @@ unsafe extern "C" fn log_miss(
     if (*t).slow.is_null() || (*t).logged >= LOG_ENTRIES {
         return log_miss_slow(t, addr, line, size, write, value);
     }
+    // One in about N loads with a value is timed (`PMLAB_TIMED_MISSES`):
+    // the others pay this decrement and test.
+    if !value.is_null() && (size == 8 || size == 4) {
+        (*t).timed_left = (*t).timed_left.wrapping_sub(1);
+        if (*t).timed_left == 0 {
+            return log_miss_timed(t, addr, line, size, write, value);
+        }
+    }
     let n = (*t).logged;
     // The line in the filter first and the store bit in the address word,
     // so that `line` and `write` are dead before the log entry is built:
@@ -208,6 +216,46 @@ unsafe extern "C" fn log_miss(
         (*t).cmp_value = v;
         (*t).cmp_armed = true;
     }
+}
+
+/// [`log_miss`] for a load whose read is timed ([`timed`]): the entry
+/// says it was timed and whether the machine missed its LLC. The log has
+/// room; `value` has `size` (4 or 8) readable bytes.
+///
+/// # Safety
+///
+/// As [`log_miss`].
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn log_miss_timed(
+    t: *mut Tls,
+    addr: usize,
+    line: usize,
+    size: u32,
+    write: bool,
+    value: *const u64,
+) {
+    let n = (*t).logged;
+    (*t).filter[line % FILTER_LINES] = (line << 1) | write as usize;
+    let (v, ticks) = timed::timed_read(value, size == 8);
+    (*t).timed_left = timed::next_countdown(timed::every(), (*t).accesses ^ ticks);
+    let flag = if size == 8 { VALUE_WIDE } else { VALUE_NARROW };
+    let slow = if ticks > timed::slow_ticks() {
+        timed::SLOW
+    } else {
+        0
+    };
+    let word = addr | flag | timed::TIMED | slow | if write { UPDATE } else { 0 };
+    let e = (*(*t).slow).logs[(*t).cur & (LOGS - 1)].as_mut_ptr().add(n);
+    e.write(LogEntry {
+        addr: word,
+        at: (*t).accesses,
+        value: v,
+    });
+    compiler_fence(Ordering::SeqCst);
+    std::ptr::write_volatile(&mut (*t).logged, n + 1);
+    (*t).cmp_value = v;
+    (*t).cmp_armed = true;
 }
 
 /// [`log_miss`] when the log has no room: make room, then log.
@@ -294,6 +342,7 @@ unsafe fn make_room(t: *mut Tls) -> bool {
             (*t).retired = true;
         } else {
             (*t).slow = s;
+            (*t).timed_left = timed::next_countdown(timed::every(), line_seed(t));
             if crate::tracer::enabled() {
                 trace::flush_at_thread_exit();
             }
@@ -307,6 +356,12 @@ unsafe fn make_room(t: *mut Tls) -> bool {
     }
     thread::process(t, true, true);
     true
+}
+
+/// A seed for the thread's first countdown to a timed load.
+#[cold]
+unsafe fn line_seed(t: *mut Tls) -> u64 {
+    (t as u64).rotate_left(17) ^ (*t).accesses
 }
 
 /// A flush (`pflush`) of the line at `addr`, logged for the device model

@@ -139,6 +139,9 @@ pub(super) struct Tls {
     pub(super) lag_epochs: u32,
     /// See `lag_epochs`.
     pub(super) lag_log: usize,
+    /// Logged loads until the next timed one ([`super::timed`]; 0 until
+    /// the thread's model exists, u64::MAX-ish when timing is off).
+    pub(super) timed_left: u64,
 }
 
 // The thread's `Tls` lives in this library's static TLS block, reached with
@@ -222,6 +225,7 @@ thread_local! {
             compares_logged: 0,
             lag_epochs: 0,
             lag_log: 0,
+            timed_left: 0,
         })
     };
 }

@@ -104,6 +104,7 @@ pub mod pm;
 pub mod sample;
 pub mod settings;
 pub mod thread;
+pub mod timed;
 pub mod trace;
 pub mod tsan;
 

@@ -7,6 +7,7 @@
 use super::pm::is_pm;
 use super::sample::{first_sight_rule, FirstSight, Serial};
 use super::settings::{self, UNIT};
+use super::timed::{self, BatchTimed, Confusion, SLOW, TIMED};
 use pmlab_model::cache::{CompactAccess, CompactCache, Hierarchy};
 use pmlab_model::device::{DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
@@ -76,6 +77,16 @@ pub struct ThreadTotals {
     /// Device mode: what the device model counted (levels, media writes,
     /// migrations and their stalls).
     pub device: DeviceCounts,
+    /// Timed misses ([`super::timed`]): the timed loads, those the machine
+    /// missed, and those the model missed.
+    pub timed_loads: u64,
+    /// See `timed_loads`.
+    pub timed_real_misses: u64,
+    /// See `timed_loads`.
+    pub timed_model_misses: u64,
+    /// Serial accesses (DRAM and PM) as the model counted them, before the
+    /// timed-miss correction (`serial` is after it).
+    pub model_serial: f64,
 }
 
 impl ThreadTotals {
@@ -128,8 +139,9 @@ pub(super) const OUTCOME_SHIFT: u32 = 52;
 /// that follows it), with [`VALUE_WIDE`] or [`VALUE_NARROW`]:
 /// [`STORE_BIT`] with a value bit names a flush or a compare.
 pub(super) const UPDATE: usize = 1 << 60;
-/// The flag bits of `LogEntry::addr` (user addresses are below 2^57).
-pub(super) const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW | UPDATE;
+/// The flag bits of `LogEntry::addr` (user addresses are below 2^57),
+/// the timed-miss bits ([`TIMED`], [`SLOW`]) included.
+pub(super) const FLAGS: usize = STORE_BIT | VALUE_WIDE | VALUE_NARROW | UPDATE | TIMED | SLOW;
 
 /// A thread's model and what it has counted: the part of the thread's
 /// state a batch works on.
@@ -152,6 +164,13 @@ pub(super) struct ModelState {
     /// Sampled runs: the first-sight rule (see [`FirstSight`]); made at
     /// the first batch under sampling.
     first: Option<Box<FirstSight>>,
+    /// Timed misses: the window of timed entries, the model's serial
+    /// counts before the correction, and the correction so far
+    /// (`totals.serial` is `raw` plus `offset`: serial DRAM and PM, DRAM
+    /// and PM misses).
+    confusion: Confusion,
+    raw: SerialCounts,
+    offset: [f64; 4],
 }
 
 /// A thread's device-mode state (`pmlab run --device`).
@@ -282,6 +301,9 @@ impl ModelState {
                 totals: ThreadTotals::default(),
                 device,
                 first: None,
+                confusion: Confusion::default(),
+                raw: SerialCounts::default(),
+                offset: [0.0; 4],
             },
             compact,
         ))
@@ -299,6 +321,9 @@ impl ModelState {
         self.window_raw = 0.0;
         self.totals = ThreadTotals::default();
         self.first = None;
+        self.confusion = Confusion::default();
+        self.raw = SerialCounts::default();
+        self.offset = [0.0; 4];
         if let Some(d) = &mut self.device {
             d.model = DeviceModel::new(d.model.params());
             d.names.as_mut().fill(0);
@@ -324,6 +349,68 @@ impl ModelState {
         if entries.is_empty() {
             return;
         }
+        if self.device.is_some() {
+            // Device mode charges its own delays (the timed bits stay in
+            // the entries).
+            return self.run_model(filter, entries, &mut BatchTimed::default());
+        }
+        // The model runs on its own counts; the correction is kept apart.
+        self.totals.serial = self.raw;
+        let hooked0 = self.totals.hooked_serial;
+        let mut b = BatchTimed::default();
+        self.run_model(filter, entries, &mut b);
+        let now = self.totals.serial;
+        let delta = [
+            now.dram - self.raw.dram,
+            now.pm - self.raw.pm,
+            now.dram_misses as f64 - self.raw.dram_misses as f64,
+            now.pm_misses as f64 - self.raw.pm_misses as f64,
+        ];
+        self.raw = now;
+        self.totals.model_serial += delta[0] + delta[1];
+        self.totals.timed_loads += b.timed() as u64;
+        self.totals.timed_model_misses += b.miss as u64;
+        self.totals.timed_real_misses += (b.hit_slow + b.miss - b.miss_fast) as u64;
+        self.confusion.add(&b);
+        let rates = self.confusion.rates_at(timed::pace());
+        if rates == (0.0, 0.0) && self.offset == [0.0; 4] {
+            return;
+        }
+        let misses = (now.dram_misses + now.pm_misses) as f64;
+        let share = if misses > 0.0 {
+            (now.dram + now.pm) / misses
+        } else {
+            1.0
+        };
+        let hooked = self.totals.hooked_serial - hooked0;
+        let (fixed, fixed_hooked) = timed::correct(delta, hooked, b.hits, rates, share);
+        for (o, (f, d)) in self.offset.iter_mut().zip(fixed.iter().zip(&delta)) {
+            *o += f - d;
+        }
+        self.totals.hooked_serial = hooked0 + fixed_hooked;
+        let o = self.offset;
+        self.totals.serial = SerialCounts {
+            dram: (now.dram + o[0]).max(0.0),
+            pm: (now.pm + o[1]).max(0.0),
+            dram_misses: (now.dram_misses as f64 + o[2]).round().max(0.0) as u64,
+            pm_misses: (now.pm_misses as f64 + o[3]).round().max(0.0) as u64,
+            dependent: now.dependent,
+        };
+    }
+
+    /// [`run`](Self::run) without the timed-miss correction; the model's
+    /// hits and the timed entries are counted in `b`.
+    ///
+    /// # Safety
+    ///
+    /// As [`run`](Self::run).
+    #[inline(always)]
+    unsafe fn run_model(
+        &mut self,
+        filter: Option<*mut [usize; FILTER_LINES]>,
+        entries: &[LogEntry],
+        b: &mut BatchTimed,
+    ) {
         if self.first.is_none() && self.device.is_none() && first_sight_rule() {
             let llc = settings::llc();
             self.first = Some(Box::new(FirstSight::new(
@@ -339,7 +426,7 @@ impl ModelState {
                     last_miss_units: &mut self.last_miss_units,
                     window_serial: &mut self.window_serial,
                 };
-                run_compact(c, &mut self.est, &mut self.totals, at, entries);
+                run_compact(c, &mut self.est, &mut self.totals, at, entries, b);
                 let after = self.totals.serial;
                 let serial = (after.dram - before.dram) + (after.pm - before.pm);
                 let window = self.window_serial - window_before;
@@ -366,7 +453,7 @@ impl ModelState {
                     }
                 }
             }
-            self.process_one(filter, entries[i]);
+            self.process_one(filter, entries[i], b);
         }
         if let Some(d) = self.device.as_deref() {
             // The device's counts, once per batch (not per entry).
@@ -394,7 +481,12 @@ impl ModelState {
 
     /// One logged access through the model and the overlap estimator.
     #[inline(always)]
-    unsafe fn process_one(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
+    unsafe fn process_one(
+        &mut self,
+        filter: Option<*mut [usize; FILTER_LINES]>,
+        e: LogEntry,
+        b: &mut BatchTimed,
+    ) {
         if e.addr & BRANCH == BRANCH {
             let site = e.addr & ((1 << OUTCOME_SHIFT) - 1);
             let outcome = ((e.addr & !FLAGS) >> OUTCOME_SHIFT) as u8;
@@ -420,6 +512,7 @@ impl ModelState {
             });
         totals.pm_dirtied += dirtied as u64;
         totals.pm_lines_read += (miss && pm) as u64;
+        b.note(e.addr, pm, !miss);
         let Some(f) = self.first.as_deref_mut() else {
             return self.count_miss(e, addr, pm, miss);
         };
@@ -567,6 +660,7 @@ fn run_compact(
     totals: &mut ThreadTotals,
     at: Position,
     entries: &[LogEntry],
+    b: &mut BatchTimed,
 ) {
     let weight = settings::logged_weight() - UNIT;
     let window = settings::hooked_window();
@@ -593,6 +687,7 @@ fn run_compact(
         let addr = e.addr & !FLAGS;
         let pm = is_pm(addr);
         let f = c.access_flags((addr >> LINE_SHIFT) as u64, write, pm);
+        b.note(e.addr, pm, f & CompactAccess::HIT != 0);
         // A dirty victim is written back to its memory.
         let wb = u64::from((f / CompactAccess::VICTIM_DIRTY) & 1);
         let victim_pm = u64::from((f / CompactAccess::VICTIM_PM) & 1);

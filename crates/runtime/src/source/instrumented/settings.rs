@@ -234,6 +234,33 @@ pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfi
     })
 }
 
+/// Most loads per timed load `PMLAB_TIMED_MISSES` takes.
+pub const MAX_TIMED_EVERY: u32 = 1 << 24;
+
+/// `PMLAB_TIMED_MISSES` (looked up with `get`): time 1 in N logged loads
+/// (`Some(N)`, see [`super::timed`]) or none (unset or `off`).
+pub fn timed_from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<u32>, Error> {
+    let Some(v) = get("PMLAB_TIMED_MISSES") else {
+        return Ok(None);
+    };
+    match v.trim() {
+        "off" | "0" => Ok(None),
+        t => t
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_TIMED_EVERY).contains(n))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "PMLAB_TIMED_MISSES='{v}' must be off or N in 1..={MAX_TIMED_EVERY} (time 1 in N logged loads)"
+                    ),
+                )
+            }),
+    }
+}
+
 fn parse_llc(s: &str) -> Result<CacheConfig, Error> {
     let bad = || {
         Error::new(
@@ -387,5 +414,20 @@ mod tests {
         assert!(!lru.random_replacement);
         let e = config_from_env(env(&[("PMLAB_INSTR_REPLACEMENT", "fifo")])).unwrap_err();
         assert!(e.message().contains("random, lru"), "{e}");
+    }
+
+    #[test]
+    fn the_timed_misses_setting_is_parsed() {
+        let one =
+            |v: &'static str| move |k: &str| (k == "PMLAB_TIMED_MISSES").then(|| v.to_string());
+        assert_eq!(timed_from_env(|_| None).unwrap(), None);
+        assert_eq!(timed_from_env(one("off")).unwrap(), None);
+        assert_eq!(timed_from_env(one(" 64 ")).unwrap(), Some(64));
+        for bad in ["-1", "lots", "1.5", "99999999999"] {
+            let e = timed_from_env(one(bad)).unwrap_err();
+            let m = e.message();
+            assert!(m.contains("PMLAB_TIMED_MISSES") && m.contains(bad), "{m}");
+            assert!(m.contains("off or N") && !m.contains('\n'), "{m}");
+        }
     }
 }
