@@ -212,6 +212,10 @@ pub struct InstrumentedCounters {
     /// traffic of its own gaps ([`sampled_traffic`]).
     checks: (u64, u64),
     gaps: quartz::GapRate,
+    /// The thread's time waiting for a CPU so far (scheduler statistics,
+    /// ns), read at each epoch's end while loads are timed: the run's
+    /// pace ([`super::timed::note_epoch`]) is taken on the CPU.
+    waited_ns: u64,
 }
 
 /// Epochs over which the window loss is bounded together.
@@ -571,6 +575,7 @@ impl InstrumentedCounters {
             owner: 0,
             checks: (0, 0),
             gaps: gap_rate(),
+            waited_ns: 0,
         }
     }
 
@@ -790,6 +795,7 @@ impl ThreadCounters for InstrumentedCounters {
         self.window = LossWindow::default();
         self.checks = super::sample::thread_events();
         self.gaps = gap_rate();
+        self.waited_ns = busy::thread_sched().map_or(0, |s| s.wait_ns);
         Ok(())
     }
 
@@ -842,10 +848,14 @@ impl ThreadCounters for InstrumentedCounters {
         let c = self.charge(&now, epoch_ns, batches, delay);
         if super::timed::every() > 0 {
             // The run's pace, for the timed misses: the program's own time
-            // in the epoch over the epoch and the delay injected after it.
-            let own = (epoch_ns - c.overhead).max(0.0);
+            // in the epoch over the epoch and the delay injected after it,
+            // on the CPU (time waiting for one passes alike natively).
+            let waited = busy::thread_sched().map_or(self.waited_ns, |s| s.wait_ns);
+            let on_cpu = (epoch_ns - waited.saturating_sub(self.waited_ns) as f64).max(0.0);
+            self.waited_ns = waited;
+            let own = (on_cpu - c.overhead).max(0.0);
             let injected = delay.map_or(0.0, |d| (d - c.overhead).max(0.0));
-            super::timed::note_epoch(own, epoch_ns + injected);
+            super::timed::note_epoch(own, on_cpu + injected);
         }
         super::sample::hooks_cost(c.calls);
         note_hooks(&self.last, &now, &c);
