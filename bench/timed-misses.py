@@ -84,11 +84,17 @@ def main():
     ap.add_argument("--charged", action="store_true",
                     help="compare the serial misses per access the emulator charges (from two run "
                          "lengths' hooks.serial) with the native m, instead of the times")
+    ap.add_argument("--charged-lookups", action="store_true",
+                    help="as --charged for bptree (256 MiB) and skiplist (64 MiB) at 1000 ns: the "
+                         "serial misses per lookup charged against the misses per lookup the native "
+                         "run times itself (-x 0)")
     a = ap.parse_args()
     build(a.build)
     d = a.build
     if a.charged:
         return charged(a, d)
+    if a.charged_lookups:
+        return charged_lookups(a, d)
     only = set(x for x in a.only.split(",") if x)
     out = open(a.out, "w", buffering=1)
     lats = [300.0, 1000.0]
@@ -199,6 +205,32 @@ def charged(a, d):
             prog, k, r, med(ms), " ".join("%.3f" % x for x in ms),
             med(res["off"]), " ".join("%.3f" % x for x in res["off"]),
             med(res[a.every]), " ".join("%.3f" % x for x in res[a.every]),
+            h.get("timed_real_miss_share", 0), h.get("timed_model_miss_share", 0),
+            h.get("timed_pace", 1), h.get("timed_correction", 1)))
+
+
+def charged_lookups(a, d):
+    out = open(a.out, "w", buffering=1)
+    for prog, mib, n1, n2 in (("bptree", 256, 50_000, 200_000), ("skiplist", 64, 5_000, 20_000)):
+        res = {"off": [], a.every: []}
+        nat, hs = [], {}
+        for _ in range(a.reps):
+            o = subprocess.run([os.path.join(d, "native", prog), "-r", str(mib), "-n", str(n2), "-x", "0"],
+                               capture_output=True, text=True, check=True)
+            nat.append(value(o.stdout + o.stderr, "misses_per_lookup"))
+            for t in res:
+                ser = []
+                for n in (n1, n2):
+                    _, h = emulated(d, prog, ["-r", str(mib), "-n", str(n)], "ns_per_lookup", 1000.0,
+                                    150.0, t)
+                    ser.append(h.get("serial", 0.0))
+                    hs[t] = h
+                res[t].append((ser[1] - ser[0]) / (n2 - n1))
+        h = hs[a.every]
+        out.write("%s %dMiB: native misses/lookup %.2f [%s]; charged serial/lookup off %.2f [%s], on %.2f [%s]; real miss %.3f model miss %.3f pace %.3f correction %.3f\n" % (
+            prog, mib, med(nat), " ".join("%.2f" % x for x in nat),
+            med(res["off"]), " ".join("%.2f" % x for x in res["off"]),
+            med(res[a.every]), " ".join("%.2f" % x for x in res[a.every]),
             h.get("timed_real_miss_share", 0), h.get("timed_model_miss_share", 0),
             h.get("timed_pace", 1), h.get("timed_correction", 1)))
 
