@@ -5,11 +5,11 @@
 //!
 //! * **The hook** ([`super::hooks`]) reads the value a 4- or 8-byte load is
 //!   about to load on every logged load anyway; on 1 in about N of them
-//!   it times that read ([`timed_read`]: `lfence; rdtsc; lfence; load;
-//!   lfence; rdtsc`) and marks the log entry [`TIMED`], and [`SLOW`] when
-//!   the read took more than the threshold ([`slow_ticks`]): the
+//!   it times that read (`timed_read`: `lfence; rdtsc; lfence; load;
+//!   lfence; rdtsc`) and marks the log entry `TIMED`, and `SLOW` when
+//!   the read took more than the threshold (`slow_ticks`): the
 //!   primitive's own cost, measured when the source opens
-//!   ([`measure_base_ticks`]), plus half the run's DRAM latency within
+//!   (`measure_base_ticks`), plus half the run's DRAM latency within
 //!   [`SLOW_NS`] (an LLC hit costs 15-40 ns on this project's machine,
 //!   DRAM about 146).
 //!   The sampled hook is a tail call out of the log path; the others pay
