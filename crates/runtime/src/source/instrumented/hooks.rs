@@ -18,6 +18,12 @@
 //!   as they do natively (an earlier design ran the model in the hook and
 //!   had to wait for each miss: 8 independent chains took 200 ns per access
 //!   instead of 22).
+//! * With timed misses on (`PMLAB_TIMED_MISSES=N`, [`super::timed`]), 1
+//!   in about N logged 4- and 8-byte loads leaves the log path for
+//!   `log_miss_timed`, which times its read of the value and marks the
+//!   entry timed and, above the threshold, slow; every logged load with
+//!   a value pays a countdown's decrement and test (off: the countdown
+//!   never reaches 0).
 //! * A full log is handed to the modeller thread ([`super::offload`]) or
 //!   run by the thread itself ([`super::thread`]).
 //! * While tracing, every access is also offered to the tracer
