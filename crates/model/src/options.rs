@@ -76,7 +76,8 @@ impl Spec {
 pub enum Naming {
     /// Flags and config keys: `--pm-latency`.
     Flag,
-    /// The environment: `PMLAB_PM_LATENCY`.
+    /// The environment: `PMLAB_PM_LATENCY (pmlab run --pm-latency)`, the
+    /// variable with the flag that sets it, so that either can be fixed.
     Env,
 }
 
@@ -84,6 +85,7 @@ impl Naming {
     fn of(self, s: &Spec) -> String {
         match self {
             Naming::Flag => format!("--{}", s.name),
+            Naming::Env if s.user => format!("{} (pmlab run --{})", s.env, s.name),
             Naming::Env => s.env.to_string(),
         }
     }
@@ -717,8 +719,9 @@ mod tests {
         assert!(flags(&[("pm-latency", "50ns")]).is_ok());
         let e = env(&[("PMLAB_PM_LATENCY", "50ns")]).unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("PMLAB_PM_LATENCY 50ns is below the DRAM latency 100ns"),
+            e.to_string().starts_with(
+                "PMLAB_PM_LATENCY (pmlab run --pm-latency) 50ns is below the DRAM latency 100ns"
+            ),
             "{e}"
         );
         let e = flags(&[("epoch-min", "20ms")]).unwrap_err();
@@ -726,7 +729,7 @@ mod tests {
         let e = env(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "PMLAB_LOCK_EPOCH_MIN 20ms is above PMLAB_EPOCH_MAX 10ms"
+            "PMLAB_LOCK_EPOCH_MIN (pmlab run --lock-epoch-min) 20ms is above PMLAB_EPOCH_MAX (pmlab run --epoch-max) 10ms"
         );
         assert!(flags(&[("lock-epoch-min", "10ms")]).is_ok());
         let e = flags(&[("epoch-max", "10 fortnights")]).unwrap_err();
@@ -763,7 +766,8 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            w.to_string().starts_with("PMLAB_PM_WRITE_BANDWIDTH: "),
+            w.to_string()
+                .starts_with("PMLAB_PM_WRITE_BANDWIDTH (pmlab run --pm-write-bandwidth): "),
             "{w}"
         );
         let e = env(&[
@@ -772,13 +776,14 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            e.to_string().starts_with("PMLAB_BW_THROTTLE: 'magic'"),
+            e.to_string()
+                .starts_with("PMLAB_BW_THROTTLE (pmlab run --bw-throttle): 'magic'"),
             "{e}"
         );
         let e = env(&[("PMLAB_WRITE_PARALLELISM", "0")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "PMLAB_WRITE_PARALLELISM: '0' is not a whole number from 1 to 1024"
+            "PMLAB_WRITE_PARALLELISM (pmlab run --write-parallelism): '0' is not a whole number from 1 to 1024"
         );
         let e = flags(&[("w", "-1")]).unwrap_err();
         assert!(
