@@ -91,6 +91,12 @@ impl Naming {
     }
 }
 
+/// The longest duration an option takes (1000 s), ns.
+pub const MAX_DURATION_NS: f64 = 1e12;
+
+/// The largest ratio an option (`--w`, a clock in GHz) takes.
+pub const MAX_RATIO: f64 = 1e6;
+
 /// The DRAM latency the runtime assumes when none is given (`pmlab run`
 /// always gives one: measured, cached or from `--dram-latency`), ns.
 pub const FALLBACK_DRAM_NS: f64 = 100.0;
@@ -314,9 +320,19 @@ impl RunOptions {
         let dur = |name: &str| -> Result<Option<f64>, Error> {
             let (s, v) = value(name);
             v.map(|v| {
-                Nanos::parse(&v)
+                let ns = Nanos::parse(&v)
                     .map(Nanos::get)
-                    .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))
+                    .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))?;
+                // Far beyond any memory or epoch, and low enough that
+                // delays summed over a run stay finite and exact enough.
+                if ns > MAX_DURATION_NS {
+                    return Err(bad(
+                        s,
+                        ErrorKind::OutOfRange,
+                        format!("'{v}' is above the maximum of 1000s"),
+                    ));
+                }
+                Ok(ns)
             })
             .transpose()
         };
@@ -326,12 +342,12 @@ impl RunOptions {
                 v.trim()
                     .parse::<f64>()
                     .ok()
-                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .filter(|x| x.is_finite() && *x > 0.0 && *x <= MAX_RATIO)
                     .ok_or_else(|| {
                         bad(
                             s,
                             ErrorKind::OutOfRange,
-                            format!("'{v}' is not a positive number"),
+                            format!("'{v}' is not a positive number up to {MAX_RATIO}"),
                         )
                     })
             })
@@ -785,6 +801,18 @@ mod tests {
             e.to_string(),
             "PMLAB_WRITE_PARALLELISM (pmlab run --write-parallelism): '0' is not a whole number from 1 to 1024"
         );
+        // Values past any meaning (2^64 ns, a ratio of 1e308) are refused
+        // rather than turned into delays that overflow a run's sums.
+        for (k, v) in [
+            ("pm-latency", "18446744073709551616ns"),
+            ("write-latency", "2000s"),
+            ("epoch-max", "99999999999999ms"),
+            ("w", "1e308"),
+            ("tsc-ghz", "1e9"),
+        ] {
+            let e = flags(&[(k, v)]).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("--{k}: '{v}'")), "{e}");
+        }
         let e = flags(&[("w", "-1")]).unwrap_err();
         assert!(
             e.to_string().starts_with("--w: '-1' is not a positive"),
