@@ -564,11 +564,9 @@ fn all(a: AllArgs) -> anyhow::Result<u8> {
         fitted.as_ref().map(|f| f.1),
     );
     if let Some(dir) = &a.out.out {
-        std::fs::write(dir.join("report.txt"), &text)
-            .with_context(|| format!("cannot write {}", dir.join("report.txt").display()))?;
+        crate::cmd::write_atomic(&dir.join("report.txt"), text.as_bytes(), "--out")?;
         if let Some((toml, _)) = &fitted {
-            std::fs::write(dir.join("profile.toml"), toml)
-                .with_context(|| format!("cannot write {}", dir.join("profile.toml").display()))?;
+            crate::cmd::write_atomic(&dir.join("profile.toml"), toml.as_bytes(), "--out")?;
         }
     }
     if a.out.json {
