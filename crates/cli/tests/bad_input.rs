@@ -349,3 +349,44 @@ fn sim_refuses_a_config_that_would_make_times_meaningless() {
         );
     }
 }
+
+/// `pmlab trace -o FILE` leaves an existing FILE as it was when the run
+/// writes no trace (a static program never loads the runtime): the trace
+/// is written beside it and renamed over it only once there is one. A
+/// directory as output is refused before anything runs.
+#[test]
+fn trace_keeps_the_old_file_when_the_run_writes_no_trace() {
+    let d = TempDir::new("trace-keep");
+    std::fs::create_dir(d.0.join("adir")).unwrap();
+    assert_one_line_error(
+        &pmlab(&d.0, &["trace", "-o", "adir", "--", "true"]),
+        "is a directory",
+    );
+    let st = pmlab(
+        &d.0,
+        &["sim", "gen", "seq-write", "old.pmt", "--count", "10"],
+    );
+    assert!(st.status.success(), "{}", common::stderr(&st));
+    let old = std::fs::read(d.0.join("old.pmt")).unwrap();
+    let static_prog = Path::new("/sbin/ldconfig");
+    let is_static = std::fs::read(static_prog)
+        .map(|b| !b.windows(12).any(|w| w == b"ld-linux-x86"))
+        .unwrap_or(false);
+    if !is_static {
+        common::not_exercised("no static program (/sbin/ldconfig) here");
+        return;
+    }
+    assert_one_line_error(
+        &pmlab(
+            &d.0,
+            &["trace", "-o", "old.pmt", "--", "/sbin/ldconfig", "-p"],
+        ),
+        "wrote no trace",
+    );
+    assert_eq!(std::fs::read(d.0.join("old.pmt")).unwrap(), old);
+    let left: Vec<_> = std::fs::read_dir(&d.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "left behind: {left:?}");
+}

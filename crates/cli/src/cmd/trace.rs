@@ -106,9 +106,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     } else {
         std::env::current_dir()?.join(&args.output)
     };
-    // Fail early, with a clear message, on an unwritable output.
-    File::create(&out).with_context(|| format!("cannot create trace file {}", out.display()))?;
-    std::fs::remove_file(&out).ok();
+    // Fail early, with a clear message, on an unwritable output, without
+    // touching an existing trace there: the program traces into a
+    // temporary file beside it, renamed over it once the program is done,
+    // so a run that writes no trace leaves the old one as it was.
+    if out.is_dir() {
+        bail!(
+            "cannot create trace file {}: is a directory: give a file name",
+            out.display()
+        );
+    }
+    let tmp = crate::cmd::temp_beside(&out);
+    File::create(&tmp).with_context(|| format!("cannot create trace file {}", out.display()))?;
+    std::fs::remove_file(&tmp).ok();
 
     let baseline = if args.overhead {
         let t = Instant::now();
@@ -129,11 +139,23 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let t = Instant::now();
     let status =
-        pmlab_emu::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
+        pmlab_emu::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&tmp)))?;
     let secs = t.elapsed().as_secs_f64();
     let (code, how) = exit_code(status);
 
-    if !out.exists() {
+    let wrote = tmp.exists();
+    if wrote {
+        // The children's traces (TMP.PID) move with it (OUT.PID).
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        for c in child_traces(&tmp) {
+            let pid = c.extension().unwrap_or_default().to_string_lossy();
+            std::fs::rename(&c, out.with_file_name(format!("{name}.{pid}")))
+                .with_context(|| format!("cannot write a child trace beside {}", out.display()))?;
+        }
+        std::fs::rename(&tmp, &out)
+            .with_context(|| format!("cannot write trace file {}", out.display()))?;
+    }
+    if !wrote {
         bail!(
             "{} wrote no trace: it did not load {} (statically linked or setuid program?)",
             args.command[0],
