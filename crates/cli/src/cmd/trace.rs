@@ -145,12 +145,20 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let wrote = tmp.exists();
     if wrote {
-        // The children's traces (TMP.PID) move with it (OUT.PID).
+        // The files written beside it (TMP.PID of children, TMP.init.N
+        // pool images) move with it (OUT.PID, OUT.init.N).
         let name = out.file_name().unwrap_or_default().to_string_lossy();
-        for c in child_traces(&tmp) {
-            let pid = c.extension().unwrap_or_default().to_string_lossy();
-            std::fs::rename(&c, out.with_file_name(format!("{name}.{pid}")))
-                .with_context(|| format!("cannot write a child trace beside {}", out.display()))?;
+        let prefix = format!("{}.", tmp.file_name().unwrap_or_default().to_string_lossy());
+        let dir = tmp.parent().unwrap_or(Path::new("."));
+        for e in std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|e| e.ok())
+        {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = n.strip_prefix(&prefix) {
+                std::fs::rename(e.path(), out.with_file_name(format!("{name}.{rest}")))
+                    .with_context(|| format!("cannot write {}.{rest}", out.display()))?;
+            }
         }
         std::fs::rename(&tmp, &out)
             .with_context(|| format!("cannot write trace file {}", out.display()))?;
