@@ -305,13 +305,18 @@ fn make_target(t: &TargetArgs) -> anyhow::Result<Box<dyn Target>> {
 fn settings(t: &TargetArgs, base: Settings) -> anyhow::Result<Settings> {
     let mut s = base;
     if let Some(r) = t.repeats {
-        if r == 0 {
-            bail!("--repeats must be at least 1");
+        if r == 0 || r > 1000 {
+            bail!("--repeats {r} is out of range: use 1 to 1000");
         }
         s.repeats = r;
     }
     if let Some(m) = t.min_lines {
-        s.min_lines = m.max(1);
+        // 2^24 lines is seconds a point on the host, far more on the
+        // simulator; 2^64 ran for days.
+        if m == 0 || m > 1 << 24 {
+            bail!("--min-lines {m} is out of range: use 1 to 16777216");
+        }
+        s.min_lines = m;
     }
     if t.outstanding == 0 || t.outstanding > 4096 {
         bail!(
