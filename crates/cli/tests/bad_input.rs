@@ -407,6 +407,22 @@ fn sim_refuses_a_config_that_would_make_times_meaningless() {
     }
 }
 
+/// Whether the 64-bit little-endian ELF `b` names a program interpreter
+/// (a PT_INTERP program header): a dynamically linked program, which
+/// loads the runtime through LD_PRELOAD.
+fn has_interpreter(b: &[u8]) -> bool {
+    if b.len() < 64 || &b[..4] != b"\x7fELF" {
+        return true;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    (0..count).any(|i| {
+        let o = phoff + i * size;
+        b.get(o..o + 4) == Some(&3u32.to_le_bytes()[..])
+    })
+}
+
 /// `pmlab trace -o FILE` leaves an existing FILE as it was when the run
 /// writes no trace (a static program never loads the runtime): the trace
 /// is written beside it and renamed over it only once there is one. A
@@ -426,9 +442,7 @@ fn trace_keeps_the_old_file_when_the_run_writes_no_trace() {
     assert!(st.status.success(), "{}", common::stderr(&st));
     let old = std::fs::read(d.0.join("old.pmt")).unwrap();
     let static_prog = Path::new("/sbin/ldconfig");
-    let is_static = std::fs::read(static_prog)
-        .map(|b| !b.windows(12).any(|w| w == b"ld-linux-x86"))
-        .unwrap_or(false);
+    let is_static = std::fs::read(static_prog).is_ok_and(|b| !has_interpreter(&b));
     if !is_static {
         common::not_exercised("no static program (/sbin/ldconfig) here");
         return;
