@@ -304,6 +304,18 @@ fn bad_flags_are_refused() {
             "1EiB",
         ],
         vec!["probe", "all", "--target", "sim:nope"],
+        vec!["run", "--json", "adir", "--", "true"],
+        vec!["run", "--json", "missing/s.json", "--", "true"],
+        vec!["trace", "-o", "t.pmt", "--json", "adir", "--", "true"],
+        vec![
+            "trace",
+            "-o",
+            "t.pmt",
+            "--json",
+            "missing/s.json",
+            "--",
+            "true",
+        ],
         vec!["run", "--pm-latency", "-1", "--", "true"],
         vec!["run", "--pm-latency", "nan", "--", "true"],
         vec!["run", "--pm-latency", "1e308", "--", "true"],
@@ -324,6 +336,7 @@ fn bad_flags_are_refused() {
         refused(&d.0, args);
     }
     assert!(!d.0.join("o.pmt").exists());
+    assert!(!d.0.join("t.pmt").exists());
 }
 
 /// `pmlab check` walked the whole 64-bit address space on a record at

@@ -49,6 +49,29 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8], what: &str) -> anyhow:
     r.with_context(fail)
 }
 
+/// Refuse, before any work, an output `path` that [`write_atomic`] could
+/// not write: a directory, or a file in a directory that does not exist.
+pub fn check_output(path: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!(
+            "{what} {}: is a directory: give a file name",
+            path.display()
+        );
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        anyhow::bail!(
+            "{what} {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -387,6 +387,9 @@ fn side_reports(
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(p) = &args.json {
+        crate::cmd::check_output(p, "--json")?;
+    }
     let program = launch::resolve_program(&args.command[0])?;
     launch::check_environment()?;
     let resolved = resolve(&args)?;

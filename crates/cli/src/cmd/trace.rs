@@ -98,6 +98,9 @@ fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(p) = &args.json {
+        crate::cmd::check_output(p, "--json")?;
+    }
     let runtime = pmlab_emu::launch::find_runtime()?;
     let program = pmlab_emu::launch::resolve_program(&args.command[0])?;
     pmlab_emu::launch::check_environment()?;
