@@ -332,7 +332,12 @@ impl Checker {
             if in_tx {
                 th.tx_lines.push(line);
             }
-            line += LINE;
+            // The last line of the address space ends the walk (a
+            // corrupt trace's address near 2^64 must not wrap around).
+            let Some(next) = line.checked_add(LINE) else {
+                break;
+            };
+            line = next;
         }
     }
 
@@ -403,7 +408,12 @@ impl Checker {
                     );
                 }
             }
-            line += LINE;
+            // The last line of the address space ends the walk (a
+            // corrupt trace's address near 2^64 must not wrap around).
+            let Some(next) = line.checked_add(LINE) else {
+                break;
+            };
+            line = next;
         }
     }
 
@@ -554,6 +564,17 @@ mod tests {
             }
         }
         c.finish()
+    }
+
+    /// A record at the top of the address space (a corrupt trace) ends
+    /// its walk over lines at 2^64 instead of wrapping around to 0 and
+    /// walking the whole address space (`pmlab check` hung on one).
+    #[test]
+    fn a_record_at_the_top_of_the_address_space_ends_there() {
+        let r = check(
+            "0 0 W 0xffffffffffffffd8 64\n1 0 CLWB 0xffffffffffffffc0 128\n2 0 SFENCE 0 0\n3 0 NT 0xfffffffffffffff0 4000\n4 0 SFENCE 0 0\n",
+        );
+        assert_eq!(r.total(), 0, "{r:?}");
     }
 
     #[test]

@@ -302,7 +302,7 @@ impl Image {
             .map_err(|e| Error::io(path.display(), e))?
             .len();
         let mut off = pool.file_offset;
-        let end = (pool.file_offset + pool.len).min(flen);
+        let end = pool.file_offset.saturating_add(pool.len).min(flen);
         use std::os::unix::io::AsRawFd;
         let mut page = [0u8; PAGE as usize];
         while off < end {
@@ -496,7 +496,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
     };
     std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io(opts.dir.display(), e))?;
     let image_path = opts.dir.join("crash.img");
-    let end = pool.base + pool.len;
+    let end = pool.base.saturating_add(pool.len);
     let mut r = open(trace)?;
     let mut records = 0u64;
     let mut fence_no = 0u64;
@@ -625,7 +625,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                     }
                 } else if in_pool && rec.op.is_flush() {
                     let mut line = rec.addr.max(pool.base) & !(LINE - 1);
-                    while line < rec.addr + rec.size as u64 && line < end {
+                    while line < rec.addr.saturating_add(rec.size as u64) && line < end {
                         let o = line - pool.base;
                         let cur = durable.line(o);
                         let p = pending.entry(o).or_insert_with(|| Pending::new(cur));
@@ -637,11 +637,14 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                             pending.remove(&o);
                             durable.set_line(o, &l);
                         }
-                        line += LINE;
+                        let Some(next) = line.checked_add(LINE) else {
+                            break;
+                        };
+                        line = next;
                     }
                 } else if in_pool && rec.op.is_store() {
                     let mut line = rec.addr.max(pool.base) & !(LINE - 1);
-                    while line < rec.addr + rec.size.max(1) as u64 && line < end {
+                    while line < rec.addr.saturating_add(rec.size.max(1) as u64) && line < end {
                         let o = line - pool.base;
                         let cur = durable.line(o);
                         pending.entry(o).or_insert_with(|| Pending::new(cur));
@@ -650,7 +653,10 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                                 out.misordered += 1;
                             }
                         }
-                        line += LINE;
+                        let Some(next) = line.checked_add(LINE) else {
+                            break;
+                        };
+                        line = next;
                     }
                 }
             }
@@ -662,7 +668,7 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                 // The data of the thread's last store, or the contents of
                 // the line its last flush wrote back.
                 let last = last_op.get(&thread).copied();
-                let dend = addr + bytes.len() as u64;
+                let dend = addr.saturating_add(bytes.len() as u64);
                 if dend <= pool.base || addr >= end {
                     continue;
                 }
@@ -691,7 +697,10 @@ pub fn run(trace: &Path, opts: &Options) -> Result<Outcome, Error> {
                         }
                         _ => {}
                     }
-                    line += LINE;
+                    let Some(next) = line.checked_add(LINE) else {
+                        break;
+                    };
+                    line = next;
                 }
             }
             Event::Note { .. } => {}

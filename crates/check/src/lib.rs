@@ -63,7 +63,19 @@ pub fn check_trace(path: &Path, opts: Options) -> Result<Report, Error> {
         {
             c.record(&rec.map_err(|e| Error::new(ErrorKind::Trace, e.to_string()))?);
         }
-        return Ok(c.finish());
+        // A text trace without records is an empty file (or a wrong one),
+        // not a program that made no PM operations (its .pmt has a header).
+        let report = c.finish();
+        if report.records == 0 {
+            return Err(Error::new(
+                ErrorKind::Trace,
+                format!(
+                    "{}: the trace holds no records (an empty file, or comments only): nothing to check",
+                    path.display()
+                ),
+            ));
+        }
+        return Ok(report);
     }
     drop(f);
     let f = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;

@@ -189,6 +189,28 @@ fn bad_flags_get_one_line_and_exit_2() {
             &["cluster", "--dir", "/tmp/x", "--raft-log", "engine"],
             "needs a PM engine",
         ),
+        (
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--dir",
+                "/tmp/x",
+                "--peer",
+                "1=127.0.0.1:1,127.0.0.1:2",
+                "--heartbeat-ms",
+                "0",
+            ],
+            "--heartbeat-ms 0",
+        ),
+        (
+            &["cluster", "--dir", "/tmp/x", "--heartbeat-ms", "1000"],
+            "--heartbeat-ms 1000",
+        ),
+        (
+            &["cluster", "--dir", "/tmp/x", "--max-clients", "0"],
+            "--max-clients 0",
+        ),
         (&["serve", "--id", "1", "--dir", "/tmp/x"], "no members"),
         (&["cluster", "--nodes", "0", "--dir", "/tmp/x"], "--nodes"),
         (&["bench"], "--addrs"),

@@ -1561,35 +1561,27 @@ mod tests {
         assert_eq!(d.counts().media_writes, 0);
     }
 
-    /// The micro benchmark behind `bench/device-cost.sh`, as a test: the
-    /// model's cost per read stays well below (a fifth of) the delay a
-    /// read injects. Timing: run it alone on a quiet machine
-    /// (`cargo test --release -p pmlab-model -- --ignored device`).
+    /// The read stream of `bench/device-cost.sh` (random lines in 4 MiB),
+    /// untimed: every read is served by exactly one level and injects a
+    /// finite delay, and a stream that overflows the RMW buffer reaches
+    /// the levels below it. The model's cost per read against the delay
+    /// it injects is a timing target: `bench/device-cost.sh` measures it.
     #[test]
-    #[ignore]
-    fn the_model_costs_a_fraction_of_the_delay_it_injects() {
+    fn a_random_read_stream_is_served_by_every_level_with_finite_delays() {
         let p = DeviceParams::optane_like();
         let mut d = DeviceModel::new(&p);
         let mut s = 0x9E37_79B9u64;
-        let addrs: Vec<u64> = (0..1_000_000)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % (4 << 20)) & !63
-            })
-            .collect();
-        let mut delay = 0.0;
-        let t = std::time::Instant::now();
-        for &a in &addrs {
-            delay += p.latency(d.read(a)) - 100.0;
+        let n = 100_000u64;
+        for _ in 0..n {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let lat = p.latency(d.read((s % (4 << 20)) & !63));
+            assert!(lat.is_finite() && lat > 0.0, "{lat}");
         }
-        let ns = t.elapsed().as_nanos() as f64 / addrs.len() as f64;
-        let per = delay / addrs.len() as f64;
-        assert!(
-            ns < per / 5.0,
-            "{ns:.1} ns per access against {per:.0} ns injected"
-        );
+        let c = d.counts();
+        assert_eq!(c.rmw_hits + c.ait_hits + c.media_reads, n, "{c:?}");
+        assert!(c.ait_hits + c.media_reads > 0, "{c:?}");
     }
 
     #[test]

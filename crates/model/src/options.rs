@@ -76,7 +76,8 @@ impl Spec {
 pub enum Naming {
     /// Flags and config keys: `--pm-latency`.
     Flag,
-    /// The environment: `PMLAB_PM_LATENCY`.
+    /// The environment: `PMLAB_PM_LATENCY (pmlab run --pm-latency)`, the
+    /// variable with the flag that sets it, so that either can be fixed.
     Env,
 }
 
@@ -84,10 +85,17 @@ impl Naming {
     fn of(self, s: &Spec) -> String {
         match self {
             Naming::Flag => format!("--{}", s.name),
+            Naming::Env if s.user => format!("{} (pmlab run --{})", s.env, s.name),
             Naming::Env => s.env.to_string(),
         }
     }
 }
+
+/// The longest duration an option takes (1000 s), ns.
+pub const MAX_DURATION_NS: f64 = 1e12;
+
+/// The largest ratio an option (`--w`, a clock in GHz) takes.
+pub const MAX_RATIO: f64 = 1e6;
 
 /// The DRAM latency the runtime assumes when none is given (`pmlab run`
 /// always gives one: measured, cached or from `--dram-latency`), ns.
@@ -312,9 +320,19 @@ impl RunOptions {
         let dur = |name: &str| -> Result<Option<f64>, Error> {
             let (s, v) = value(name);
             v.map(|v| {
-                Nanos::parse(&v)
+                let ns = Nanos::parse(&v)
                     .map(Nanos::get)
-                    .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))
+                    .map_err(|e| bad(s, ErrorKind::Parse, e.to_string()))?;
+                // Far beyond any memory or epoch, and low enough that
+                // delays summed over a run stay finite and exact enough.
+                if ns > MAX_DURATION_NS {
+                    return Err(bad(
+                        s,
+                        ErrorKind::OutOfRange,
+                        format!("'{v}' is above the maximum of 1000s"),
+                    ));
+                }
+                Ok(ns)
             })
             .transpose()
         };
@@ -324,12 +342,12 @@ impl RunOptions {
                 v.trim()
                     .parse::<f64>()
                     .ok()
-                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .filter(|x| x.is_finite() && *x > 0.0 && *x <= MAX_RATIO)
                     .ok_or_else(|| {
                         bad(
                             s,
                             ErrorKind::OutOfRange,
-                            format!("'{v}' is not a positive number"),
+                            format!("'{v}' is not a positive number up to {MAX_RATIO}"),
                         )
                     })
             })
@@ -717,8 +735,9 @@ mod tests {
         assert!(flags(&[("pm-latency", "50ns")]).is_ok());
         let e = env(&[("PMLAB_PM_LATENCY", "50ns")]).unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("PMLAB_PM_LATENCY 50ns is below the DRAM latency 100ns"),
+            e.to_string().starts_with(
+                "PMLAB_PM_LATENCY (pmlab run --pm-latency) 50ns is below the DRAM latency 100ns"
+            ),
             "{e}"
         );
         let e = flags(&[("epoch-min", "20ms")]).unwrap_err();
@@ -726,7 +745,7 @@ mod tests {
         let e = env(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "PMLAB_LOCK_EPOCH_MIN 20ms is above PMLAB_EPOCH_MAX 10ms"
+            "PMLAB_LOCK_EPOCH_MIN (pmlab run --lock-epoch-min) 20ms is above PMLAB_EPOCH_MAX (pmlab run --epoch-max) 10ms"
         );
         assert!(flags(&[("lock-epoch-min", "10ms")]).is_ok());
         let e = flags(&[("epoch-max", "10 fortnights")]).unwrap_err();
@@ -763,7 +782,8 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            w.to_string().starts_with("PMLAB_PM_WRITE_BANDWIDTH: "),
+            w.to_string()
+                .starts_with("PMLAB_PM_WRITE_BANDWIDTH (pmlab run --pm-write-bandwidth): "),
             "{w}"
         );
         let e = env(&[
@@ -772,14 +792,27 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            e.to_string().starts_with("PMLAB_BW_THROTTLE: 'magic'"),
+            e.to_string()
+                .starts_with("PMLAB_BW_THROTTLE (pmlab run --bw-throttle): 'magic'"),
             "{e}"
         );
         let e = env(&[("PMLAB_WRITE_PARALLELISM", "0")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "PMLAB_WRITE_PARALLELISM: '0' is not a whole number from 1 to 1024"
+            "PMLAB_WRITE_PARALLELISM (pmlab run --write-parallelism): '0' is not a whole number from 1 to 1024"
         );
+        // Values past any meaning (2^64 ns, a ratio of 1e308) are refused
+        // rather than turned into delays that overflow a run's sums.
+        for (k, v) in [
+            ("pm-latency", "18446744073709551616ns"),
+            ("write-latency", "2000s"),
+            ("epoch-max", "99999999999999ms"),
+            ("w", "1e308"),
+            ("tsc-ghz", "1e9"),
+        ] {
+            let e = flags(&[(k, v)]).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("--{k}: '{v}'")), "{e}");
+        }
         let e = flags(&[("w", "-1")]).unwrap_err();
         assert!(
             e.to_string().starts_with("--w: '-1' is not a positive"),

@@ -449,8 +449,19 @@ macro_rules! outputs {
 outputs!(LineChart);
 outputs!(BarChart);
 
+/// Write a chart whole or not at all: into a hidden temporary file beside
+/// `path`, then renamed over it (a failure removes the temporary file).
 fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    std::fs::write(path, bytes).map_err(|e| {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let r = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.map_err(|e| {
         Error::new(
             ErrorKind::Io,
             format!("cannot write chart '{}': {e}", path.display()),
@@ -865,6 +876,32 @@ mod tests {
             .starts_with(b"\x89PNG"));
         let e = sample().save(&dir.join("c.jpg")).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A chart is written whole or not at all: a save that fails (here the
+    /// path is a directory) leaves no temporary file, and one that works
+    /// replaces the old file in one step.
+    #[test]
+    fn a_failed_save_leaves_no_partial_file() {
+        let dir = std::env::temp_dir().join(format!("pmlab-plot-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("c.svg")).unwrap();
+        let e = sample().save(&dir.join("c.svg")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["c.svg"], "left behind: {names:?}");
+        std::fs::write(dir.join("d.svg"), b"old").unwrap();
+        sample().save(&dir.join("d.svg")).unwrap();
+        let text = std::fs::read_to_string(dir.join("d.svg")).unwrap();
+        assert!(
+            text.starts_with("<svg") || text.starts_with("<?xml"),
+            "{text}"
+        );
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

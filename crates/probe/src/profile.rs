@@ -40,7 +40,8 @@ fn bytes(v: f64) -> String {
 }
 
 /// The profile TOML for `inf` with latencies `lat`; `source` names what
-/// was probed.
+/// was probed. The text always loads in the simulator: values that do not
+/// form a valid device are an error.
 pub fn toml(inf: &Inferred, lat: &Latencies, source: &str) -> Result<String, Error> {
     let need = |what: &str| {
         Error::new(
@@ -201,6 +202,17 @@ pub fn toml(inf: &Inferred, lat: &Latencies, source: &str) -> Result<String, Err
         s,
         "[controller.dimm.dram]\nimpl = \"ddr4\"                # not probed: simulator defaults"
     );
+    // What is written must load back: values the inference produced from
+    // damaged or odd curves (a NaN capacity written as "0B", an entry
+    // larger than its buffer) are refused here rather than in `pmlab sim`.
+    if let Err(e) = pmlab_sim::System::from_toml(&s, "the inferred profile") {
+        return Err(Error::new(
+            ErrorKind::Results,
+            format!(
+                "cannot write an NVRAM profile: the inferred values do not form a valid device ({e}); check the report's notes and probe again with a wider sweep"
+            ),
+        ));
+    }
     Ok(s)
 }
 

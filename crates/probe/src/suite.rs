@@ -125,8 +125,22 @@ impl Results {
             )
         };
         std::fs::create_dir_all(dir).map_err(|e| io(e, dir))?;
+        // Each file whole or not at all: a temporary file beside it,
+        // renamed over it.
+        let write = |p: &Path, bytes: &[u8]| {
+            let tmp = dir.join(format!(
+                ".{}.{}.tmp",
+                p.file_name().unwrap_or_default().to_string_lossy(),
+                std::process::id()
+            ));
+            let r = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, p));
+            if r.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            r.map_err(|e| io(e, p))
+        };
         let p = dir.join("results.json");
-        std::fs::write(&p, json).map_err(|e| io(e, &p))?;
+        write(&p, json.as_bytes())?;
         for c in &self.curves {
             let p = dir.join(format!("{}.csv", c.id));
             // The header is the first line; the columns carry their units.
@@ -138,7 +152,7 @@ impl Results {
             for pt in &c.points {
                 s.push_str(&format!("{},{},{},{}\n", pt.x, pt.y, pt.lo, pt.hi));
             }
-            std::fs::write(&p, s).map_err(|e| io(e, &p))?;
+            write(&p, s.as_bytes())?;
         }
         Ok(())
     }

@@ -232,10 +232,8 @@ fn damage(rng: &mut Rng, r: &mut Results) {
     }
 }
 
-/// Infer from `r`; where a profile can be written, it loads in the
-/// simulator or one of the two refuses it in one line (the simulator
-/// naming the parameter: `probe infer` shows that error, since it fits the
-/// profile by simulating it). Whether a profile was written and loaded.
+/// Infer from `r`; a profile is either written, and then loads in the
+/// simulator, or refused in one line. Whether a profile was written.
 fn infer_and_write(r: &Results, what: &str) -> bool {
     let inf = infer::infer(&r.curves, &Thresholds::default());
     for note in &inf.notes {
@@ -253,12 +251,7 @@ fn profile_loads(inf: &Inferred, what: &str) -> bool {
     match profile::toml(inf, &lat, "a \"damaged\" result set") {
         Ok(text) => match pmlab_sim::System::from_toml(&text, "profile") {
             Ok(_) => true,
-            Err(e) => {
-                let msg = e.to_string();
-                assert_eq!(msg.lines().count(), 1, "{what}: {msg}");
-                assert!(msg.contains("parameter '"), "{what}: {msg}\n{text}");
-                false
-            }
+            Err(e) => panic!("{what}: a written profile does not load: {e}\n{text}"),
         },
         Err(e) => {
             assert_eq!(e.to_string().lines().count(), 1, "{what}: {e}");
@@ -355,4 +348,51 @@ fn random_inferred_parameters_give_a_loadable_profile_or_a_clean_error() {
         }
         profile_loads(&inf, &format!("round {round}: {inf:?}"));
     }
+}
+
+/// Values no device has (a NaN or zero capacity, written as "0B"; a NaN
+/// or negative latency; a zero XPLine) make `profile::toml` refuse in one
+/// line instead of writing a profile that `pmlab sim` then refuses.
+#[test]
+fn a_profile_that_would_not_load_is_refused() {
+    let good = infer::infer(&lens_like().curves, &Thresholds::default());
+    let lat = Latencies {
+        rmw_hit: 112.0,
+        ait: 61.0,
+        media_read: 80.0,
+    };
+    let mut cases: Vec<(&str, Inferred, Latencies)> = Vec::new();
+    let mut nan_cap = good.clone();
+    nan_cap.read_buffers[0].capacity = f64::NAN;
+    cases.push(("NaN capacity", nan_cap, lat));
+    let mut zero_ait = good.clone();
+    zero_ait.read_buffers[1].capacity = 0.0;
+    cases.push(("zero AIT capacity", zero_ait, lat));
+    let mut zero_line = good.clone();
+    zero_line.read_entries[0] = Some(0.0);
+    cases.push(("zero XPLine", zero_line, lat));
+    let mut nan_entry = good.clone();
+    nan_entry.read_entries[1] = Some(f64::NAN);
+    cases.push(("NaN entry", nan_entry, lat));
+    for bad in [f64::NAN, -5.0, f64::INFINITY] {
+        cases.push((
+            "bad latency",
+            good.clone(),
+            Latencies {
+                media_read: bad,
+                ..lat
+            },
+        ));
+    }
+    for (what, inf, lat) in cases {
+        match profile::toml(&inf, &lat, "odd") {
+            Ok(text) => panic!("{what}: written:\n{text}"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert_eq!(msg.lines().count(), 1, "{what}: {msg}");
+                assert!(msg.contains("profile"), "{what}: {msg}");
+            }
+        }
+    }
+    assert!(profile::toml(&good, &lat, "lens").is_ok());
 }

@@ -228,13 +228,25 @@ mod tests {
         let e = cfg(&[("PMLAB_PM_LATENCY", "50ns")]).unwrap_err();
         assert!(e.message().contains("below the DRAM latency"), "{e}");
         let e = cfg(&[("PMLAB_EPOCH_MIN", "20ms")]).unwrap_err();
-        assert!(e.message().contains("above PMLAB_EPOCH_MAX"), "{e}");
+        assert!(
+            e.message()
+                .contains("above PMLAB_EPOCH_MAX (pmlab run --epoch-max)"),
+            "{e}"
+        );
         let e = cfg(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
-        assert!(e.message().starts_with("PMLAB_LOCK_EPOCH_MIN 20ms"), "{e}");
+        assert!(
+            e.message()
+                .starts_with("PMLAB_LOCK_EPOCH_MIN (pmlab run --lock-epoch-min) 20ms"),
+            "{e}"
+        );
         let c = cfg(&[("PMLAB_LOCK_EPOCH_MIN", "2us")]).unwrap();
         assert_eq!(c.lock_epoch_min_ns, Some(2e3));
         let e = cfg(&[("PMLAB_EPOCH_MAX", "10 parsecs")]).unwrap_err();
-        assert!(e.message().starts_with("PMLAB_EPOCH_MAX:"), "{e}");
+        assert!(
+            e.message()
+                .starts_with("PMLAB_EPOCH_MAX (pmlab run --epoch-max):"),
+            "{e}"
+        );
         assert!(cfg(&[("PMLAB_BW_THROTTLE", "magic")]).is_err());
         assert!(cfg(&[("PMLAB_WRITE_PARALLELISM", "0")]).is_err());
     }

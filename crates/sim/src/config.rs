@@ -18,6 +18,10 @@ pub const MAX_BYTES: u64 = 1 << 50;
 /// completion times stay finite.
 pub const MAX_NS: f64 = 1e12;
 
+/// The bandwidth range accepted, in GB/s: slow enough that a 64 KiB move
+/// still takes under [`MAX_NS`], fast enough to cover any link.
+pub const BANDWIDTH_GBS: std::ops::RangeInclusive<f64> = 1e-6..=1e9;
+
 /// One resolved parameter, for listings.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ParamInfo {
@@ -127,6 +131,21 @@ impl Params {
         Ok(v)
     }
 
+    /// A duration as [`Params::ns`] that must also be above zero (a clock
+    /// period: zero would make every timing derived from it vanish).
+    pub fn positive_ns(
+        &mut self,
+        name: &'static str,
+        default: f64,
+        doc: &str,
+    ) -> Result<f64, Error> {
+        let v = self.ns(name, default, doc)?;
+        if v <= 0.0 {
+            return Err(self.err(name, "must be above 0 ns (a clock period)".to_string()));
+        }
+        Ok(v)
+    }
+
     /// A size in bytes (a number, or a string such as `"16KiB"`); must be at
     /// least `min`.
     pub fn bytes(
@@ -215,6 +234,16 @@ impl Params {
                 }
             },
         };
+        if !BANDWIDTH_GBS.contains(&v) {
+            return Err(self.err(
+                name,
+                format!(
+                    "{v} GB/s is outside the valid range {:e}..={:e} GB/s",
+                    BANDWIDTH_GBS.start(),
+                    BANDWIDTH_GBS.end()
+                ),
+            ));
+        }
         self.record(name, format!("{v} GB/s"), doc, given);
         Ok(v)
     }

@@ -204,3 +204,40 @@ fn a_huge_size_is_refused_in_one_line() {
         }
     }
 }
+
+/// A duration, bandwidth or clock period whose value would make simulated
+/// times infinite or meaningless (1e308 ns, a bandwidth of 1e-300 GB/s, a
+/// zero clock period) is refused in one line naming the key; every system
+/// that does build keeps finite times.
+#[test]
+fn a_value_that_would_make_times_infinite_is_refused() {
+    for p in presets::ALL {
+        for (i, _, key) in keyed_lines(p.toml) {
+            let values: &[&str] = if key.ends_with("_ns") || key == "tck" {
+                &["1e308", "\"1e308ns\""]
+            } else if key.ends_with("_gbs") {
+                &["1e-300", "1e308"]
+            } else {
+                continue;
+            };
+            for v in values {
+                let edited = with_line(p.toml, i, &format!("{key} = {v}"));
+                let what = format!("{}: {key} = {v}", p.name);
+                match System::from_toml(&edited, p.name) {
+                    Err(e) => {
+                        let msg = one_line(&e, &what);
+                        assert!(msg.contains(&key), "{what}: {msg}");
+                    }
+                    Ok(_) => panic!("{what}: accepted"),
+                }
+            }
+        }
+        if let Some((i, _, _)) = keyed_lines(p.toml).into_iter().find(|(_, _, k)| k == "tck") {
+            let edited = with_line(p.toml, i, "tck = 0");
+            let e = System::from_toml(&edited, p.name)
+                .err()
+                .unwrap_or_else(|| panic!("{}: tck = 0 accepted", p.name));
+            assert!(one_line(&e, p.name).contains("tck"), "{e}");
+        }
+    }
+}

@@ -305,13 +305,18 @@ fn make_target(t: &TargetArgs) -> anyhow::Result<Box<dyn Target>> {
 fn settings(t: &TargetArgs, base: Settings) -> anyhow::Result<Settings> {
     let mut s = base;
     if let Some(r) = t.repeats {
-        if r == 0 {
-            bail!("--repeats must be at least 1");
+        if r == 0 || r > 1000 {
+            bail!("--repeats {r} is out of range: use 1 to 1000");
         }
         s.repeats = r;
     }
     if let Some(m) = t.min_lines {
-        s.min_lines = m.max(1);
+        // 2^24 lines is seconds a point on the host, far more on the
+        // simulator; 2^64 ran for days.
+        if m == 0 || m > 1 << 24 {
+            bail!("--min-lines {m} is out of range: use 1 to 16777216");
+        }
+        s.min_lines = m;
     }
     if t.outstanding == 0 || t.outstanding > 4096 {
         bail!(
@@ -564,11 +569,9 @@ fn all(a: AllArgs) -> anyhow::Result<u8> {
         fitted.as_ref().map(|f| f.1),
     );
     if let Some(dir) = &a.out.out {
-        std::fs::write(dir.join("report.txt"), &text)
-            .with_context(|| format!("cannot write {}", dir.join("report.txt").display()))?;
+        crate::cmd::write_atomic(&dir.join("report.txt"), text.as_bytes(), "--out")?;
         if let Some((toml, _)) = &fitted {
-            std::fs::write(dir.join("profile.toml"), toml)
-                .with_context(|| format!("cannot write {}", dir.join("profile.toml").display()))?;
+            crate::cmd::write_atomic(&dir.join("profile.toml"), toml.as_bytes(), "--out")?;
         }
     }
     if a.out.json {

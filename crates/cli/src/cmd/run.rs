@@ -15,7 +15,6 @@ use clap::{Arg, ArgAction, ArgMatches};
 use pmlab_emu::launch;
 use pmlab_model::options::{Kind, Naming, RunOptions, Spec, SPECS};
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `pmlab run`.
@@ -397,6 +396,9 @@ fn side_reports(
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(p) = &args.json {
+        crate::cmd::check_output(p, "--json")?;
+    }
     let program = launch::resolve_program(&args.command[0])?;
     launch::check_environment()?;
     let resolved = resolve(&args)?;
@@ -461,12 +463,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// Write one JSON document (and a newline) to `path`: a file, or a
-/// descriptor such as `/dev/fd/3` (never the program's stdout).
+/// Write one JSON document (and a newline) to `path`: a file (whole or
+/// not at all), or a descriptor such as `/dev/fd/3` (never the program's
+/// stdout).
 pub fn write_json(path: &Path, v: &serde_json::Value) -> anyhow::Result<()> {
-    let mut f = std::fs::File::create(path)
-        .with_context(|| format!("--json {}: cannot write", path.display()))?;
-    writeln!(f, "{v}").with_context(|| format!("--json {}: cannot write", path.display()))
+    crate::cmd::write_atomic(path, format!("{v}\n").as_bytes(), "--json")
 }
 
 /// The statistics' summary lines; `llc`: the modelled LLC, said after

@@ -551,9 +551,7 @@ fn validate(
             Some(sec) => pmlab_sim::validate::splice_device_section(&md, sec),
             None => md.clone(),
         };
-        let tmp = path.with_extension("md.tmp");
-        std::fs::write(&tmp, &md).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        crate::cmd::write_atomic(path, md.as_bytes(), "--write")?;
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -593,6 +591,9 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
         .get();
     if chunk == 0 || chunk % 64 != 0 || chunk > span {
         bail!("--chunk must be a multiple of 64 bytes from 64 B to --span ({span} B), got {chunk}");
+    }
+    if g.count == 0 {
+        bail!("--count must be at least 1: a trace without records is one pmlab sim refuses");
     }
     if g.threads == 0 || g.threads > 4096 {
         bail!("--threads must be from 1 to 4096, got {}", g.threads);
@@ -647,9 +648,25 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
         }
         Ok(())
     };
-    let tmp = out.with_extension("tmp");
+    if out.is_dir() {
+        bail!(
+            "{}: is a directory: give a file name for the trace",
+            out.display()
+        );
+    }
+    let tmp = crate::cmd::temp_beside(out);
     let file =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", out.display()))?;
+    // A failed run leaves neither a part of the trace nor the temporary file.
+    struct Cleanup<'a>(&'a std::path::Path, bool);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            if !self.1 {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
+    }
+    let mut cleanup = Cleanup(&tmp, false);
     let mut w = std::io::BufWriter::with_capacity(1 << 16, file);
     if format == "pmt" {
         let mut bw = binary::Writer::with_meta(
@@ -669,6 +686,7 @@ fn gen(g: &GenArgs) -> anyhow::Result<u8> {
     w.flush()?;
     drop(w);
     std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
+    cleanup.1 = true;
     if json {
         let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
         let v = serde_json::json!({"path": out.display().to_string(), "pattern": pattern, "accesses": count, "records": records, "threads": threads, "chunk": chunk, "fence_every": g.fence_every, "format": format, "bytes": bytes});

@@ -98,6 +98,9 @@ fn exit_code(status: std::process::ExitStatus) -> (u8, String) {
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(p) = &args.json {
+        crate::cmd::check_output(p, "--json")?;
+    }
     let runtime = pmlab_emu::launch::find_runtime()?;
     let program = pmlab_emu::launch::resolve_program(&args.command[0])?;
     pmlab_emu::launch::check_environment()?;
@@ -106,9 +109,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     } else {
         std::env::current_dir()?.join(&args.output)
     };
-    // Fail early, with a clear message, on an unwritable output.
-    File::create(&out).with_context(|| format!("cannot create trace file {}", out.display()))?;
-    std::fs::remove_file(&out).ok();
+    // Fail early, with a clear message, on an unwritable output, without
+    // touching an existing trace there: the program traces into a
+    // temporary file beside it, renamed over it once the program is done,
+    // so a run that writes no trace leaves the old one as it was.
+    if out.is_dir() {
+        bail!(
+            "cannot create trace file {}: is a directory: give a file name",
+            out.display()
+        );
+    }
+    let tmp = crate::cmd::temp_beside(&out);
+    File::create(&tmp).with_context(|| format!("cannot create trace file {}", out.display()))?;
+    std::fs::remove_file(&tmp).ok();
 
     let baseline = if args.overhead {
         let t = Instant::now();
@@ -129,11 +142,31 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let t = Instant::now();
     let status =
-        pmlab_emu::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&out)))?;
+        pmlab_emu::launch::spawn_and_wait(command(&args, &program, Some(&runtime), Some(&tmp)))?;
     let secs = t.elapsed().as_secs_f64();
     let (code, how) = exit_code(status);
 
-    if !out.exists() {
+    let wrote = tmp.exists();
+    if wrote {
+        // The files written beside it (TMP.PID of children, TMP.init.N
+        // pool images) move with it (OUT.PID, OUT.init.N).
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        let prefix = format!("{}.", tmp.file_name().unwrap_or_default().to_string_lossy());
+        let dir = tmp.parent().unwrap_or(Path::new("."));
+        for e in std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|e| e.ok())
+        {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = n.strip_prefix(&prefix) {
+                std::fs::rename(e.path(), out.with_file_name(format!("{name}.{rest}")))
+                    .with_context(|| format!("cannot write {}.{rest}", out.display()))?;
+            }
+        }
+        std::fs::rename(&tmp, &out)
+            .with_context(|| format!("cannot write trace file {}", out.display()))?;
+    }
+    if !wrote {
         bail!(
             "{} wrote no trace: it did not load {} (statically linked or setuid program?)",
             args.command[0],

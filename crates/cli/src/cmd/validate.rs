@@ -105,8 +105,7 @@ pub fn run(args: Args) -> Result<u8> {
         if path.as_os_str() == "-" {
             println!("{text}");
         } else {
-            std::fs::write(path, text + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            crate::cmd::write_atomic(path, (text + "\n").as_bytes(), "--json")?;
         }
     }
     if let Some(dir) = &args.plot {

@@ -333,6 +333,17 @@ fn check_tuning(t: &Tuning) -> Result<Checked> {
     if election.0 == 0 || election.0 >= election.1 {
         return Err(bad());
     }
+    if t.heartbeat_ms == 0 || t.heartbeat_ms >= election.0 {
+        bail!(
+            "--heartbeat-ms {}: give 1 to less than the election timeout's minimum ({} ms), e.g. {}",
+            t.heartbeat_ms,
+            election.0,
+            (election.0 / 6).max(1)
+        );
+    }
+    if t.max_clients == 0 {
+        bail!("--max-clients 0: no client could connect; give at least 1 (default 1024)");
+    }
     if t.commit_lag_ms >= election.0 {
         bail!(
             "--commit-lag-ms {}: give less than the election timeout's minimum ({} ms), e.g. {}",

@@ -67,7 +67,7 @@ pub struct Ddr4 {
 impl Ddr4 {
     /// Build from parameters.
     pub fn build(p: &mut Params) -> Result<Ddr4, Error> {
-        let tck = p.ns(
+        let tck = p.positive_ns(
             "tck",
             0.75,
             "clock period (DDR4-2666: 1/1333 MHz; JEDEC JESD79-4)",

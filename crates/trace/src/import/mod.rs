@@ -29,7 +29,7 @@ pub(crate) fn next_line<R: BufRead>(
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Error::new(
             ErrorKind::Malformed,
             format!(
-                "{name}:{}: not UTF-8 text (is this a binary trace? pass --trace-format pmt)",
+                "{name}:{}: not UTF-8 text (a binary trace? give its format as pmt: --trace-format pmt in pmlab sim, --format pmt in pmlab analyze)",
                 line + 1
             ),
         )),

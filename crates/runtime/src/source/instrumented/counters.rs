@@ -23,7 +23,7 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
     let sample = pmlab_model::options::Sample::parse(&sample).map_err(|why| {
         Error::new(
             crate::error::ErrorKind::Config,
-            format!("PMLAB_SAMPLE: {why}"),
+            format!("PMLAB_SAMPLE (pmlab run --sample): {why}"),
         )
     })?;
     super::sample::set_policy(super::sample::Policy::from_option(sample));

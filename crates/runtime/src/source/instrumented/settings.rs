@@ -167,7 +167,7 @@ pub fn config_from_env(get: impl Fn(&str) -> Option<String>) -> Result<HookConfi
     llc.sets().map_err(|e| {
         Error::new(
             ErrorKind::Config,
-            format!("modelled last-level cache: {e} (set PMLAB_INSTR_LLC=SIZE:WAYS)"),
+            format!("modelled last-level cache: {e} (set PMLAB_INSTR_LLC=SIZE:WAYS or pmlab run --llc SIZE:WAYS)"),
         )
     })?;
     let num = |key: &str, default: u64, max: u64| -> Result<u64, Error> {
@@ -265,7 +265,7 @@ fn parse_llc(s: &str) -> Result<CacheConfig, Error> {
     let bad = || {
         Error::new(
             ErrorKind::Config,
-            format!("PMLAB_INSTR_LLC='{s}' must be SIZE:WAYS, e.g. 32MiB:16"),
+            format!("PMLAB_INSTR_LLC='{s}' (pmlab run --llc) must be SIZE:WAYS, e.g. 32MiB:16"),
         )
     };
     let (size, ways) = s.split_once(':').ok_or_else(bad)?;
