@@ -176,7 +176,8 @@ pub fn flush_for_mode(op: Op) -> Op {
 /// less than the native build's (its hooks put time between a flush and
 /// the re-read), so the constants measured at start-up misfit much of a
 /// run. Instead, while the program runs, at most once every
-/// [`PROBE_GAP_NS`] a `pflush` call (on the program's own thread) flushes
+/// [`PROBE_GAP_NS`] (give or take half, drawn at random) a `pflush` call
+/// (on the program's own thread) flushes
 /// two private 4 KiB pages of the runtime's with the same instruction
 /// before the program's lines ([`begin`]), and after them ([`end`]) chases
 /// them as LENS's chase reads a region: the first page line by line in a
@@ -186,8 +187,8 @@ pub fn flush_for_mode(op: Op) -> Op {
 /// timed whole with the TSC (no fence inside it that would hold the
 /// prefetchers back). The medians of the last [`PROBE_RING`] probes are
 /// the costs the device model's delays subtract ([`live_fresh`]). A probe
-/// reads 128 lines (10-20 us on this VM), 1-2% of the program's time at
-/// that rate, not charged back. Off unless [`enable_fresh_probe`] was
+/// reads 64 lines (5-10 us on this VM), about 1% of the program's time
+/// at that rate, not charged back. Off unless [`enable_fresh_probe`] was
 /// called (device mode, the fresh costs not given by the environment).
 pub mod fresh {
     use pmlab_clock::rdtsc_ordered;
@@ -216,19 +217,22 @@ pub mod fresh {
     static FOLLOW_BITS: AtomicU64 = AtomicU64::new(0);
     const SCALE: f64 = 16.0;
 
-    /// Lines of a probe page, and per block of the second one.
-    const PAGE_LINES: usize = 64;
+    /// Lines a probe chases in each of its pages (the first half of the
+    /// page), and per block in the second one.
+    pub const PAGE_LINES: usize = 32;
+    /// Words of a 4 KiB page.
+    const PAGE_WORDS: usize = 512;
     const BLOCK_LINES: usize = 4;
 
     /// The runtime's two probe pages, each line holding the address of
     /// the next one to read ([`chain`]). One pair for the process: one
     /// probe at a time.
     #[repr(C, align(4096))]
-    struct Pages(UnsafeCell<[[usize; PAGE_LINES * 8]; 2]>);
+    struct Pages(UnsafeCell<[[usize; PAGE_WORDS]; 2]>);
     // SAFETY: only the thread holding `BUSY` (or a test holding the test
     // lock) touches them.
     unsafe impl Sync for Pages {}
-    static PAGES: Pages = Pages(UnsafeCell::new([[0; PAGE_LINES * 8]; 2]));
+    static PAGES: Pages = Pages(UnsafeCell::new([[0; PAGE_WORDS]; 2]));
 
     /// The order a page's lines are read in: its blocks of `block` lines
     /// in a fixed random order (Fisher-Yates with xorshift), each block's
@@ -306,7 +310,16 @@ pub mod fresh {
         at_drain();
         let now = pmlab_clock::rdtsc();
         let last = LAST.load(Ordering::Relaxed);
+        // The gap drawn from 0.5 to 1.5 times PROBE_GAP_NS (from the last
+        // probe's time): probes at a steady period would show as a period
+        // of slow iterations in a program that times its own (LENS's
+        // overwrite probe looks for the wear-leveling stalls' period).
         let gap = (PROBE_GAP_NS * crate::clock::tsc_ghz()) as u64;
+        let mut x = last | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let gap = gap / 2 + x % gap.max(1);
         if now.wrapping_sub(last) < gap && last != 0 {
             return;
         }
@@ -344,7 +357,7 @@ pub mod fresh {
         // address is inside the two pages (64 lines of 8 words each).
         unsafe {
             for (page, block) in [(0usize, 1usize), (1, BLOCK_LINES)] {
-                let p = base.add(page * PAGE_LINES * 8);
+                let p = base.add(page * PAGE_WORDS);
                 let lines = chain(block, 0x9E37_79B9_7F4A_7C15 + page as u64);
                 for i in 0..PAGE_LINES {
                     let at = p.add(lines[i] * 8);
@@ -359,8 +372,11 @@ pub mod fresh {
                 let a = rdtsc_ordered();
                 tick = tick.min(rdtsc_ordered().wrapping_sub(a));
             }
-            for l in 0..2 * PAGE_LINES {
-                crate::persist::flush_line(base.add(l * 8) as *const u8, op);
+            for page in 0..2 {
+                for l in 0..PAGE_LINES {
+                    let at = base.add(page * PAGE_WORDS + l * 8);
+                    crate::persist::flush_line(at as *const u8, op);
+                }
             }
             Probe { tick }
         }
@@ -375,7 +391,7 @@ pub mod fresh {
         unsafe {
             crate::persist::sfence();
             for (page, t) in took.iter_mut().enumerate() {
-                let first = base.add(page * PAGE_LINES * 8);
+                let first = base.add(page * PAGE_WORDS);
                 // Any line starts the cycle: the page's first.
                 let mut p = first as usize;
                 let t0 = rdtsc_ordered();
@@ -462,21 +478,25 @@ mod tests {
             let lines = fresh::chain(block, 7);
             let mut seen = lines.to_vec();
             seen.sort_unstable();
-            assert_eq!(seen, (0..64).collect::<Vec<_>>(), "a permutation");
+            assert_eq!(
+                seen,
+                (0..fresh::PAGE_LINES).collect::<Vec<_>>(),
+                "a permutation"
+            );
             for b in lines.chunks(block) {
                 assert_eq!(b[0] % block, 0, "a block starts on its boundary");
                 assert!(b.windows(2).all(|w| w[1] == w[0] + 1), "in order inside");
             }
             // Shuffled: not the identity.
-            assert_ne!(lines.to_vec(), (0..64).collect::<Vec<_>>());
+            assert_ne!(lines.to_vec(), (0..fresh::PAGE_LINES).collect::<Vec<_>>());
         }
-        // 64 lines at 100 ns read one by one; 16 blocks at 160 ns (their
+        // 32 lines at 100 ns read one by one; 8 blocks at 160 ns (their
         // first line 100, three following lines at 20): 1 GHz ticks.
-        let (fresh, follow) = fresh::costs(6400, 16 * 160, 1.0);
+        let (fresh, follow) = fresh::costs(3200, 8 * 160, 1.0);
         assert_eq!(fresh, 100.0);
         assert_eq!(follow, 20.0);
         // Never below 0.
-        assert_eq!(fresh::costs(6400, 16 * 50, 1.0).1, 0.0);
+        assert_eq!(fresh::costs(3200, 8 * 50, 1.0).1, 0.0);
     }
 
     #[test]
