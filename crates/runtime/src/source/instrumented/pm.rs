@@ -173,22 +173,25 @@ pub fn flush_for_mode(op: Op) -> Op {
 /// ([`pmlab_model::device::Access::Fresh`] and `FreshFollow`): on this VM
 /// a just-flushed line's re-read costs 55-148 ns from one moment to the
 /// next within one process, and an instrumented program's re-reads cost
-/// less than the native build's (its hooks put time between a flush and
-/// the re-read), so the constants measured at start-up misfit much of a
-/// run. Instead, while the program runs, at most once every
-/// [`PROBE_GAP_NS`] (give or take half, drawn at random) a `pflush` call
-/// (on the program's own thread) flushes
-/// two private 4 KiB pages of the runtime's with the same instruction
-/// before the program's lines ([`begin`]), and after them ([`end`]) chases
-/// them as LENS's chase reads a region: the first page line by line in a
-/// random order (the fresh cost, per line), the second in 256 B blocks in
-/// a random order, each block's lines in order (per block; less the fresh
-/// cost, per following line: the fresh following cost). Each chase is
-/// timed whole with the TSC (no fence inside it that would hold the
-/// prefetchers back). The medians of the last [`PROBE_RING`] probes are
-/// the costs the device model's delays subtract ([`live_fresh`]). A probe
-/// reads 64 lines (5-10 us on this VM), about 1% of the program's time
-/// at that rate, not charged back. Off unless [`enable_fresh_probe`] was
+/// otherwise than the native build's (its hooks put time between a flush
+/// and the re-read), so the constants measured at start-up misfit much of
+/// a run. Instead, while the program runs, about once every
+/// [`PROBE_GAP_NS`](fresh::PROBE_GAP_NS) (give or take half, drawn at
+/// random), at the end of a `pflush` call on the program's own thread
+/// ([`after_flushes`](fresh::after_flushes)), the runtime flushes 32
+/// lines of each of two private 4 KiB pages with the same instruction,
+/// and at the thread's next durability point
+/// ([`at_drain`](fresh::at_drain)) chases them as LENS's chase reads a
+/// region: the first page line by line in a random order (the fresh
+/// cost, per line), the second in 256 B blocks in a random order, each
+/// block's lines in order (per block; less the fresh cost, per following
+/// line: the fresh following cost). Each chase is timed whole with the
+/// TSC (no fence inside it that would hold the prefetchers back). The
+/// medians of the last [`PROBE_RING`](fresh::PROBE_RING) probes are the
+/// costs the device model's delays subtract
+/// ([`live_fresh`](fresh::live_fresh)). A probe reads 64 lines (5-10 us
+/// on this VM), about 1% of the program's time at that rate, not charged
+/// back. Off unless [`enable_fresh_probe`](fresh::enable_fresh_probe) was
 /// called (device mode, the fresh costs not given by the environment).
 pub mod fresh {
     use pmlab_clock::rdtsc_ordered;
@@ -259,7 +262,7 @@ pub mod fresh {
         lines
     }
 
-    /// A probe under way (from [`begin`] to [`end`]): the timer's own
+    /// A probe under way (from [`after_flushes`] to [`at_drain`]): the timer's own
     /// cost, ticks.
     #[must_use]
     pub struct Probe {
