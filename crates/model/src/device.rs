@@ -327,24 +327,45 @@ pub enum Access {
     Far,
     /// The line right after the thread's previous miss, in the same 4 KiB
     /// page: natively the CPU's prefetchers have it on its way (the later
-    /// lines of a block a chase reads in order).
-    Follow,
+    /// lines of a block a chase reads in order), with the footprint of the
+    /// run's first line in 4 KiB pages (as [`Near`](Access::Near);
+    /// `u32::MAX` when that line was [`Far`](Access::Far)): what the
+    /// prefetch leaves of the latency grows with the latency
+    /// ([`NativeCosts::follow_at`]; on this VM a following line of a chase
+    /// in 256 B blocks costs 8 ns over 256 KiB, 11 over 64-256 MiB, 23
+    /// over 1 GiB).
+    Follow(u32),
     /// A line the thread flushed fewer than [`FRESH_FLUSHES`] flushes ago,
     /// not following the previous miss: natively slow whatever its
     /// neighbours (on this VM a random chase over 4 to 16 KiB flushed just
     /// before costs 115-155 ns per line).
     Fresh,
     /// A fresh line that follows the previous miss (the later lines of a
-    /// block of a small flushed region): natively cheaper than a fresh
-    /// line when the prefetchers catch the block, as dear when they do not
-    /// (on this VM a chase over 16 KiB in 256 B blocks costs 60-140 ns per
-    /// line from one run to the next, against 136-149 in 64 B blocks).
-    FreshFollow,
+    /// block of a small flushed region), with the number of lines the
+    /// thread flushed in its last run of flushes (between two misses):
+    /// natively as dear as a fresh line when the prefetchers miss the
+    /// block, which they do while the flushes are recent, nearly as cheap
+    /// as a [`Follow`](Access::Follow) line once the run is long (the
+    /// oldest lines' flushes have long completed). On this VM, in a
+    /// program built by `pmlab cc`, a chase over 8 KiB in 256 B blocks
+    /// pays about 100 ns per following line, over 16 KiB 15-30
+    /// ([`NativeCosts::fresh_follow_at`]).
+    FreshFollow(u32),
 }
 
 /// Flushes after which a flushed line's re-read is no longer
 /// [`Access::Fresh`] (a 16 KiB region flushed whole).
 pub const FRESH_FLUSHES: u64 = 256;
+
+/// Runs of flushes of up to this many lines leave the following lines of
+/// a fresh block at [`NativeCosts::fresh_follow_ns`] (what the start-up
+/// chase over 8 KiB measures); from [`FOLLOW_BURST`] lines on they cost
+/// [`NativeCosts::follow_ns`].
+pub const FRESH_BURST: u32 = 128;
+
+/// Runs of flushes from this many lines on leave a fresh block's
+/// following lines at [`NativeCosts::follow_ns`] (16 KiB).
+pub const FOLLOW_BURST: u32 = 256;
 
 /// Slots of [`NativeTracker`]'s table of flushed lines (direct-mapped by
 /// line: exact for any 64 KiB window).
@@ -397,10 +418,38 @@ impl NativeCosts {
         match access {
             Access::Near(pages) => self.near_at(pages),
             Access::Far => self.far_ns,
-            Access::Follow => self.follow_ns,
+            Access::Follow(pages) => self.follow_at(pages),
             Access::Fresh => self.fresh_ns,
-            Access::FreshFollow => self.fresh_follow_ns,
+            Access::FreshFollow(burst) => self.fresh_follow_at(burst),
         }
+    }
+
+    /// The native cost of a following line whose run began with a miss of
+    /// footprint `pages` (`u32::MAX`: a far one):
+    /// [`follow_ns`](Self::follow_ns) (measured within
+    /// [`NEAR_FOOTPRINT`]) grown as the first line's native cost grows
+    /// over the near cost ([`near_at`](Self::near_at); never below
+    /// `follow_ns`).
+    pub fn follow_at(&self, pages: u32) -> f64 {
+        if pages <= NEAR_FOOTPRINT || self.near_ns <= 0.0 {
+            return self.follow_ns;
+        }
+        self.follow_ns * (self.near_at(pages) / self.near_ns).max(1.0)
+    }
+
+    /// The native cost of a fresh following line after a run of `burst`
+    /// flushed lines: [`fresh_follow_ns`](Self::fresh_follow_ns) up to
+    /// [`FRESH_BURST`] lines, [`follow_ns`](Self::follow_ns) from
+    /// [`FOLLOW_BURST`], linear in between.
+    pub fn fresh_follow_at(&self, burst: u32) -> f64 {
+        if burst <= FRESH_BURST {
+            return self.fresh_follow_ns;
+        }
+        if burst >= FOLLOW_BURST {
+            return self.follow_ns;
+        }
+        let x = (burst - FRESH_BURST) as f64 / (FOLLOW_BURST - FRESH_BURST) as f64;
+        self.fresh_follow_ns + (self.follow_ns - self.fresh_follow_ns) * x
     }
 
     /// The native cost of a near miss with a footprint of `pages` 4 KiB
@@ -468,6 +517,14 @@ pub struct NativeTracker {
     /// (line, flush count after its flush) by line.
     flushed: Vec<(u64, u64)>,
     flushes: u64,
+    /// The flush count when the current run of flushes began; `u64::MAX`
+    /// when a miss came after the last flush.
+    burst_from: u64,
+    /// Lines flushed in the last run of flushes before a miss.
+    burst: u64,
+    /// The footprint of the last miss that did not follow the one before
+    /// (`u32::MAX` when far), for the [`Access::Follow`] lines after it.
+    head_pages: u32,
 }
 
 impl Default for NativeTracker {
@@ -486,12 +543,18 @@ impl NativeTracker {
             footprint: 0,
             flushed: vec![(u64::MAX, 0); FRESH_SLOTS],
             flushes: 0,
+            burst_from: u64::MAX,
+            burst: 0,
+            head_pages: 0,
         }
     }
 
     /// The thread flushed `line` (an address >> 6).
     #[inline]
     pub fn flush(&mut self, line: u64) {
+        if self.burst_from == u64::MAX {
+            self.burst_from = self.flushes;
+        }
         self.flushes += 1;
         self.flushed[line as usize % FRESH_SLOTS] = (line, self.flushes);
     }
@@ -505,6 +568,10 @@ impl NativeTracker {
     /// The kind of the miss of `line` (an address >> 6), and note it.
     #[inline]
     pub fn classify(&mut self, line: u64) -> Access {
+        if self.burst_from != u64::MAX {
+            self.burst = self.flushes - self.burst_from;
+            self.burst_from = u64::MAX;
+        }
         let page = line >> 6;
         let follow = line == self.last_line.wrapping_add(1) && line & 63 != 0;
         if page != self.last_line >> 6 {
@@ -526,13 +593,20 @@ impl NativeTracker {
         if f.0 == line {
             f.0 = u64::MAX;
         }
-        match (fresh, follow) {
-            (true, true) => Access::FreshFollow,
+        let kind = match (fresh, follow) {
+            (true, true) => Access::FreshFollow(self.burst.min(u32::MAX as u64) as u32),
             (true, false) => Access::Fresh,
-            (false, true) => Access::Follow,
+            (false, true) => Access::Follow(self.head_pages),
             (false, false) if near => Access::Near(self.footprint_pages()),
             _ => Access::Far,
+        };
+        match kind {
+            Access::Near(p) => self.head_pages = p,
+            Access::Far => self.head_pages = u32::MAX,
+            Access::Fresh => self.head_pages = 0,
+            _ => {}
         }
+        kind
     }
 }
 
@@ -1599,11 +1673,19 @@ mod tests {
         // its way (40) adds 130.
         assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Near(16)), 70.0);
         assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Far), 20.0);
-        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Follow), 130.0);
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Follow(16)), 130.0);
+        // After a far first line (150 natively, 1.5 times the near cost):
+        // 1.5 times the following cost (60), adding 110.
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Follow(u32::MAX)), 110.0);
         assert_eq!(n.delay_ns(&p, Level::Ait, Access::Near(0)), 210.0);
         assert_eq!(n.delay_ns(&p, Level::Media, Access::Far), 195.0);
         // A fresh line following the previous miss: its own cost (60).
-        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::FreshFollow), 110.0);
+        assert_eq!(n.delay_ns(&p, Level::Rmw, Access::FreshFollow(64)), 110.0);
+        // After a long run of flushes: a following line's cost (40).
+        assert_eq!(
+            n.delay_ns(&p, Level::Rmw, Access::FreshFollow(FOLLOW_BURST)),
+            130.0
+        );
         // Never negative: a level faster than this machine adds nothing.
         assert_eq!(n.delay_ns(&p, Level::Rmw, Access::Fresh), 40.0);
         let slow = NativeCosts {
@@ -1619,6 +1701,41 @@ mod tests {
         assert_eq!(NativeCosts::follow_from(100.0, 55.0, 4), 40.0);
         assert_eq!(NativeCosts::follow_from(100.0, 10.0, 4), 0.0);
         assert_eq!(NativeCosts::follow_from(100.0, 55.0, 1), 100.0);
+    }
+
+    #[test]
+    fn a_fresh_following_line_is_cheap_after_a_long_run_of_flushes() {
+        let n = NativeCosts {
+            near_ns: 90.0,
+            far_ns: 180.0,
+            follow_ns: 8.0,
+            fresh_ns: 140.0,
+            fresh_follow_ns: 100.0,
+        };
+        // Up to FRESH_BURST flushed lines: the fresh following cost; from
+        // FOLLOW_BURST the following cost; linear in between.
+        assert_eq!(n.fresh_follow_at(4), 100.0);
+        assert_eq!(n.fresh_follow_at(FRESH_BURST), 100.0);
+        let mid = (FRESH_BURST + FOLLOW_BURST) / 2;
+        assert!((n.fresh_follow_at(mid) - 54.0).abs() < 1e-9);
+        assert_eq!(n.fresh_follow_at(FOLLOW_BURST), 8.0);
+        assert_eq!(n.of(Access::FreshFollow(u32::MAX)), 8.0);
+        // A following line grows with its run's first line: twice the
+        // near cost (a far first line), twice the following cost.
+        assert_eq!(n.follow_at(NEAR_FOOTPRINT), 8.0);
+        assert_eq!(n.follow_at(u32::MAX), 16.0);
+        assert_eq!(n.of(Access::Follow(FAR_FOOTPRINT)), 16.0);
+        // The tracker counts the run of flushes before a miss.
+        let mut t = NativeTracker::new();
+        for l in 0..300 {
+            t.flush(l);
+        }
+        assert_eq!(t.classify(290), Access::Fresh);
+        assert_eq!(t.classify(291), Access::FreshFollow(300));
+        t.flush(64);
+        t.flush(65);
+        assert_eq!(t.classify(64), Access::Fresh);
+        assert_eq!(t.classify(65), Access::FreshFollow(2));
     }
 
     #[test]
@@ -1686,12 +1803,15 @@ mod tests {
         // right after the previous miss follows it.
         assert_eq!(t.classify(640), Access::Far);
         assert!(near(t.classify(650)));
-        assert_eq!(t.classify(651), Access::Follow);
-        assert_eq!(t.classify(652), Access::Follow);
+        let after_near = t.footprint_pages();
+        assert_eq!(t.classify(651), Access::Follow(after_near));
+        assert_eq!(t.classify(652), Access::Follow(after_near));
         assert!(near(t.classify(645)));
         // Not across a 4 KiB page (64 lines): line 704 starts page 11.
         assert!(near(t.classify(703)));
         assert_eq!(t.classify(704), Access::Far);
+        // The lines that follow a far one: far-following.
+        assert_eq!(t.classify(705), Access::Follow(u32::MAX));
         // A page NEAR_PAGES pages away takes page 10's slot.
         let other = (10 + NEAR_PAGES as u64) << 6;
         assert_eq!(t.classify(other), Access::Far);
@@ -1728,7 +1848,7 @@ mod tests {
         // Flushed just before: fresh, and fresh-following when it follows
         // the previous miss.
         assert_eq!(t.classify(642), Access::Fresh);
-        assert_eq!(t.classify(643), Access::FreshFollow);
+        assert_eq!(t.classify(643), Access::FreshFollow(4));
         // Once: the next miss of the line is no longer fresh.
         assert!(matches!(t.classify(642), Access::Near(_)));
         // FRESH_FLUSHES flushes later a flushed line is not fresh (here
@@ -1737,7 +1857,7 @@ mod tests {
             t.flush(l);
         }
         assert!(matches!(t.classify(640), Access::Near(_)));
-        assert_eq!(t.classify(641), Access::Follow);
+        assert!(matches!(t.classify(641), Access::Follow(_)));
         // A region of 16 KiB flushed whole, then chased: every line fresh;
         // one of 64 KiB: the lines flushed first are not.
         let fresh_share = |lines: u64| {
@@ -1764,7 +1884,7 @@ mod tests {
             .collect();
         let count = |k: Access| kinds.iter().filter(|&&a| a == k).count();
         assert_eq!(count(Access::Fresh), 64);
-        assert_eq!(count(Access::FreshFollow), 192);
+        assert_eq!(count(Access::FreshFollow(256)), 192);
     }
 
     #[test]

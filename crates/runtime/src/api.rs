@@ -255,6 +255,7 @@ pub unsafe fn pflush(addr: *const c_void, len: size_t) {
         record(op, Space::Pm, line as u64, LINE as u32);
         crate::source::instrumented::hooks::on_flush(line);
     }
+    crate::source::instrumented::pm::fresh::after_flushes(op);
     emu::note_flushes(n);
 }
 
@@ -270,6 +271,7 @@ pub fn pm_fence() {
 pub fn pm_drain() {
     persist::sfence();
     emu::durability_point();
+    crate::source::instrumented::pm::fresh::at_drain();
     record(Op::SFence, Space::Pm, 0, 0);
 }
 
@@ -285,6 +287,7 @@ pub fn pm_ofence() {
 pub fn pm_dfence() {
     persist::sfence();
     emu::durability_point();
+    crate::source::instrumented::pm::fresh::at_drain();
     record(Op::DFence, Space::Pm, 0, 0);
 }
 

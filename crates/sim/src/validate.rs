@@ -986,11 +986,14 @@ simulator gives:
   when the runtime starts, while the thread's footprint is within 1 MiB;
   growing with the footprint's logarithm to the DRAM latency at 32 MiB),
   the line right after the previous miss (the same chase in 256 B blocks:
-  the prefetchers have it on its way), a line flushed fewer than 256
-  flushes before (the chase's first 8 KiB alone; in 256 B blocks when it
-  follows the previous miss), or any other miss (the DRAM latency);
-  so the emulated latency is the level's when those match the program's
-  own costs;
+  the prefetchers have it on its way; grown with the run's first line's
+  cost), a line flushed fewer than 256 flushes before (the chase's first
+  8 KiB alone, then the runtime's own flushed pages chased on the
+  program's thread while it runs, the medians of the latest probes; in
+  256 B blocks when it follows the previous miss, after a run of up to
+  128 flushes, nearly a following line's cost from 256), or any other
+  miss (the DRAM latency); so the emulated latency is the level's when
+  those match the program's own costs;
 * the expectation is `pmlab probe ptrchase --target sim:optane-1dimm` at
   the same region and block; the bound is 10% at every region; 4 KiB
   blocks (held out: nothing was tuned on them) are judged the same way;

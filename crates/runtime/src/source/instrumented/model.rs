@@ -9,7 +9,7 @@ use super::sample::{first_sight_rule, FirstSight, Serial};
 use super::settings::{self, UNIT};
 use super::timed::{self, BatchTimed, Confusion, SLOW, TIMED};
 use pmlab_model::cache::{CompactAccess, CompactCache, Hierarchy};
-use pmlab_model::device::{DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
+use pmlab_model::device::{Access, DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
 /// Entries ahead of the one being processed whose model set is prefetched.
@@ -216,9 +216,23 @@ pub(super) fn set_native_costs(n: NativeCosts) {
     let _ = NATIVE.set(n);
 }
 
-/// The native costs in use (`None` before [`set_native_costs`]).
+/// The native costs in use (`None` before [`set_native_costs`]): the
+/// start-up ones, with the fresh costs the live probes measured once
+/// there are enough of them ([`live_costs`]).
 pub(super) fn native_costs() -> Option<NativeCosts> {
-    NATIVE.get().copied()
+    NATIVE.get().copied().map(live_costs)
+}
+
+/// `n` with its fresh and fresh following costs replaced by the live
+/// probes' medians ([`super::pm::fresh::live_fresh`]) once there are
+/// enough probes.
+#[inline]
+fn live_costs(mut n: NativeCosts) -> NativeCosts {
+    if let Some((fresh, follow)) = super::pm::fresh::live_fresh() {
+        n.fresh_ns = fresh;
+        n.fresh_follow_ns = follow;
+    }
+    n
 }
 
 std::thread_local! {
@@ -628,6 +642,10 @@ impl ModelState {
         let delay = if miss && pm {
             let level = dev.model.read(addr as u64);
             let access = dev.locality.classify(line);
+            if matches!(access, Access::Fresh | Access::FreshFollow(_)) {
+                // The program's own cost of a fresh line lately.
+                dev.native = live_costs(dev.native);
+            }
             dev.native.delay_ns(dev.model.params(), level, access)
         } else {
             0.0
@@ -894,7 +912,7 @@ const FOLLOW_BLOCK: usize = 4;
 /// Lines of its third and fourth chases (8 KiB: each line re-read right
 /// after its flush, [`pmlab_model::device::Access::Fresh`], one by one and
 /// in blocks of [`FOLLOW_BLOCK`] lines).
-const FRESH_LINES: usize = 128;
+const FRESH_LINES: usize = pmlab_model::device::FRESH_BURST as usize;
 
 /// A number from the environment variable `key`, when set to one (>= 0).
 fn env_ns(key: &str) -> Option<f64> {
@@ -919,6 +937,12 @@ fn env_ns(key: &str) -> Option<f64> {
 /// values instead (tests, or a measurement made elsewhere; with the first
 /// three given and not the fourth, a fresh following line costs what a
 /// fresh one does). Without memory to measure in, `far_ns` for all.
+///
+/// Unless the environment gives a fresh cost (or
+/// `PMLAB_DEVICE_FRESH_PROBE=0`), the fresh costs are then measured live
+/// as well, while the program runs ([`super::pm::fresh`]): once there are
+/// enough probes their medians replace the start-up ones
+/// ([`native_costs`]).
 pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
     let (near, follow, fresh, fresh_follow) = (
         env_ns("PMLAB_DEVICE_NEAR_NS"),
@@ -926,6 +950,14 @@ pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
         env_ns("PMLAB_DEVICE_FRESH_NS"),
         env_ns("PMLAB_DEVICE_FRESH_FOLLOW_NS"),
     );
+    let probe_off = std::env::var("PMLAB_DEVICE_FRESH_PROBE").is_ok_and(|v| v.trim() == "0");
+    // (Not in the unit tests: the probe's state is process-wide, and its
+    // own tests set it.)
+    if fresh.is_none() && fresh_follow.is_none() && !probe_off && !cfg!(test) {
+        // The fresh costs swing within a run: measured live as well
+        // (`PMLAB_DEVICE_FRESH_PROBE=0` keeps the start-up ones).
+        super::pm::fresh::enable_fresh_probe();
+    }
     let measured = if near.is_none() || follow.is_none() || fresh.is_none() {
         measure_chases()
     } else {
