@@ -27,6 +27,7 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
         )
     })?;
     super::sample::set_policy(super::sample::Policy::from_option(sample));
+    super::sample::set_injecting(crate::config::get().as_ref().is_ok_and(|c| !c.no_inject));
     if let Some(d) = crate::config::get()
         .as_ref()
         .ok()
