@@ -198,6 +198,21 @@ impl Policy {
         }
     }
 
+    /// The policy of a run given `--sample` and whether a device's
+    /// buffers are modelled (`--device`): as
+    /// [`from_option`](Self::from_option), but `auto` feeds the device
+    /// model every access ([`Policy::Full`]). The device model has no
+    /// first-sight rule and its levels are not extrapolated from windows:
+    /// sampled, a small chase's 9,216 device reads came out as 69 (the
+    /// `device.rs` CLI tests). A fixed ratio is kept (asked for
+    /// explicitly).
+    pub fn for_run(s: Sample, device: bool) -> Policy {
+        match (Policy::from_option(s), device) {
+            (Policy::Auto, true) => Policy::Full,
+            (p, _) => p,
+        }
+    }
+
     /// Windows of [`WINDOW`] checks, with gaps so that `ratio` of the
     /// checks fall in windows (`ratio` in (0, 1]).
     pub fn fixed(ratio: f64) -> Policy {
@@ -1961,6 +1976,17 @@ mod tests {
             ..sw
         };
         assert_eq!(sw.share(), auto_share(30.0, 0.0));
+    }
+
+    #[test]
+    fn a_device_run_under_auto_feeds_every_access() {
+        assert_eq!(Policy::for_run(Sample::Auto, true), Policy::Full);
+        assert_eq!(Policy::for_run(Sample::Auto, false), Policy::Auto);
+        assert_eq!(Policy::for_run(Sample::Off, true), Policy::Full);
+        assert_eq!(
+            Policy::for_run(Sample::Ratio(0.1), true),
+            Policy::fixed(0.1)
+        );
     }
 
     #[test]
