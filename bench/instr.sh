@@ -19,6 +19,9 @@
 # access) and, with clang, as a sampled build (pmlab cc's default, the
 # sampling plugin) under --sample off and --sample auto; memlat (one and
 # four chains over 256 MiB) is the latency-bound case.
+# Then, under --no-inject --sample auto, the share of the radix sort's and
+# the triad's checks run in windows (a count, but the share follows the
+# timed slowdown of the windows, which the machine's load moves).
 # Last, the hooks per access of memlat with 1 and 8 chains (sampled build,
 # --sample off, 256 MiB): the calibrated cost of each kind of call and the
 # calls of each kind per access, from the statistics' `hooks` object of
@@ -156,6 +159,20 @@ for m in memlat memlat4 memlat8; do
 			"$chains" "$mn" "$mnl" "$mnh" "$b" "$ma" "$mal" "$mah" "$(awk -v n="$mn" -v a="$ma" 'BEGIN { print a / n }')"
 	done
 done
+
+# Under --sample auto, the share of the checks run in windows (the stats'
+# `sample` object): what the hooks cost a program is about that share
+# times the instrumented copy's slowdown per check.
+if [ -x "$TMP/sort.sampled" ]; then
+	share_of() { # stats.json -> "window_checks of all (share)"
+		sed -n 's/.*"sample":{\([^}]*\)}.*/\1/p' "$1" | tr ',' '\n' | awk -F: '
+			$1 == "\"window_checks\"" { w = $2 } $1 == "\"gap_checks\"" { g = $2 }
+			END { if (w + g > 0) printf "%d of %d checks in windows (%.4f)", w, w + g, w / (w + g) }'
+	}
+	$NOINJ --sample auto --stats-json "$TMP/share.radix.json" -- "$TMP/sort.sampled" -a radix >/dev/null 2>&1
+	$NOINJ --sample auto --stats-json "$TMP/share.triad.json" -- "$TMP/stream.sampled" -k triad -t 1 >/dev/null 2>&1
+	echo "--no-inject --sample auto: radix sort $(share_of "$TMP/share.radix.json"); triad $(share_of "$TMP/share.triad.json")"
+fi
 
 # The hooks per access (sampled build with clang, else the full one).
 hooks_of() { # stats.json key -> the number after "key": in the hooks object

@@ -207,6 +207,9 @@ fn requested_delay(dir: &Path, steps: u64, chains: u32, place: &str) -> f64 {
             "--source",
             "instrumented",
             "--no-inject",
+            // Every access counted: the charges are checked exactly.
+            "--sample",
+            "off",
             "--pm-latency",
             "400ns",
             "--dram-latency",
@@ -321,6 +324,7 @@ fn forked_child_of_a_threaded_program_keeps_counting() {
     let steps = 200_000u64;
     run(Command::new(PMLAB)
         .args(["run", "--quiet", "--source", "instrumented", "--no-inject"])
+        .args(["--sample", "off"])
         .args(["--pm-latency", "400ns", "--dram-latency", "100ns"])
         .args(["--stats-json", "st.json", "--", "./fc"])
         .arg(steps.to_string())
@@ -380,6 +384,7 @@ fn gcc_cc(dir: &Path, args: &[&str]) -> Output {
 fn run_instrumented(exe: &Path, args: &[&str]) -> String {
     let out = run(Command::new(PMLAB)
         .args(["run", "--quiet", "--source", "instrumented", "--no-inject"])
+        .args(["--sample", "off"])
         .args(["--pm-latency", "400ns", "--"])
         .arg(exe)
         .args(args));
@@ -982,6 +987,8 @@ fn instrumented_stats(
         "--source",
         "instrumented",
         "--no-inject",
+        "--sample",
+        "off",
         "--pm-latency",
         "400ns",
         "--dram-latency",
@@ -1325,6 +1332,7 @@ fn walk_hooks(dir: &Path, steps: u64) -> serde_json::Value {
     let stats = dir.join(format!("walk-{steps}.json"));
     run(Command::new(PMLAB)
         .args(["run", "--quiet", "--source", "instrumented", "--no-inject"])
+        .args(["--sample", "off"])
         .args(["--pm-latency", "400ns", "--dram-latency", "100ns"])
         .arg("--stats-json")
         .arg(&stats)

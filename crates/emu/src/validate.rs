@@ -481,7 +481,9 @@ impl Ctx<'_> {
     /// The instrumented build under `pmlab run --source instrumented`
     /// with the DRAM latency `dram` and `flags` (`--device ...`), no PM
     /// latency (the device gives it), the effective LLC as the other
-    /// studies' runs; the output.
+    /// studies' runs, `--sample off` unless `flags` choose (the device
+    /// model is fed every access, whatever `--sample` the latency studies
+    /// run with); the output.
     fn device_run(
         &self,
         prog: &str,
@@ -494,7 +496,7 @@ impl Ctx<'_> {
             .arg("--dram-latency")
             .arg(format!("{dram:.2}ns"))
             .args(flags)
-            .args(self.sample_flags(flags));
+            .args(sample_flags(Sample::Off, flags));
         if let Some(v) = self.llc_now.borrow().as_ref().or(self.instr_llc.as_ref()) {
             cmd.env("PMLAB_INSTR_LLC", v);
         }
@@ -822,7 +824,7 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         say,
     };
     ctx.say(&format!(
-        "calibrated DRAM latency {:.1} ns; last-level cache {} ({}); {} runs per point; latency studies' emulated runs with --sample {} (workset and bandwidth choose their own)",
+        "calibrated DRAM latency {:.1} ns; last-level cache {} ({}); {} runs per point; latency studies' emulated runs with --sample {} (workset and bandwidth choose their own, device runs off)",
         ctx.dram_ns,
         pmlab_model::units::Bytes(ctx.llc_bytes),
         match (&ctx.instr_llc, user_llc) {

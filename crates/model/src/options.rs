@@ -250,7 +250,7 @@ impl Sample {
     /// The sampling `pmlab run` uses when `--sample` and `PMLAB_SAMPLE`
     /// are not given (and so `pmlab validate`'s latency studies), in the
     /// form [`Sample::parse`] reads.
-    pub const DEFAULT: &'static str = "off";
+    pub const DEFAULT: &'static str = "auto";
 
     /// [`Sample::DEFAULT`], parsed.
     pub fn run_default() -> Sample {

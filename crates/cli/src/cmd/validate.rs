@@ -64,10 +64,10 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "device")]
     write: Option<PathBuf>,
     /// The sampling of the latency studies' emulated runs (memlat,
-    /// chains, overhead, mtlat, shapes, multilat, device), given to each
+    /// chains, overhead, mtlat, shapes, multilat), given to each
     /// `pmlab run` as its `--sample`: off, auto or a ratio in (0, 1]
-    /// [default: `pmlab run`'s]. The workset and bandwidth studies pick
-    /// their own and say so.
+    /// [default: `pmlab run`'s, auto]. The workset and bandwidth studies
+    /// pick their own and say so; the device study runs off.
     #[arg(long, value_name = "off|auto|RATIO", value_parser = Sample::parse)]
     sample: Option<Sample>,
     /// Show progress on stderr even when it is not a terminal.
@@ -180,7 +180,7 @@ fn print_table(points: &[Point], cached: f64, sample: &str) {
     let all: Vec<f64> = points.iter().flat_map(|p| p.dram_runs.clone()).collect();
     let d = summarize(&all);
     let sampling =
-        format!("--sample {sample} (latency studies; workset and bandwidth choose their own)");
+        format!("--sample {sample} (latency studies; workset and bandwidth choose their own, device runs off)");
     if all.is_empty() {
         println!("pmlab validate: instrumented source, {sampling}, calibrated DRAM latency {cached:.1} ns");
     } else {

@@ -91,11 +91,12 @@ use super::*;
 pub const SAMPLE: &str = "auto";
 
 /// The `pmlab run` flags of a region's emulated runs: sampled ([`SAMPLE`])
-/// below half the LLC, none (every access hooked) from there up.
+/// below half the LLC, `--sample off` (every access hooked) from there up
+/// (given, not left to `pmlab run`'s default, which is `auto`).
 pub fn sample_flags(cls: Class) -> Vec<String> {
     match cls {
         Class::Near => vec![s("--sample"), s(SAMPLE)],
-        Class::Mid | Class::Far => Vec::new(),
+        Class::Mid | Class::Far => vec![s("--sample"), s("off")],
     }
 }
 
@@ -509,12 +510,9 @@ pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
             } else {
                 0
             };
-            let sample = if sampled_here(r << 20, llc_now.unwrap_or(ctx.llc_bytes), model_now) {
-                sample_flags(Class::Near)
-            } else {
-                Vec::new()
-            };
-            sampled[ri].push(!sample.is_empty());
+            let near = sampled_here(r << 20, llc_now.unwrap_or(ctx.llc_bytes), model_now);
+            let sample = sample_flags(if near { Class::Near } else { Class::Far });
+            sampled[ri].push(near);
             // Below four times the LLC the native curve moves with the
             // machine: each emulated run is judged against the native runs
             // right before and right after it.
@@ -1076,8 +1074,8 @@ mod tests {
     #[test]
     fn only_regions_below_half_the_llc_run_sampled() {
         assert_eq!(sample_flags(Class::Near), vec![s("--sample"), s(SAMPLE)]);
-        assert!(sample_flags(Class::Mid).is_empty());
-        assert!(sample_flags(Class::Far).is_empty());
+        assert_eq!(sample_flags(Class::Mid), vec![s("--sample"), s("off")]);
+        assert_eq!(sample_flags(Class::Far), vec![s("--sample"), s("off")]);
     }
 
     #[test]

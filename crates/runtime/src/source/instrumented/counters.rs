@@ -26,7 +26,11 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
             format!("PMLAB_SAMPLE (pmlab run --sample): {why}"),
         )
     })?;
-    super::sample::set_policy(super::sample::Policy::from_option(sample));
+    let device = crate::config::get()
+        .as_ref()
+        .is_ok_and(|c| c.device.is_some());
+    super::sample::set_policy(super::sample::Policy::for_run(sample, device));
+    super::sample::set_injecting(crate::config::get().as_ref().is_ok_and(|c| !c.no_inject));
     if let Some(d) = crate::config::get()
         .as_ref()
         .ok()

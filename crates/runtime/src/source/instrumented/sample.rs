@@ -66,6 +66,12 @@ pub const AUTO_MAX_WINDOW: i64 = 4_096;
 /// Window and gap, in checks, under [`Policy::Auto`] until both a window
 /// and a gap were timed.
 pub const AUTO_FIRST: i64 = 64;
+/// How many times slower per check than the windows' average a window
+/// must run for [`Switch::surge`].
+pub const AUTO_SURGE: f64 = 4.0;
+/// The longest gap, in checks, under [`Policy::Auto`] while the latency
+/// is injected (see [`cap_gap`]).
+pub const AUTO_INJECT_GAP: i64 = 1_024;
 
 /// The share of the injected latency delay that the hooks of
 /// [`Policy::Auto`]'s windows may fill. The runtime takes the hooks' cost
@@ -118,6 +124,25 @@ pub fn auto_lengths(share: f64, gap_cycles: f64, period: f64) -> (i64, i64) {
     (w, gap_for(w, share).max(1))
 }
 
+/// (window, gap) of [`auto_lengths`] with the gap cut to [`AUTO_INJECT_GAP`]
+/// checks and the window shortened to keep the share (down to
+/// [`AUTO_MIN_WINDOW`]; below a share of about 0.8% the gap stays longer).
+/// While the latency is injected, a gap that ends in a phase of misses
+/// (a chase after a set-up that hits the cache, or after compute) is
+/// extrapolated from the windows of the phase it began in: its length in
+/// checks bounds what a phase change costs the counts. A gap of 40 000
+/// checks (1 ms of a fast set-up) going into a chase of two misses a check
+/// moved mtlat's whole-run delay by 5-11% either way.
+pub fn cap_gap(window: i64, gap: i64, share: f64) -> (i64, i64) {
+    if gap <= AUTO_INJECT_GAP {
+        return (window, gap);
+    }
+    let share = share.clamp(AUTO_MIN_SHARE, AUTO_MAX_SHARE);
+    let w = ((AUTO_INJECT_GAP as f64 * share / (1.0 - share)).floor() as i64)
+        .clamp(AUTO_MIN_WINDOW, window.max(AUTO_MIN_WINDOW));
+    (w, gap_for(w, share).max(1))
+}
+
 /// The gap, in checks, that puts `share` of the checks in windows of
 /// `window` checks.
 pub fn gap_for(window: i64, share: f64) -> i64 {
@@ -152,9 +177,14 @@ pub enum Policy {
     /// The windows
     /// are as long as the gaps allow within [`AUTO_PERIOD_NS`] of clean
     /// code (see [`auto_lengths`]): a phase lasting longer than that is
-    /// seen. The share is [`AUTO_MAX_SHARE`] until the cache model has
-    /// filled and, under injection, while the windows take many misses
-    /// per check ([`Switch::unfilled`], [`Switch::missing`]).
+    /// seen. Under `--no-inject` that is all. While the latency is
+    /// injected, the counts decide the delay, and: the share is
+    /// [`AUTO_MAX_SHARE`] until the cache model has filled and while the
+    /// windows take misses ([`floors`]); it is held for each epoch of the
+    /// thread ([`Switch::epoch_share`]), so that the epoch's extrapolation
+    /// holds; a window much slower than those before it ends the epoch and
+    /// runs the next at the most ([`Switch::surge`]); gaps are at most
+    /// [`AUTO_INJECT_GAP`] checks ([`cap_gap`]).
     Auto,
 }
 
@@ -165,6 +195,21 @@ impl Policy {
             Sample::Off => Policy::Full,
             Sample::Auto => Policy::Auto,
             Sample::Ratio(r) => Policy::fixed(r),
+        }
+    }
+
+    /// The policy of a run given `--sample` and whether a device's
+    /// buffers are modelled (`--device`): as
+    /// [`from_option`](Self::from_option), but `auto` feeds the device
+    /// model every access ([`Policy::Full`]). The device model has no
+    /// first-sight rule and its levels are not extrapolated from windows:
+    /// sampled, a small chase's 9,216 device reads came out as 69 (the
+    /// `device.rs` CLI tests). A fixed ratio is kept (asked for
+    /// explicitly).
+    pub fn for_run(s: Sample, device: bool) -> Policy {
+        match (Policy::from_option(s), device) {
+            (Policy::Auto, true) => Policy::Full,
+            (p, _) => p,
         }
     }
 
@@ -216,18 +261,46 @@ pub struct Switch {
     /// [`AUTO_PERIOD_NS`] in TSC cycles (0: not known yet; set by
     /// [`switch`]).
     pub period: f64,
-    /// The cache model has not filled yet (it has taken fewer misses than
-    /// it holds lines: see [`FirstSight::full`]): [`Policy::Auto`] keeps
+    /// The latency is injected and the cache model has not filled yet (it
+    /// has taken fewer misses than it holds lines: see
+    /// [`FirstSight::full`]; under `--no-inject` this floor does not
+    /// hold, see [`floors`]): [`Policy::Auto`] keeps
     /// the share at [`AUTO_MAX_SHARE`], so that a set-up phase is counted
     /// as `--sample off` counts it (its compulsory misses, a model that
     /// fills when the cache it stands for does). Set by [`switch`].
     pub unfilled: bool,
-    /// The latency is injected and the windows take many model misses per
-    /// check (over [`AUTO_MISS_RATE`]): [`Policy::Auto`] keeps the share
+    /// The latency is injected and the windows take model misses (over
+    /// [`AUTO_MISS_RATE`] per check, or not known yet): [`Policy::Auto`] keeps the share
     /// at [`AUTO_MAX_SHARE`], so that a phase of misses whose own delay is
     /// small (a set-up writing memory, a chase through DRAM between PM
     /// runs) is counted whole when it moves on to PM. Set by [`switch`].
     pub missing: bool,
+    /// The latency is injected (not `--no-inject`): [`Policy::Auto`]'s
+    /// gaps are at most [`AUTO_INJECT_GAP`] checks (see [`cap_gap`]). Set
+    /// by [`switch`].
+    pub injecting: bool,
+    /// While the latency is injected, the share [`Policy::Auto`] holds for
+    /// the rest of the thread's epoch (0: none yet; set at the epoch's
+    /// first question, cleared at its end by [`Switch::new_epoch`]). The
+    /// counts of an epoch are extrapolated by its checks over its window
+    /// checks, which holds only if the windows spread evenly over the
+    /// epoch's checks: a share that fell within the epoch as a set-up's
+    /// misses began (the misses slow the windows, and the timed `o` rises
+    /// 50-fold) would leave the misses under-sampled and under-counted
+    /// (mtlat's whole run 4% low).
+    pub epoch_share: f64,
+    /// A window under injection ran [`AUTO_SURGE`] times slower per check
+    /// than the windows before it, at a share below the most: a phase of
+    /// misses may have begun (a chase after a set-up that hit the cache),
+    /// whose first sights the windows of a small share would charge at the
+    /// set-up's reuse. The share goes to [`AUTO_MAX_SHARE`] at once, the
+    /// thread's epoch ends at once (so that the epoch extrapolated at the
+    /// old share ends there; [`switch`] asks for it), and the next epoch
+    /// runs at the most, after which the miss rate's floor
+    /// ([`Switch::missing`]) holds the share if the misses go on. Set by
+    /// [`Switch::ask`]; cleared by [`Switch::hold_share`] once the next
+    /// epoch took it.
+    pub surge: bool,
     /// The program's countdown triple, as last seen (to count the checks
     /// of the current window or gap).
     pub state: usize,
@@ -275,10 +348,12 @@ impl Switch {
             }
             let n = (self.set - state[1]).max(0) as u64;
             self.window_events += n;
-            self.window_cycles = smooth(
-                self.window_cycles,
-                per_check(now.wrapping_sub(self.since), n),
-            );
+            let took = per_check(now.wrapping_sub(self.since), n);
+            if policy == Policy::Auto && self.surges(took) {
+                self.surge = true;
+                self.epoch_share = AUTO_MAX_SHARE;
+            }
+            self.window_cycles = smooth(self.window_cycles, took);
             self.since = now;
             // The gap, from the share as timed now.
             let (window, gap) = self.lengths(policy);
@@ -314,7 +389,13 @@ impl Switch {
             Policy::Auto => {
                 let timed = self.window_cycles > 0.0 && self.gap_cycles > 0.0;
                 let gap_cycles = if timed { self.gap_cycles } else { 0.0 };
-                auto_lengths(self.share(), gap_cycles, self.period)
+                let share = self.share_now();
+                let (w, g) = auto_lengths(share, gap_cycles, self.period);
+                if self.injecting {
+                    cap_gap(w, g, share)
+                } else {
+                    (w, g)
+                }
             }
         }
     }
@@ -383,6 +464,48 @@ impl Switch {
             0.0
         };
         auto_share(o, cover)
+    }
+
+    /// The share [`Policy::Auto`] runs at now: [`Switch::epoch_share`]
+    /// when one is held, else [`Switch::share`].
+    pub fn share_now(&self) -> f64 {
+        if self.injecting && self.epoch_share > 0.0 {
+            self.epoch_share
+        } else {
+            self.share()
+        }
+    }
+
+    /// Hold the share for the thread's epoch (see
+    /// [`Switch::epoch_share`]) if the latency is injected and none is
+    /// held yet. Called at each question.
+    pub fn hold_share(&mut self) {
+        if self.injecting && self.epoch_share <= 0.0 {
+            self.epoch_share = if self.surge {
+                AUTO_MAX_SHARE
+            } else {
+                self.share()
+            };
+            self.surge = false;
+        }
+    }
+
+    /// Whether a window of `took` cycles per check is a surge (see
+    /// [`Switch::surge`]): the latency injected, the share held below the
+    /// most, and the window over [`AUTO_SURGE`] times the windows' average.
+    pub fn surges(&self, took: f64) -> bool {
+        self.injecting
+            && !self.surge
+            && self.epoch_share > 0.0
+            && self.epoch_share < AUTO_MAX_SHARE
+            && self.window_cycles > 0.0
+            && took > AUTO_SURGE * self.window_cycles
+    }
+
+    /// The thread's epoch ended: the next question sets the share anew
+    /// (see [`Switch::epoch_share`]).
+    pub fn new_epoch(&mut self) {
+        self.epoch_share = 0.0;
     }
 
     /// The checks of the windows and gaps so far, with those of the
@@ -472,6 +595,9 @@ thread_local! {
             period: 0.0,
             unfilled: false,
             missing: false,
+            injecting: false,
+            epoch_share: 0.0,
+            surge: false,
             state: 0,
         })
     };
@@ -597,9 +723,6 @@ pub fn delayed(ns: f64) {
     if policy() != Policy::Auto {
         return;
     }
-    if ns > 0.0 && !INJECTING.load(Ordering::Relaxed) {
-        INJECTING.store(true, Ordering::Relaxed);
-    }
     MISS_RATE.with(|c| {
         let mut m = c.get();
         m.add(
@@ -632,17 +755,48 @@ pub fn model_filled() -> bool {
 /// each [`FirstSight::settle_at`]).
 static MISSES: AtomicU64 = AtomicU64::new(0);
 
-/// Whether the runtime has asked for a latency delay (not `--no-inject`).
+/// Whether the runtime injects delays (not `--no-inject`; see
+/// [`set_injecting`]).
 static INJECTING: AtomicBool = AtomicBool::new(false);
+
+/// Say whether the runtime injects delays (`false` under `--no-inject`),
+/// when the instrumented source opens: [`Policy::Auto`]'s floors
+/// ([`floors`]) hold only then. Known from the start, so that a set-up
+/// phase before the first delay is floored too.
+pub fn set_injecting(on: bool) {
+    INJECTING.store(on, Ordering::Relaxed);
+}
+
+/// [`Policy::Auto`]'s floors, `(unfilled, missing)` (see
+/// [`Switch::unfilled`], [`Switch::missing`]): while the latency is
+/// injected (`injecting`), the share stays at [`AUTO_MAX_SHARE`] until the
+/// cache model has filled (`filled`) and while the windows take over
+/// [`AUTO_MISS_RATE`] model misses per check (`miss_rate`). Under
+/// `--no-inject` there is no delay for the counts to decide, and neither
+/// floor holds: a streaming or compute set-up runs at the budget's share
+/// from its first windows.
+pub fn floors(injecting: bool, filled: bool, miss_rate: f64) -> (bool, bool) {
+    if !injecting {
+        return (false, false);
+    }
+    (!filled, miss_rate > AUTO_MISS_RATE)
+}
 
 /// Model misses per window check above which [`Policy::Auto`] runs at
 /// [`AUTO_MAX_SHARE`] while the latency is injected (see
-/// [`Switch::missing`]).
-pub const AUTO_MISS_RATE: f64 = 0.1;
+/// [`Switch::missing`]). A sampled model misses less than a fully fed
+/// one near its size (it sees a share of the lines between two uses of
+/// a line), so a phase of a few misses a hundred checks at a small share
+/// is counted low: mtlat's shuffle of its chain's order (0.05 misses a
+/// check, an 8 MiB array in a 5.5 MiB model), sampled at 0.1-0.2, took
+/// half its misses and 2-3% of the run's delay with it at 0.1.
+pub const AUTO_MISS_RATE: f64 = 0.01;
 
 /// The process's model misses per window check, averaged over epochs (a
-/// quarter weight per epoch), from the totals at the last epoch end:
-/// `(misses, window checks, rate)`.
+/// quarter weight per epoch on the way down; an epoch above the average
+/// sets it, so that a phase of misses is floored from the epoch that
+/// sees it), from the totals at the last epoch end: `(misses, window
+/// checks, rate)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct MissRate {
     /// Misses and window checks at the last epoch end that had window
@@ -656,6 +810,17 @@ pub struct MissRate {
 }
 
 impl MissRate {
+    /// The rate, or infinity before an epoch with window checks gave one
+    /// (a model can fill within the thread's first epoch, before its
+    /// misses were counted: the floor holds until they are).
+    pub fn known(&self) -> f64 {
+        if self.epochs == 0 {
+            f64::INFINITY
+        } else {
+            self.rate
+        }
+    }
+
     /// Add the totals at an epoch end: the misses and window checks since
     /// the last epoch with window checks update the average.
     pub fn add(&mut self, misses: u64, window_checks: u64) {
@@ -664,7 +829,11 @@ impl MissRate {
             return;
         }
         let per = misses.saturating_sub(self.misses) as f64 / nw as f64;
-        self.rate = average(self.rate, per, self.epochs);
+        self.rate = if per > self.rate {
+            per
+        } else {
+            average(self.rate, per, self.epochs)
+        };
         self.epochs += 1;
         self.misses = misses;
         self.window_checks = window_checks;
@@ -705,24 +874,25 @@ thread_local! {
 /// a synchronisation point), under [`Policy::Auto`]: a gap that has run
 /// longer than [`AUTO_PERIOD_NS`] ends at the program's next check (see
 /// [`Switch::cut_gap`]), so that a phase change is seen within about an
-/// epoch. Async-signal-safe.
+/// epoch, and the share held for the epoch is released (see
+/// [`Switch::epoch_share`]). Async-signal-safe.
 pub fn at_epoch_end() {
     if policy() != Policy::Auto || IN_SWITCH.with(Cell::get) {
         return;
     }
     SWITCH.with(|c| {
         let mut s = c.get();
-        if s.state == 0 {
-            return;
+        s.new_epoch();
+        if s.state != 0 {
+            let now = pmlab_clock::rdtsc().wrapping_sub(EXCLUDED.with(Cell::get));
+            // SAFETY: the triple the program passed at its last question:
+            // its own thread-local variable, alive while the thread runs
+            // (the program is interrupted on this thread, see
+            // `Switch::cut_gap`).
+            let st = unsafe { &mut *(s.state as *mut [i64; 3]) };
+            s.cut_gap(st, now);
         }
-        let now = pmlab_clock::rdtsc().wrapping_sub(EXCLUDED.with(Cell::get));
-        // SAFETY: the triple the program passed at its last question: its
-        // own thread-local variable, alive while the thread runs (the
-        // program is interrupted on this thread, see `Switch::cut_gap`).
-        let st = unsafe { &mut *(s.state as *mut [i64; 3]) };
-        if s.cut_gap(st, now) {
-            c.set(s);
-        }
+        c.set(s);
     })
 }
 
@@ -788,6 +958,7 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
     let st = &mut *(state as *mut [i64; 3]);
     let active = super::hooks::active();
     let full = super::hooks::tracing();
+    let mut end_epoch = false;
     IN_SWITCH.with(|b| b.set(true));
     compiler_fence(Ordering::SeqCst);
     let r = SWITCH.with(|c| {
@@ -800,12 +971,22 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
         let policy = policy();
         let rate = DELAY.with(Cell::get);
         (s.delay_cycles, s.hook_cycles) = (rate.per_check, rate.hooks_per_check);
-        s.unfilled = !model_filled();
-        s.missing =
-            INJECTING.load(Ordering::Relaxed) && MISS_RATE.with(Cell::get).rate > AUTO_MISS_RATE;
+        s.injecting = INJECTING.load(Ordering::Relaxed);
+        (s.unfilled, s.missing) = floors(
+            s.injecting,
+            model_filled(),
+            MISS_RATE.with(Cell::get).known(),
+        );
+        if policy == Policy::Auto {
+            s.hold_share();
+        }
+        let surged = s.surge;
         let r = s.ask(policy, active, full, st, now);
+        if s.surge && !surged {
+            end_epoch = true;
+        }
         if policy == Policy::Auto && active && !full {
-            SHARE.store(s.share().to_bits(), Ordering::Relaxed);
+            SHARE.store(s.share_now().to_bits(), Ordering::Relaxed);
             for (a, v) in LAST_TIMING.iter().zip([
                 s.window_cycles,
                 s.gap_cycles,
@@ -827,6 +1008,11 @@ pub unsafe fn switch(state: *mut i64) -> i32 {
     });
     compiler_fence(Ordering::SeqCst);
     IN_SWITCH.with(|b| b.set(false));
+    if end_epoch {
+        // A surge: end the epoch extrapolated at the old share here (a
+        // synchronisation point: if the epoch is long enough).
+        crate::emu::sync_point();
+    }
     r
 }
 
@@ -1772,7 +1958,7 @@ mod tests {
         // A stream of few misses per check pulls the average down a
         // quarter per epoch.
         for _ in 0..40 {
-            let (mi, w) = (m.misses + 10, m.window_checks + 1_000);
+            let (mi, w) = (m.misses + 5, m.window_checks + 1_000);
             m.add(mi, w);
         }
         assert!(m.rate < AUTO_MISS_RATE, "{}", m.rate);
@@ -1790,6 +1976,284 @@ mod tests {
             ..sw
         };
         assert_eq!(sw.share(), auto_share(30.0, 0.0));
+    }
+
+    #[test]
+    fn a_device_run_under_auto_feeds_every_access() {
+        assert_eq!(Policy::for_run(Sample::Auto, true), Policy::Full);
+        assert_eq!(Policy::for_run(Sample::Auto, false), Policy::Auto);
+        assert_eq!(Policy::for_run(Sample::Off, true), Policy::Full);
+        assert_eq!(
+            Policy::for_run(Sample::Ratio(0.1), true),
+            Policy::fixed(0.1)
+        );
+    }
+
+    #[test]
+    fn the_floors_hold_only_under_injection() {
+        // --no-inject: no floor, whatever the model and the misses say.
+        assert_eq!(floors(false, false, f64::INFINITY), (false, false));
+        assert_eq!(floors(false, true, 3.0), (false, false));
+        // Injected: until the model fills, and while the misses per window
+        // check are many or not yet known (no epoch has ended).
+        assert_eq!(floors(true, false, 0.0), (true, false));
+        assert_eq!(
+            floors(true, true, MissRate::default().known()),
+            (false, true)
+        );
+        assert_eq!(floors(true, true, 2.0 * AUTO_MISS_RATE), (false, true));
+        assert_eq!(floors(true, true, 0.5 * AUTO_MISS_RATE), (false, false));
+        let mut m = MissRate::default();
+        assert_eq!(m.known(), f64::INFINITY);
+        m.add(5, 1_000);
+        assert_eq!(m.known(), 0.005);
+        // A rise sets the rate at once; a fall moves it a quarter.
+        m.add(2_005, 2_000);
+        assert_eq!(m.rate, 2.0);
+        m.add(2_005, 3_000);
+        assert_eq!(m.rate, 1.5);
+    }
+
+    #[test]
+    fn a_streaming_set_up_under_no_inject_runs_at_its_budget_from_the_start() {
+        // A set-up writing memory (o = 30, three misses a check) under
+        // --no-inject: the model has not filled, the misses are many, but
+        // no floor holds, and the set-up runs at the budget's share.
+        let (unfilled, missing) = floors(false, false, 3.0);
+        let mut sw = Switch {
+            period: 1e6,
+            unfilled,
+            missing,
+            ..Switch::default()
+        };
+        sw.hold_share();
+        assert_eq!(sw.epoch_share, 0.0, "no share is held without injection");
+        let mut d = DelayRate::default();
+        let mut st = [0, 1, 0];
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, 0);
+        let mut now = 0u64;
+        simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            200_000,
+            [2, 62],
+            0.0,
+        );
+        let inside = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            5_000_000,
+            [2, 62],
+            0.0,
+        );
+        let want = auto_share(30.0, 0.0);
+        assert!(
+            inside < 2.0 * want,
+            "set-up share of checks {inside}, budget {want}"
+        );
+        // The same set-up with the latency injected keeps the floor.
+        let (unfilled, missing) = floors(true, false, 3.0);
+        let mut sw = Switch {
+            period: 1e6,
+            unfilled,
+            missing,
+            injecting: true,
+            ..Switch::default()
+        };
+        sw.hold_share();
+        assert_eq!(sw.share_now(), AUTO_MAX_SHARE);
+        let mut st = [0, 1, 0];
+        let mut copy = sw.ask(Policy::Auto, true, false, &mut st, 0);
+        let mut now = 0u64;
+        let inside = simulate(
+            &mut sw,
+            &mut d,
+            &mut st,
+            &mut copy,
+            &mut now,
+            200_000,
+            [2, 62],
+            0.0,
+        );
+        assert!(inside > 0.95, "injected set-up share of checks {inside}");
+    }
+
+    /// One epoch end of a thread as the runtime makes it: the totals of
+    /// misses and checks, the delay and the hooks' cost go to the
+    /// averages, the epoch's share is released, and the next question sets
+    /// the floors and holds the share (as [`switch`] does). Returns the
+    /// share the next epoch holds.
+    #[allow(clippy::too_many_arguments)]
+    fn epoch_end(
+        sw: &mut Switch,
+        m: &mut MissRate,
+        d: &mut DelayRate,
+        misses: u64,
+        window: u64,
+        gap: u64,
+        delay: f64,
+        hooks: f64,
+    ) -> f64 {
+        m.add(misses, window);
+        d.add(delay, hooks, window, gap);
+        sw.new_epoch();
+        (sw.delay_cycles, sw.hook_cycles) = (d.per_check, d.hooks_per_check);
+        (sw.unfilled, sw.missing) = floors(sw.injecting, true, m.known());
+        sw.hold_share();
+        sw.share_now()
+    }
+
+    #[test]
+    fn a_dram_pm_phase_switch_keeps_the_most_share() {
+        // multilat's chain: runs through DRAM (no delay) and through PM
+        // (1 500 cycles of delay a check), a miss a check in both, the
+        // hooks 300 cycles a window check and o = 0.5 (budget's share
+        // 0.1). Epochs of 10 000 window checks. The share must not fall
+        // in any epoch after the first: K = 0 windows of lag.
+        let mut sw = Switch {
+            period: 1e6,
+            injecting: true,
+            window_cycles: 300.0,
+            gap_cycles: 200.0,
+            ..Switch::default()
+        };
+        let (mut m, mut d) = (MissRate::default(), DelayRate::default());
+        let (mut misses, mut window) = (0u64, 0u64);
+        for e in 0..40 {
+            let pm = (e / 3) % 2 == 1;
+            window += 10_000;
+            misses += 10_000;
+            let delay = if pm { 1_500.0 * 10_000.0 } else { 0.0 };
+            let share = epoch_end(
+                &mut sw,
+                &mut m,
+                &mut d,
+                misses,
+                window,
+                window / 49,
+                delay,
+                300.0 * 10_000.0,
+            );
+            assert_eq!(
+                share,
+                AUTO_MAX_SHARE,
+                "epoch {e} ({}) at {share}",
+                if pm { "PM" } else { "DRAM" }
+            );
+        }
+        // Compute with few misses (0.1% a check) and no delay: the share
+        // falls to the budget's within a few tens of epochs (the rate
+        // falls a quarter an epoch)...
+        let mut fell = None;
+        for e in 0..60 {
+            window += 10_000;
+            misses += 10;
+            let share = epoch_end(&mut sw, &mut m, &mut d, misses, window, window, 0.0, 3e6);
+            if share < AUTO_MAX_SHARE && fell.is_none() {
+                fell = Some(e);
+            }
+        }
+        assert!(fell.is_some_and(|e| e < 30), "fell at {fell:?}");
+        assert!(sw.share_now() < 0.2, "compute share {}", sw.share_now());
+        // ... and a PM chase after it holds the most from the epoch after
+        // its first: one epoch of lag by the rate alone (the surge ends
+        // that one at its first slow window, see below).
+        window += 10_000;
+        misses += 10_000;
+        let share = epoch_end(&mut sw, &mut m, &mut d, misses, window, window, 1.5e7, 3e6);
+        assert_eq!(share, AUTO_MAX_SHARE);
+    }
+
+    #[test]
+    fn a_slow_window_at_a_small_share_surges_to_the_most() {
+        // Injected, the share held at 0.05 for the epoch, windows of 50
+        // cycles a check; then a window of 1 000 cycles a check (a chase
+        // begins): the share goes to the most at once and the next epoch
+        // holds it.
+        let mut sw = Switch {
+            period: 1e6,
+            injecting: true,
+            window_cycles: 50.0,
+            gap_cycles: 40.0,
+            epoch_share: 0.05,
+            ..Switch::default()
+        };
+        let mut st = [1, 1, 0];
+        st[0] -= 1;
+        assert_eq!(sw.ask(Policy::Auto, true, false, &mut st, 0), 1);
+        let w = sw.set as u64;
+        // The window runs out at 1 000 cycles a check.
+        st[1] = 0;
+        sw.ask(Policy::Auto, true, false, &mut st, w * 1_000);
+        assert!(sw.surge);
+        assert_eq!(sw.share_now(), AUTO_MAX_SHARE);
+        // The gap after it follows the most share.
+        assert!(
+            st[0] <= gap_for(AUTO_MIN_WINDOW, AUTO_MAX_SHARE).max(1) * 100,
+            "gap {}",
+            st[0]
+        );
+        sw.new_epoch();
+        sw.hold_share();
+        assert_eq!(sw.share_now(), AUTO_MAX_SHARE);
+        assert!(!sw.surge, "the surge is spent on one epoch");
+        // Not under --no-inject, and not from a share already at the most.
+        for (injecting, held) in [(false, 0.05), (true, AUTO_MAX_SHARE)] {
+            let sw = Switch {
+                injecting,
+                window_cycles: 50.0,
+                epoch_share: held,
+                ..Switch::default()
+            };
+            assert!(!sw.surges(1_000.0));
+        }
+    }
+
+    #[test]
+    fn an_injected_epoch_holds_its_share() {
+        // The share is set at the epoch's first question and holds while
+        // the timings move; the next epoch sets it anew.
+        let mut sw = Switch {
+            injecting: true,
+            window_cycles: 30.0,
+            gap_cycles: 10.0,
+            ..Switch::default()
+        };
+        sw.hold_share();
+        let held = sw.share_now();
+        assert_eq!(held, auto_share(2.0, 0.0));
+        sw.window_cycles = 410.0;
+        assert_eq!(sw.share_now(), held);
+        sw.new_epoch();
+        sw.hold_share();
+        assert_eq!(sw.share_now(), auto_share(40.0, 0.0));
+    }
+
+    #[test]
+    fn injected_gaps_are_short_and_keep_the_share() {
+        for share in [0.5, 0.1, 0.02, 0.01] {
+            let (w, g) = auto_lengths(share, 5.0, 2.5e6);
+            let (cw, cg) = cap_gap(w, g, share);
+            assert!(cg <= AUTO_INJECT_GAP, "share {share}: gap {cg}");
+            let got = cw as f64 / (cw + cg) as f64;
+            assert!(
+                (got - share).abs() < 0.02 * share + 1e-3,
+                "share {share}: {got}"
+            );
+        }
+        // Below a share of 8 / 1032 the window keeps its least length and
+        // the gap grows to keep the share.
+        let (w, g) = cap_gap(4_096, 4_000_000, 0.001);
+        assert_eq!(w, AUTO_MIN_WINDOW);
+        assert_eq!(g, gap_for(AUTO_MIN_WINDOW, 0.001));
+        // Short gaps stay as they are.
+        assert_eq!(cap_gap(100, 900, 0.1), (100, 900));
     }
 
     #[test]
