@@ -546,8 +546,11 @@ impl RunOptions {
         if self.dram_latency_ns.is_some_and(|d| d <= 0.0) {
             return e(format!("{} must be above 0", n("dram-latency")));
         }
+        // With a device model the level that serves each access gives the
+        // latency: `--pm-latency` is not used, so it need not exceed DRAM's.
         let base = self.remote_latency_ns.or(self.dram_latency_ns);
-        if let Some(base) = base.filter(|&b| self.pm_latency_ns < b) {
+        let uses_pm_latency = self.device.is_none() && self.device_params.is_none();
+        if let Some(base) = base.filter(|&b| uses_pm_latency && self.pm_latency_ns < b) {
             return e(format!(
                 "{} {} is below the {} latency {}: PM can only be emulated as slower memory (raise {})",
                 n("pm-latency"),
@@ -740,6 +743,9 @@ mod tests {
             ),
             "{e}"
         );
+        // Under --device the device's levels give the latency: a DRAM
+        // latency above the unused --pm-latency is no error.
+        assert!(flags(&[("device", "optane-1dimm"), ("dram-latency", "328ns")]).is_ok());
         let e = flags(&[("epoch-min", "20ms")]).unwrap_err();
         assert_eq!(e.to_string(), "--epoch-min 20ms is above --epoch-max 10ms");
         let e = env(&[("PMLAB_LOCK_EPOCH_MIN", "20ms")]).unwrap_err();
