@@ -17,10 +17,16 @@ use std::time::{Duration, Instant};
 use common::{assert_one_line_error, pmlab, TempDir, PMLAB};
 
 /// Run `pmlab args` in `dir` for at most 20 s: exit code and stderr.
+/// Each run sees an empty calibration cache, as on a fresh machine: bad
+/// input must be refused before any measurement, whose note would make
+/// the refusal two lines (a clean-clone CI found `--llc` checked after it).
 fn run_bounded(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let cache = dir.join(".fresh-cache");
+    let _ = std::fs::remove_dir_all(&cache);
     let mut child = Command::new(PMLAB)
         .args(args)
         .current_dir(dir)
+        .env("XDG_CACHE_HOME", &cache)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -193,41 +193,19 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         },
         Naming::Flag,
     )?;
-    let note = crate::cmd::calibrate::note(false);
-    let cached = if o.dram_latency_ns.is_none() {
-        Some(pmlab_emu::calibrate::cached_or_measure(&note)?)
-    } else {
-        pmlab_emu::calibrate::load_cache().ok().flatten()
-    };
-    if o.dram_latency_ns.is_none() {
-        o.dram_latency_ns = Some(
-            cached
-                .as_ref()
-                .map_or(pmlab_model::options::FALLBACK_DRAM_NS, |c| {
-                    c.dram_latency_ns
-                }),
-        );
+    // Flags that need no measurement are checked before the calibration,
+    // which can take seconds on a machine that has none cached.
+    if let Some(v) = &a.llc {
+        launch::parse_llc(v, "--llc")?;
+    } else if let Ok(v) = std::env::var("PMLAB_INSTR_LLC") {
+        launch::parse_llc(&v, "PMLAB_INSTR_LLC")?;
     }
-    if o.tsc_ghz.is_none() {
-        o.tsc_ghz = cached.as_ref().map(|c| c.tsc_ghz);
-    }
-    if let Some(dev) = o.device.clone() {
-        let p = device_params(&dev)?;
-        let dram = o.dram_ns();
-        if p.slowest_ns() <= dram {
-            bail!(
-                "--device {dev}: its reads take at most {:.0} ns, not above this machine's DRAM latency {dram:.0} ns: the emulator can only make memory slower (pick a slower device)",
-                p.slowest_ns()
-            );
-        }
-        // The runtime's reference latency: delays are charged in units of
-        // (slowest level - DRAM) per serial access.
-        o.pm_latency_ns = p.slowest_ns();
-        o.device_params = Some(p);
-        if o.source == "auto" {
-            o.source = "instrumented".into();
-        }
-    }
+    let timed_misses = a
+        .timed_misses
+        .as_deref()
+        .map(launch::timed_misses)
+        .transpose()?;
+    let device = o.device.as_deref().map(device_params).transpose()?;
     o.check(Naming::Flag)?;
     if let Some(p) = &o.pm_file {
         let p = PathBuf::from(p);
@@ -254,7 +232,47 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         let abs = std::fs::canonicalize(p)
             .with_context(|| format!("--source synthetic:{p}: cannot read the script"))?;
         o.source = format!("synthetic:{}", abs.display());
+        // The runtime parses the script: a bad one is refused here, before
+        // any measurement, as every other bad flag is.
+        let mut env: Vec<(String, String)> = vec![("PMLAB_ACTIVE".into(), "1".into())];
+        env.extend(o.to_env());
+        launch::check(&launch::find_runtime()?, &env)?;
     }
+    let note = crate::cmd::calibrate::note(false);
+    let cached = if o.dram_latency_ns.is_none() {
+        Some(pmlab_emu::calibrate::cached_or_measure(&note)?)
+    } else {
+        pmlab_emu::calibrate::load_cache().ok().flatten()
+    };
+    if o.dram_latency_ns.is_none() {
+        o.dram_latency_ns = Some(
+            cached
+                .as_ref()
+                .map_or(pmlab_model::options::FALLBACK_DRAM_NS, |c| {
+                    c.dram_latency_ns
+                }),
+        );
+    }
+    if o.tsc_ghz.is_none() {
+        o.tsc_ghz = cached.as_ref().map(|c| c.tsc_ghz);
+    }
+    if let (Some(dev), Some(p)) = (o.device.clone(), device) {
+        let dram = o.dram_ns();
+        if p.slowest_ns() <= dram {
+            bail!(
+                "--device {dev}: its reads take at most {:.0} ns, not above this machine's DRAM latency {dram:.0} ns: the emulator can only make memory slower (pick a slower device)",
+                p.slowest_ns()
+            );
+        }
+        // The runtime's reference latency: delays are charged in units of
+        // (slowest level - DRAM) per serial access.
+        o.pm_latency_ns = p.slowest_ns();
+        o.device_params = Some(p);
+        if o.source == "auto" {
+            o.source = "instrumented".into();
+        }
+    }
+    o.check(Naming::Flag)?;
     let mut env: Vec<(String, String)> = vec![("PMLAB_ACTIVE".into(), "1".into())];
     env.extend(o.to_env().into_iter().filter(|(k, _)| k != "PMLAB_SOURCE"));
     // The instrumented source models --llc, else PMLAB_INSTR_LLC, else the
@@ -268,8 +286,8 @@ pub fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     if let Some(v) = &llc.setting {
         env.push(("PMLAB_INSTR_LLC".into(), v.clone()));
     }
-    if let Some(v) = &a.timed_misses {
-        env.push(("PMLAB_TIMED_MISSES".into(), launch::timed_misses(v)?));
+    if let Some(v) = timed_misses {
+        env.push(("PMLAB_TIMED_MISSES".into(), v));
     }
     Ok(Resolved {
         env,
