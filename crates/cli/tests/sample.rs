@@ -72,9 +72,11 @@ out:
 /// the accesses full instrumentation would hook; `updates` counts the
 /// calls) and answers the switch (`__pmlab_sample_switch3`, the
 /// triple of clean countdown, window countdown and window flag):
-/// `STUB_POLICY` = `clean` (never a window), `full` (one endless window)
-/// or `alt` (windows of 50 checks, gaps of 200). At exit, writes the
-/// counts to stderr.
+/// `STUB_POLICY` = `clean` (never a window), `full` (one endless window),
+/// `alt` (windows of 50 checks, gaps of 200) or `gap` (never a window,
+/// gaps of `STUB_GAP` checks). At exit, writes the counts to stderr, with
+/// the checks counted down in both countdowns (as the runtime counts
+/// them: what it set less what is left, at each question and at exit).
 const STUB: &str = r#"
 #include <stdint.h>
 #include <stdio.h>
@@ -93,24 +95,32 @@ void __sanitizer_cov_trace_switch(uint64_t v, uint64_t *c) { (void)v; (void)c; }
 void __sanitizer_cov_8bit_counters_init(char *a, char *b) { (void)a; (void)b; }
 void __sanitizer_cov_pcs_init(const uintptr_t *a, const uintptr_t *b) { (void)a; (void)b; }
 static int in_window;
+static int64_t *state, set0 = 1, set1 = 1, gap = 200;
+static unsigned long checks;
 int __pmlab_sample_switch3(int64_t *s) {
 	if (policy < 0) {
 		const char *p = getenv("STUB_POLICY");
-		policy = !p || !strcmp(p, "clean") ? 0 : !strcmp(p, "full") ? 1 : 2;
+		policy = !p || !strcmp(p, "clean") ? 0 : !strcmp(p, "full") ? 1 : !strcmp(p, "gap") ? 3 : 2;
+		if (getenv("STUB_GAP")) gap = atol(getenv("STUB_GAP"));
 	}
 	asks++;
+	state = s;
+	checks += (set0 - s[0]) + (set1 - s[1]);
 	int r;
-	if (policy == 0) { s[0] = 1 << 30; s[1] = 1; s[2] = 0; r = 0; }
+	if (policy == 3) { s[0] = gap; s[1] = 1; s[2] = 0; r = 0; }
+	else if (policy == 0) { s[0] = 1 << 30; s[1] = 1; s[2] = 0; r = 0; }
 	else if (policy == 1) { s[0] = 1; s[1] = 1L << 40; s[2] = 1; r = 1; }
 	else if (in_window && s[1] > 0) { s[1]--; if (s[1] > 0) { s[0] = 1; s[2] = 1; r = 1; } else { in_window = 0; s[0] = 200; s[1] = 1; s[2] = 0; r = 0; } }
 	else if (in_window) { in_window = 0; s[0] = 200; s[1] = 1; s[2] = 0; r = 0; }
 	else if (s[0] > 0) { s[1] = 1; s[2] = 0; r = 0; }
 	else { in_window = 1; s[0] = 1; s[1] = 50; s[2] = 1; r = 1; }
 	if (r) to_instr++; else to_clean++;
+	set0 = s[0]; set1 = s[1];
 	return r;
 }
 __attribute__((destructor)) static void report(void) {
-	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu cmps=%lu updates=%lu\n", hooks, asks, to_instr, to_clean, cmps, updates);
+	if (state) checks += (set0 - state[0]) + (set1 - state[1]);
+	fprintf(stderr, "hooks=%lu asks=%lu instr=%lu clean=%lu cmps=%lu updates=%lu checks=%lu\n", hooks, asks, to_instr, to_clean, cmps, updates, checks);
 }
 "#;
 
@@ -270,6 +280,50 @@ fn sampled_builds_run_both_copies_and_match_native_output() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The clean copy keeps the gap's countdown in a register and writes it
+/// to memory only every few checks and at calls and returns: it must
+/// still count every check the instrumented copy counts, so that the
+/// runtime's ratio of window to gap checks extrapolates the windows'
+/// counts by the work they stand for. Counted by the stub: the checks of
+/// one endless window against those of gaps of several lengths (1 and 8:
+/// every check and every sync asks; 37: not a multiple of the sync
+/// interval), at every optimization level.
+#[test]
+fn the_clean_copy_counts_every_check_the_instrumented_copy_counts() {
+    runtime_dir();
+    if !common::require_tool("clang-14", "clang-14") {
+        return;
+    }
+    let t = TempDir::new("sample-checks");
+    t.write("prog.c", PROG);
+    t.write("stub.c", STUB);
+    run(Command::new("clang-14")
+        .args(["-O2", "-c", "-o", "stub.o", "stub.c"])
+        .current_dir(&t.0));
+    if !have_plugin(&t.0) {
+        common::skip("pmlab built without LLVM 14 (apt-get install llvm-14-dev)");
+        return;
+    }
+    for flags in [&["-O0"][..], &["-O1"], &["-O2"], &["-O3"]] {
+        let exe = format!("sampled{}", flags.join("").replace('-', ""));
+        build(&t.0, flags, "sample", &exe);
+        let full = all_counts(&exec(&t.0, &exe, "full"))[6];
+        assert!(full > 10_000, "{flags:?}: {full} checks");
+        for gap in ["1", "8", "37", "100000"] {
+            let o = run(Command::new(t.0.join(&exe))
+                .env("STUB_POLICY", "gap")
+                .env("STUB_GAP", gap)
+                .current_dir(&t.0));
+            let v = all_counts(&o);
+            assert_eq!(v[6], full, "{flags:?}: gaps of {gap}: {v:?}");
+            // Every gap runs its course: a question per gap, give or take
+            // the last.
+            let g: u64 = gap.parse().unwrap();
+            assert!(v[1] >= full / g, "{flags:?}: gaps of {gap}: {v:?}");
         }
     }
 }

@@ -24,9 +24,10 @@
 //   state[0]: countdown of the clean copy's checks (the gap);
 //   state[1]: countdown of the instrumented copy's checks (the window);
 //   state[2]: non-zero while a window is open.
-// A check in the clean copy is `if (--state[0] <= 0) switch`: on a
-// back-edge a non-zero answer jumps to the instrumented copy of the loop's
-// header. A check in the instrumented copy is `if (--state[1] <= 0)
+// A check in the clean copy is `if (--state[0] <= 0) switch` (on loop
+// back-edges with the count kept in a register and written to memory
+// every few checks: see cleanEdge): on a back-edge a non-zero answer jumps
+// to the instrumented copy of the loop's header. A check in the instrumented copy is `if (--state[1] <= 0)
 // switch`; a zero answer jumps back to the clean copy.
 //
 // At entry, a function first tests state[2]: in a window it runs its
@@ -569,9 +570,9 @@ struct Sampler {
   }
 
   // At the end of `BB`: `if (--state[which] <= 0) goto expired else goto
-  // cont`. Returns nothing; `expired` and `cont` must exist.
-  void countdown(BasicBlock *BB, unsigned which, BasicBlock *expired,
-                 BasicBlock *cont) {
+  // cont`. Returns the decremented count; `expired` and `cont` must exist.
+  Value *countdown(BasicBlock *BB, unsigned which, BasicBlock *expired,
+                   BasicBlock *cont) {
     IRBuilder<> B(BB);
     Value *p = slot(B, which);
     LoadInst *v = B.CreateLoad(B.getInt64Ty(), p);
@@ -581,16 +582,78 @@ struct Sampler {
     // Expiry is rare: tell the code generator.
     MDBuilder md(B.getContext());
     B.CreateCondBr(out, expired, cont, md.createBranchWeights(1, 100000));
+    return dec;
+  }
+
+  // `cd = state[0]`: the clean copy's register copy of the gap's count,
+  // taken again wherever something else may have moved it.
+  void reloadGap(IRBuilder<> &B, AllocaInst *cd) {
+    B.CreateStore(B.CreateLoad(B.getInt64Ty(), slot(B, 0)), cd);
+  }
+
+  // `state[0] = cd`: memory brought up to the register count, before the
+  // clean copy leaves the function's own code (a call, a return).
+  void syncGap(IRBuilder<> &B, AllocaInst *cd) {
+    B.CreateStore(B.CreateLoad(B.getInt64Ty(), cd), slot(B, 0))
+        ->setVolatile(true);
+  }
+
+  // The clean copy's back-edge check, at the end of `BB`. The gap's count
+  // lives in `cd` (a slot of the function's, promoted to a register) and
+  // reaches memory only every kSyncEvery-th check (when the count is a
+  // multiple of it), before every call and return, and before the switch:
+  // a tight loop pays a decrement and a test, not a load, a store and a
+  // store-to-load forwarding chain through memory (radix sort's counting
+  // pass ran 1.16x native in its gaps with the memory countdown).
+  //   * The count still runs out at exactly 0 (a positive count meets 0,
+  //     a multiple of every power of two), where memory is written first:
+  //     the switch reads the exact count.
+  //   * Between syncs memory is ahead of the true count by fewer than
+  //     kSyncEvery checks: what the epoch's signal handler reads of the
+  //     gap's progress lags by that much.
+  //   * The handler cuts a gap short by writing 1 (`Switch::cut_gap`);
+  //     memory, which the program only lowers to its own count, is then
+  //     below the count, which the next sync sees: it asks at once (within
+  //     kSyncEvery checks of the cut, as the memory countdown did at the
+  //     next check).
+  static constexpr int64_t kSyncEvery = 8;
+  void cleanEdge(BasicBlock *BB, AllocaInst *cd, BasicBlock *expired,
+                 BasicBlock *cont) {
+    LLVMContext &C = BB->getContext();
+    Function *F = BB->getParent();
+    MDBuilder md(C);
+    BasicBlock *sync = BasicBlock::Create(C, "pmlab.edge.sync", F);
+    BasicBlock *settle = BasicBlock::Create(C, "pmlab.edge.settle", F);
+    BasicBlock *cut = BasicBlock::Create(C, "pmlab.edge.cut", F);
+    IRBuilder<> B(BB);
+    Value *dec = B.CreateSub(B.CreateLoad(B.getInt64Ty(), cd), B.getInt64(1));
+    B.CreateStore(dec, cd);
+    Value *low = B.CreateAnd(dec, B.getInt64(kSyncEvery - 1));
+    B.CreateCondBr(B.CreateICmpNE(low, B.getInt64(0)), cont, sync,
+                   md.createBranchWeights(kSyncEvery - 1, 1));
+    B.SetInsertPoint(sync);
+    LoadInst *mem = B.CreateLoad(B.getInt64Ty(), slot(B, 0));
+    mem->setVolatile(true);
+    B.CreateCondBr(B.CreateICmpSLT(mem, dec), cut, settle,
+                   md.createBranchWeights(1, 100000));
+    B.SetInsertPoint(settle);
+    B.CreateStore(dec, slot(B, 0))->setVolatile(true);
+    B.CreateCondBr(B.CreateICmpSLE(dec, B.getInt64(0)), expired, cont,
+                   md.createBranchWeights(1, 100000));
+    B.SetInsertPoint(cut);
+    B.CreateStore(B.getInt64(0), slot(B, 0))->setVolatile(true);
+    B.CreateBr(expired);
   }
 
   // A block that calls the switch and goes to `instr` on non-zero, `clean`
-  // on zero.
+  // on zero; the switch sets the next gap, so `cd` is taken again.
   BasicBlock *asker(Function &F, const Twine &name, BasicBlock *instr,
-                    BasicBlock *clean) {
+                    BasicBlock *clean, AllocaInst *cd) {
     BasicBlock *BB = BasicBlock::Create(F.getContext(), name, &F);
     IRBuilder<> B(BB);
     CallInst *r = B.CreateCall(switchFn, {slot(B, 0)});
     r->setDoesNotThrow();
+    reloadGap(B, cd);
     B.CreateCondBr(B.CreateICmpNE(r, B.getInt32(0)), instr, clean);
     return BB;
   }
@@ -668,9 +731,11 @@ struct Sampler {
     for (BasicBlock &BB : F)
       if (auto *II = dyn_cast<InvokeInst>(BB.getTerminator()))
         invokes.push_back(II);
+    SmallPtrSet<BasicBlock *, 8> conts;
     for (InvokeInst *II : invokes) {
       BasicBlock *from = II->getParent(), *to = II->getNormalDest();
       BasicBlock *mid = BasicBlock::Create(C, "pmlab.invoke.cont", &F, to);
+      conts.insert(mid);
       BranchInst::Create(to, mid);
       II->setNormalDest(mid);
       for (PHINode &P : to->phis())
@@ -772,19 +837,54 @@ struct Sampler {
     // 6. Entry: prologue -> dispatch on the window flag -> clean or
     //    instrumented body; functions with loops or calls also count a
     //    check (in the window's countdown or the gap's).
+    //    Functions with loops keep the clean copy's count of the gap in a
+    //    register (see cleanEdge): it starts at 0 (a path this pass missed
+    //    then asks within kSyncEvery checks), is set by the entry's check,
+    //    written to memory before every call, invoke, resume and return of
+    //    the clean copy and taken again after every call and switch and at
+    //    every landing pad.
     BasicBlock *cleanEntry = oldEntry, *instrEntry = clone(oldEntry);
+    AllocaInst *cd =
+        new AllocaInst(Type::getInt64Ty(C), 0, "pmlab.gap", toBody);
+    ours.insert(cd);
     toBody->eraseFromParent();
+    if (!backEdges.empty())
+      for (BasicBlock *BB : body) {
+        if (BB->isLandingPad() || conts.count(BB)) {
+          IRBuilder<> B(&*BB->getFirstInsertionPt());
+          reloadGap(B, cd);
+        }
+        for (auto it = BB->begin(); it != BB->end(); ++it) {
+          Instruction *I = &*it;
+          if (isa<ReturnInst>(I) || isa<ResumeInst>(I) ||
+              isa<InvokeInst>(I)) {
+            IRBuilder<> B(I);
+            syncGap(B, cd);
+            continue;
+          }
+          auto *call = dyn_cast<CallInst>(I);
+          if (!call || isa<IntrinsicInst>(call))
+            continue;
+          IRBuilder<> B(I);
+          syncGap(B, cd);
+          B.SetInsertPoint(&*std::next(it));
+          reloadGap(B, cd);
+        }
+      }
     bool counts = !backEdges.empty() || !leaf;
     BasicBlock *inWindow = instrEntry, *inGap = cleanEntry;
     if (counts) {
       inWindow = BasicBlock::Create(C, "pmlab.entry.window", &F);
       inGap = BasicBlock::Create(C, "pmlab.entry.gap", &F);
-      BasicBlock *ask = asker(F, "pmlab.entry.ask", instrEntry, cleanEntry);
+      BasicBlock *ask =
+          asker(F, "pmlab.entry.ask", instrEntry, cleanEntry, cd);
       countdown(inWindow, 1, ask, instrEntry);
-      countdown(inGap, 0, ask, cleanEntry);
+      Value *dec = countdown(inGap, 0, ask, cleanEntry);
+      new StoreInst(dec, cd, inGap->getTerminator());
     }
     {
       IRBuilder<> B(prologue);
+      B.CreateStore(B.getInt64(0), cd);
       LoadInst *flag = B.CreateLoad(B.getInt64Ty(), slot(B, 2));
       B.CreateCondBr(B.CreateICmpNE(flag, B.getInt64(0)), inWindow, inGap);
     }
@@ -800,8 +900,11 @@ struct Sampler {
         BasicBlock *check =
             BasicBlock::Create(C, copy ? "pmlab.iedge" : "pmlab.edge", &F);
         BasicBlock *a = asker(F, copy ? "pmlab.iedge.ask" : "pmlab.edge.ask",
-                              Hi, H);
-        countdown(check, copy, a, to);
+                              Hi, H, cd);
+        if (copy)
+          countdown(check, 1, a, to);
+        else
+          cleanEdge(check, cd, a, to);
         for (unsigned s = 0; s < T->getNumSuccessors(); s++)
           if (T->getSuccessor(s) == to)
             T->setSuccessor(s, check);

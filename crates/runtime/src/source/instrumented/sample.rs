@@ -415,10 +415,15 @@ impl Switch {
     /// stretch it. Called at epoch ends ([`at_epoch_end`]). True when the
     /// countdown was cut.
     ///
-    /// The program's check is a plain load, decrement and store: should
-    /// the cut land between its load and its store, the program's store
-    /// undoes the cut and the gap runs its course, counted one cut short
-    /// (an error of at most that gap's checks, in the extrapolation).
+    /// A clean loop keeps its count in a register and writes it to
+    /// memory every 8th check (the plugin's `cleanEdge`): it finds memory
+    /// below its count there and asks at once, so the cut takes effect
+    /// within 8 checks, and the gap is counted up to 15 checks off (the
+    /// memory it cut lagged the count by up to 7). Should the cut land
+    /// between a check's load and store of memory (an entry's check, or
+    /// a loop's sync), the program's store undoes the cut and the gap runs
+    /// its course, counted one cut short (an error of at most that gap's
+    /// checks, in the extrapolation).
     pub fn cut_gap(&mut self, state: &mut [i64; 3], now: u64) -> bool {
         if self.in_window || self.set == 0 || self.period <= 0.0 || state[0] <= 1 {
             return false;
@@ -1032,7 +1037,8 @@ pub unsafe fn legacy_switch(state: *mut i64) -> i32 {
 }
 
 /// The calling thread's window and gap checks so far (the current window
-/// or gap included). Async-signal-safe (read from the epoch signal's
+/// or gap included; of a gap in a clean loop, up to 7 checks may not have
+/// reached memory yet). Async-signal-safe (read from the epoch signal's
 /// handler).
 pub fn thread_events() -> (u64, u64) {
     SWITCH.with(|c| {
