@@ -389,11 +389,58 @@ struct Ctx<'a> {
     /// ([`Options::sample`]).
     sample: Sample,
     say: &'a dyn Fn(&str),
+    /// The targets left out for being too close to this machine's DRAM
+    /// latency (see [`Ctx::emulable`]).
+    skipped: std::cell::RefCell<Vec<Skipped>>,
+}
+
+/// A study's target latency that this machine cannot emulate: PM is
+/// emulated as slower memory, so a target must stand [`EMULABLE_MARGIN`]
+/// above the calibrated DRAM latency (the latency measured before each
+/// emulated run drifts above the calibration by 10-30% on a busy host,
+/// and `pmlab run` refuses a target below it).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Skipped {
+    /// The study.
+    pub study: String,
+    /// The target latency left out, ns.
+    pub target_ns: f64,
+    /// The calibrated DRAM latency it was judged against, ns.
+    pub dram_ns: f64,
+}
+
+/// How far above the calibrated DRAM latency a study's target latency
+/// must be to be run (see [`Skipped`]).
+pub const EMULABLE_MARGIN: f64 = 1.25;
+
+/// Of the target latencies `lats`, those at least [`EMULABLE_MARGIN`]
+/// times `dram_ns`, and those left out.
+pub fn emulable_split(lats: &[f64], dram_ns: f64) -> (Vec<f64>, Vec<f64>) {
+    lats.iter().partition(|&&l| l >= dram_ns * EMULABLE_MARGIN)
 }
 
 impl Ctx<'_> {
     fn say(&self, msg: &str) {
         (self.say)(msg)
+    }
+
+    /// The target latencies of `study` that this machine can emulate
+    /// ([`emulable_split`]); the others are recorded in the report and
+    /// said, once each.
+    fn emulable(&self, study: &str, lats: &[f64]) -> Vec<f64> {
+        let (keep, out) = emulable_split(lats, self.dram_ns);
+        for t in out {
+            self.say(&format!(
+                "{study}: {t} ns left out: below {EMULABLE_MARGIN} x this machine's DRAM latency ({:.1} ns); PM is emulated as slower memory",
+                self.dram_ns
+            ));
+            self.skipped.borrow_mut().push(Skipped {
+                study: study.to_string(),
+                target_ns: t,
+                dram_ns: self.dram_ns,
+            });
+        }
+        keep
     }
 
     fn exe(&self, instrumented: bool, name: &str) -> PathBuf {
@@ -822,6 +869,7 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         },
         sample: opts.sample,
         say,
+        skipped: Default::default(),
     };
     ctx.say(&format!(
         "calibrated DRAM latency {:.1} ns; last-level cache {} ({}); {} runs per point; latency studies' emulated runs with --sample {} (workset and bandwidth choose their own, device runs off)",
@@ -894,6 +942,7 @@ pub fn run(opts: &Options, say: &dyn Fn(&str), note: &dyn Fn(calibrate::Note)) -
         seconds: started.elapsed().as_secs_f64(),
         study_seconds,
         points,
+        skipped: ctx.skipped.take(),
     })
 }
 
@@ -938,6 +987,9 @@ pub struct Report {
     pub study_seconds: Vec<StudyTime>,
     /// Every point, in the order measured.
     pub points: Vec<Point>,
+    /// The target latencies left out as too close to this machine's DRAM
+    /// latency.
+    pub skipped: Vec<Skipped>,
 }
 
 impl Report {
@@ -991,7 +1043,7 @@ const MEMLAT_KEY: &str = "ns_per_access";
 
 fn memlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let args = memlat_args(p, 1);
-    for &lat in &p.memlat_lat {
+    for lat in ctx.emulable("memlat", &p.memlat_lat) {
         ctx.say(&format!("memlat, 1 chain, {lat} ns"));
         let mut drams = Vec::new();
         let mut afters = Vec::new();
@@ -1149,6 +1201,9 @@ fn scaled_point(
 
 fn chains_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.chains_lat;
+    if ctx.emulable("chains", &[lat]).is_empty() {
+        return Ok(());
+    }
     // The overlap the hardware achieves on DRAM carries over to slower
     // memory: every access scales by target / DRAM latency.
     let expect = |native: f64, dram: f64| {
@@ -1207,6 +1262,10 @@ fn pattern(d: u64, p: u64) -> String {
 
 fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let (mib, accesses) = (p.multilat_mib, p.multilat_accesses);
+    let lats = ctx.emulable("multilat", &p.multilat_lat);
+    if lats.is_empty() {
+        return Ok(());
+    }
     for &(rd, rp) in &p.multilat_ratio {
         for &scale in &p.multilat_scale {
             let (pd, pn) = (rd * scale, rp * scale);
@@ -1220,7 +1279,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             ];
             ctx.say(&format!(
                 "multilat {mib} MiB x2, {accesses} accesses, pattern {pd}:{pn}: native and {:?} ns, interleaved",
-                p.multilat_lat
+                lats
             ));
             // Natively both arrays are DRAM: the run's time per access is
             // this workload's DRAM latency (memory, TLB and loop together).
@@ -1231,17 +1290,16 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
             // before them, so that the machine's drift over the minutes of
             // a point touches the baseline and the emulated runs alike.
             let mut native_runs = Vec::new();
-            let mut runs: Vec<ReferencedRuns> =
-                vec![ReferencedRuns::default(); p.multilat_lat.len()];
+            let mut runs: Vec<ReferencedRuns> = vec![ReferencedRuns::default(); lats.len()];
             let mut counts = (f64::NAN, f64::NAN);
             // Adaptive: stops once no latency's verdict can change.
-            while !multilat_settled(&native_runs, &runs, counts, &p.multilat_lat, ctx) {
+            while !multilat_settled(&native_runs, &runs, counts, &lats, ctx) {
                 native_runs.push(need(
                     "multilat",
                     &ctx.native("multilat", &args)?,
                     "elapsed_ns",
                 )?);
-                for (k, &lat) in p.multilat_lat.iter().enumerate() {
+                for (k, &lat) in lats.iter().enumerate() {
                     let dram = ctx.dram_now();
                     let r = &mut runs[k];
                     r.reference
@@ -1261,7 +1319,7 @@ fn multilat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
                     r.emulated.push(need("multilat", &o, "elapsed_ns")?);
                 }
             }
-            for (&lat, mut r) in p.multilat_lat.iter().zip(runs) {
+            for (&lat, mut r) in lats.iter().zip(runs) {
                 r.native = native_runs.clone();
                 let config = format!("{rd}:{rp} pattern={pd}:{pn}");
                 let mut point = multilat_point(config, lat, counts, r);
@@ -1456,6 +1514,9 @@ pub fn mtlat_reps(reps: usize, threads: u64, cpus: u64) -> usize {
 
 fn mtlat_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
     let lat = p.mtlat_lat;
+    if ctx.emulable("mtlat", &[lat]).is_empty() {
+        return Ok(());
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     for &outside in &[false, true] {
         for &n in &p.mtlat_threads {
@@ -1524,7 +1585,9 @@ fn overhead_study(ctx: &Ctx, p: &Plan, out: &mut Vec<Point>) -> Result<()> {
         || {
             need(
                 "memlat",
-                &ctx.emulated("memlat", &args, 400.0, true)?.0,
+                // Nothing is injected: any target above DRAM will do.
+                &ctx.emulated("memlat", &args, 400f64.max(2.0 * ctx.dram_ns), true)?
+                    .0,
                 MEMLAT_KEY,
             )
         },
@@ -1838,6 +1901,17 @@ impl Drop for TempDir {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn targets_too_close_to_dram_are_left_out() {
+        // A host whose DRAM reads 212.9 ns: 200 ns cannot be emulated,
+        // 266 ns (1.25 x) is the lowest that runs.
+        let (keep, out) = emulable_split(&[200.0, 266.2, 300.0, 1000.0], 212.9);
+        assert_eq!(keep, vec![266.2, 300.0, 1000.0]);
+        assert_eq!(out, vec![200.0]);
+        let (keep, out) = emulable_split(&[200.0, 400.0], 150.0);
+        assert_eq!((keep.len(), out.len()), (2, 0));
+    }
+
     use super::*;
 
     #[test]
@@ -2145,6 +2219,7 @@ mod tests {
             seconds: 0.0,
             study_seconds: Vec::new(),
             points: vec![judged(400.0, 410.0, 15.0), overhead],
+            skipped: vec![],
         };
         assert!(r.all_met());
         r.points.push(judged(400.0, 165.0, 15.0));

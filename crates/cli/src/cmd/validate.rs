@@ -100,6 +100,15 @@ pub fn run(args: Args) -> Result<u8> {
     };
     let report = validate::run(&opts, &say, &crate::cmd::calibrate::note(false))?;
     print_table(&report.points, report.dram_latency_ns, &report.sample);
+    for k in &report.skipped {
+        println!(
+            "  skipped: {} at {} ns: below {} x this machine's DRAM latency ({:.1} ns); PM is emulated as slower memory",
+            k.study,
+            k.target_ns,
+            validate::EMULABLE_MARGIN,
+            k.dram_ns
+        );
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
         if path.as_os_str() == "-" {

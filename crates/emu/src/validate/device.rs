@@ -679,6 +679,7 @@ mod tests {
             llc_curve: Vec::new(),
             seconds: 12.0,
             study_seconds: Vec::new(),
+            skipped: vec![],
             points: vec![
                 pt(
                     "optane-1dimm block=64B region=4KiB",

@@ -166,7 +166,11 @@ pub fn wait_formula(t: f64, t_cache: f64, dram: f64, target: f64) -> (f64, Strin
 }
 
 pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
-    let p = Plan::new(ctx.quick);
+    let mut p = Plan::new(ctx.quick);
+    p.lat = ctx.emulable("shapes", &p.lat);
+    if p.lat.is_empty() {
+        return Ok(());
+    }
     let bound = ctx.bounds.shapes;
     // At most 3 runs a point: 256 MiB set-ups under emulation are long.
     let reps = ctx.reps.min(3);

@@ -451,7 +451,11 @@ fn bracketed(
 }
 
 pub(super) fn study(ctx: &Ctx, out: &mut Vec<Point>) -> Result<()> {
-    let p = Plan::new(ctx.quick);
+    let mut p = Plan::new(ctx.quick);
+    p.lat = ctx.emulable("workset", &p.lat);
+    if p.lat.is_empty() {
+        return Ok(());
+    }
     let reps = ctx.reps.min(p.max_reps);
     let curves: Vec<(&str, u32)> = p
         .progs
