@@ -447,3 +447,64 @@ fn lenschase_flushes_alike_natively_and_emulated() {
         "pflush"
     );
 }
+
+/// Without native costs given, device mode times 1 in 8 of the program's
+/// logged loads and subtracts what they measured per kind of access. A
+/// chase over 16 KiB flushed before each pass: `pflush` leaves the lines
+/// in the CPU's caches (it no longer forces an evicting flush), so their
+/// re-reads are cache hits natively, every one is served by the RMW
+/// buffer in the model, and the delay requested per read is nearly the
+/// buffer's whole latency (with the old start-up estimate of an evicted
+/// line's re-read, 100-200 ns less on the machines this was built on).
+#[test]
+fn the_program_s_timed_loads_set_the_native_cost_the_delay_subtracts() {
+    runtime_dir();
+    let t = TempDir::new("device-learned");
+    let exe = build_lenschase(&t);
+    let stats = t.path("stats.json");
+    let out = Command::new(PMLAB)
+        .args([
+            "run",
+            "--quiet",
+            "--no-inject",
+            "--device",
+            "optane-1dimm",
+            "--dram-latency",
+            "100ns",
+            "--json",
+        ])
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe)
+        .args(["-r", "16384", "-b", "64", "-n", "8192"])
+        .env_remove("PMLAB_TIMED_MISSES")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let (rmw, ait, media) = (
+        field(&v, "rmw_hits"),
+        field(&v, "ait_hits"),
+        field(&v, "media_reads"),
+    );
+    let reads = rmw + ait + media;
+    assert!(rmw / reads > 0.95, "RMW share {}", rmw / reads);
+    // About one read in 8 was timed (the hook's countdown: 8 give or take
+    // a quarter).
+    let timed = field(&v, "native_timed_samples");
+    assert!(
+        timed > reads / 16.0 && timed < reads / 4.0,
+        "{timed} timed of {reads} reads"
+    );
+    let rmw_ns = field(&v, "rmw_ns");
+    let per_read = v["stats"]["total"]["requested_delay_ns"].as_f64().unwrap() / reads;
+    assert!(
+        per_read > rmw_ns - 100.0 && per_read <= rmw_ns + 1e-6,
+        "{per_read} ns requested per read, the RMW buffer's latency {rmw_ns} ns"
+    );
+}

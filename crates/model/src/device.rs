@@ -489,6 +489,93 @@ impl NativeCosts {
     }
 }
 
+/// Buckets of [`LearnedCosts`]: the far miss, the fresh line, three of
+/// fresh following lines (by burst), and for near misses and following
+/// lines one per power of two of the footprint in 4 KiB pages (up to
+/// 2^15) plus one for a following line whose run began far.
+const LEARNED_BUCKETS: usize = 2 + 3 + 2 * 16 + 1;
+
+/// Timed samples a bucket of [`LearnedCosts`] needs before its mean is used.
+pub const LEARNED_MIN: u32 = 8;
+
+/// Weight of a new sample in a bucket's running mean, once the bucket has
+/// [`LEARNED_MIN`] samples (before that, the plain mean).
+const LEARNED_WEIGHT: f64 = 1.0 / 64.0;
+
+/// The native cost of each kind of [`Access`] as the program's own timed
+/// loads measured it (device mode's timed samples: one load in N of the
+/// program's, timed with the TSC where it is read): a running mean per
+/// bucket of access kind and footprint. Where a bucket has fewer than
+/// [`LEARNED_MIN`] samples the start-up [`NativeCosts`] stand in. The
+/// start-up chases and their constants were fitted on one machine (on
+/// another CPU a fresh line's re-read and a prefetched following line
+/// cost otherwise); the timed samples follow the machine the program
+/// runs on, its phase and its load.
+#[derive(Debug, Clone)]
+pub struct LearnedCosts {
+    mean: [f64; LEARNED_BUCKETS],
+    count: [u32; LEARNED_BUCKETS],
+}
+
+impl Default for LearnedCosts {
+    fn default() -> Self {
+        LearnedCosts {
+            mean: [0.0; LEARNED_BUCKETS],
+            count: [0; LEARNED_BUCKETS],
+        }
+    }
+}
+
+impl LearnedCosts {
+    /// The bucket of `access`.
+    fn bucket(access: Access) -> usize {
+        let log = |pages: u32| (32 - pages.max(1).leading_zeros() - 1).min(15) as usize;
+        match access {
+            Access::Far => 0,
+            Access::Fresh => 1,
+            Access::FreshFollow(b) if b <= FRESH_BURST => 2,
+            Access::FreshFollow(b) if b < FOLLOW_BURST => 3,
+            Access::FreshFollow(_) => 4,
+            Access::Near(p) => 5 + log(p),
+            Access::Follow(u32::MAX) => 5 + 32,
+            Access::Follow(p) => 5 + 16 + log(p),
+        }
+    }
+
+    /// Note a timed access of kind `access` that took `ns` natively.
+    /// Samples that are not finite or not positive are dropped.
+    pub fn note(&mut self, access: Access, ns: f64) {
+        if !(ns.is_finite() && ns >= 0.0) {
+            return;
+        }
+        let b = Self::bucket(access);
+        let n = self.count[b];
+        let w = if n < LEARNED_MIN {
+            1.0 / (n as f64 + 1.0)
+        } else {
+            LEARNED_WEIGHT
+        };
+        self.mean[b] += (ns - self.mean[b]) * w;
+        self.count[b] = n.saturating_add(1);
+    }
+
+    /// The native cost of `access`: its bucket's mean once it has
+    /// [`LEARNED_MIN`] samples, else `fallback`'s.
+    pub fn of(&self, access: Access, fallback: &NativeCosts) -> f64 {
+        let b = Self::bucket(access);
+        if self.count[b] >= LEARNED_MIN {
+            self.mean[b]
+        } else {
+            fallback.of(access)
+        }
+    }
+
+    /// The timed samples noted so far, over all buckets.
+    pub fn samples(&self) -> u64 {
+        self.count.iter().map(|&c| c as u64).sum()
+    }
+}
+
 /// Weight of the latest page distance in the footprint's running mean
 /// (1/256).
 const FOOTPRINT_SHIFT: u32 = 8;
@@ -1911,5 +1998,51 @@ mod tests {
         assert!(d2.counts().prefetches > 0);
         assert!(media < 16, "{media}");
         assert_eq!(d.counts().media_reads, 1);
+    }
+
+    #[test]
+    fn learned_costs_replace_the_start_up_ones_once_a_bucket_has_samples() {
+        let start = NativeCosts {
+            near_ns: 90.0,
+            far_ns: 150.0,
+            follow_ns: 10.0,
+            fresh_ns: 120.0,
+            fresh_follow_ns: 60.0,
+        };
+        let mut l = LearnedCosts::default();
+        for _ in 0..LEARNED_MIN - 1 {
+            l.note(Access::Fresh, 5.0);
+        }
+        // Too few samples: the start-up cost.
+        assert_eq!(l.of(Access::Fresh, &start), 120.0);
+        l.note(Access::Fresh, 5.0);
+        assert!((l.of(Access::Fresh, &start) - 5.0).abs() < 1e-9);
+        // Other kinds keep theirs; near misses are learnt per footprint.
+        assert_eq!(l.of(Access::Far, &start), 150.0);
+        for _ in 0..LEARNED_MIN {
+            l.note(Access::Near(4), 20.0);
+            l.note(Access::Near(4096), 140.0);
+        }
+        assert!((l.of(Access::Near(5), &start) - 20.0).abs() < 1e-9);
+        assert!((l.of(Access::Near(4097), &start) - 140.0).abs() < 1e-9);
+        assert_eq!(l.of(Access::Near(64), &start), start.of(Access::Near(64)));
+        // A following line after a far head is not one after a near head.
+        for _ in 0..LEARNED_MIN {
+            l.note(Access::Follow(u32::MAX), 30.0);
+        }
+        assert!((l.of(Access::Follow(u32::MAX), &start) - 30.0).abs() < 1e-9);
+        assert_eq!(l.of(Access::Follow(2), &start), 10.0);
+        // Bad samples are dropped; the mean then follows new ones.
+        l.note(Access::Fresh, f64::NAN);
+        l.note(Access::Fresh, -1.0);
+        assert!((l.of(Access::Fresh, &start) - 5.0).abs() < 1e-9);
+        for _ in 0..2000 {
+            l.note(Access::Fresh, 50.0);
+        }
+        assert!((l.of(Access::Fresh, &start) - 50.0).abs() < 0.1);
+        assert_eq!(
+            l.samples(),
+            2000 + 3 * LEARNED_MIN as u64 + LEARNED_MIN as u64
+        );
     }
 }

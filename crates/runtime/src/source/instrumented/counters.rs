@@ -65,8 +65,15 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
 /// rate, and the threshold of a slow read: the timing primitive's cost,
 /// measured now, plus half the calibrated DRAM latency.
 fn set_up_timed_misses() -> Result<(), Error> {
-    let Some(every) = settings::timed_from_env(|k| std::env::var(k).ok())? else {
-        return Ok(());
+    // Device mode times a share of the loads (unless the environment
+    // names its own rate, or gives the native costs): their native costs
+    // teach the delays.
+    let every = match settings::timed_from_env(|k| std::env::var(k).ok())? {
+        Some(n) => n,
+        None if settings::device_on() && !super::model::native_costs_given() => {
+            super::timed::DEVICE_EVERY
+        }
+        None => return Ok(()),
     };
     let c = crate::config::get();
     let c = c.as_ref().ok();
@@ -79,6 +86,7 @@ fn set_up_timed_misses() -> Result<(), Error> {
         Some(every),
         base,
         super::timed::slow_threshold(base, dram, ghz),
+        ghz,
     );
     TIMED_GHZ.store(ghz.to_bits(), Ordering::Relaxed);
     Ok(())
@@ -471,6 +479,10 @@ pub fn device_delay_ns(a: &ThreadTotals, b: &ThreadTotals, stall_ns: f64, epoch_
     reads + stall_ns.max(0.0) + (media - epoch_ns.max(0.0)).max(0.0)
 }
 
+/// Device mode: every thread's timed PM misses whose native cost taught
+/// the delays ([`ThreadTotals::device_learned`]), for the statistics.
+static DEVICE_LEARNED: AtomicU64 = AtomicU64::new(0);
+
 /// The device model's counts of every thread, for the statistics.
 static DEVICE_COUNTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 const DEVICE_NAMES: [&str; 8] = [
@@ -535,6 +547,10 @@ pub fn device_json() -> String {
     o.push_str(&format!(
         ",\"write_amplification\":{amp:.4},\"rmw_ns\":{:.1},\"ait_ns\":{:.1},\"media_ns\":{:.1}",
         p.rmw_ns, p.ait_ns, p.media_ns
+    ));
+    o.push_str(&format!(
+        ",\"native_timed_samples\":{}",
+        DEVICE_LEARNED.load(Ordering::Relaxed)
     ));
     if let Some(n) = super::model::native_costs() {
         o.push_str(&format!(
@@ -871,6 +887,10 @@ impl ThreadCounters for InstrumentedCounters {
                 *pm_serial = if pm > dram { d / (pm - dram) } else { 0.0 };
             }
             note_device(&self.last.device, &now.device);
+            DEVICE_LEARNED.fetch_add(
+                now.device_learned.saturating_sub(self.last.device_learned),
+                Ordering::Relaxed,
+            );
         }
         self.last = now;
         r

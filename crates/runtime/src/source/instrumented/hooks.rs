@@ -35,8 +35,8 @@
 
 use super::log::{tls, Tls, LOGS, LOG_ENTRIES};
 use super::model::{
-    LogEntry, BRANCH, FILTER_LINES, FLUSH, LINE_SHIFT, OUTCOME_SHIFT, STORE_BIT, UPDATE,
-    VALUE_NARROW, VALUE_WIDE,
+    LogEntry, AT_BITS, AT_MASK, BRANCH, FILTER_LINES, FLUSH, LINE_SHIFT, OUTCOME_SHIFT, STORE_BIT,
+    UPDATE, VALUE_NARROW, VALUE_WIDE,
 };
 use super::settings::HookConfig;
 use super::{offload, pm, settings, thread, timed, trace};
@@ -255,7 +255,7 @@ unsafe extern "C" fn log_miss_timed(
     let e = (*(*t).slow).logs[(*t).cur & (LOGS - 1)].as_mut_ptr().add(n);
     e.write(LogEntry {
         addr: word,
-        at: (*t).accesses,
+        at: ((*t).accesses & AT_MASK) | (ticks.min(u64::MAX >> AT_BITS) << AT_BITS),
         value: v,
     });
     compiler_fence(Ordering::SeqCst);

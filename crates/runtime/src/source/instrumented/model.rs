@@ -9,7 +9,9 @@ use super::sample::{first_sight_rule, FirstSight, Serial};
 use super::settings::{self, UNIT};
 use super::timed::{self, BatchTimed, Confusion, SLOW, TIMED};
 use pmlab_model::cache::{CompactAccess, CompactCache, Hierarchy};
-use pmlab_model::device::{Access, DeviceCounts, DeviceModel, NativeCosts, NativeTracker};
+use pmlab_model::device::{
+    Access, DeviceCounts, DeviceModel, LearnedCosts, NativeCosts, NativeTracker,
+};
 use pmlab_model::mlp::{window_share, Loaded, MemKind, OverlapEstimator, SerialCounts};
 
 /// Entries ahead of the one being processed whose model set is prefetched.
@@ -72,8 +74,11 @@ pub struct ThreadTotals {
     /// Device mode (`pmlab run --device`): the sum, over the PM misses, of
     /// each miss's serial share times its delay: the latency of the device
     /// level that served it less this machine's native cost of that kind
-    /// of access ([`NativeCosts::delay_ns`]), ns.
+    /// of access (the timed loads' [`LearnedCosts`], or the start-up
+    /// [`NativeCosts`] where they have too few samples), ns.
     pub device_read_delay_ns: f64,
+    /// Device mode: the timed PM misses whose native cost was learnt.
+    pub device_learned: u64,
     /// Device mode: what the device model counted (levels, media writes,
     /// migrations and their stalls).
     pub device: DeviceCounts,
@@ -110,11 +115,34 @@ pub(super) struct LogEntry {
     /// Byte address; bit 63 set for a store, [`VALUE_WIDE`] or
     /// [`VALUE_NARROW`] when `value` holds what a load of 8 or 4 bytes read.
     pub(super) addr: usize,
-    /// Position in the thread's access stream.
+    /// Position in the thread's access stream (the low [`AT_BITS`] bits;
+    /// [`pos`](Self::pos)) and, in a timed entry, the ticks its read took
+    /// (the bits above, saturated; [`ticks`](Self::ticks)).
     pub(super) at: u64,
     /// The value a load of 4 or 8 bytes read (see `addr`'s flags).
     pub(super) value: u64,
 }
+
+impl LogEntry {
+    /// The entry's position in the thread's access stream.
+    #[inline(always)]
+    pub(super) fn pos(&self) -> u64 {
+        self.at & AT_MASK
+    }
+
+    /// A timed entry's ticks (0 in any other entry).
+    #[inline(always)]
+    pub(super) fn ticks(&self) -> u64 {
+        self.at >> AT_BITS
+    }
+}
+
+/// Bits of [`LogEntry::at`] that hold the position (2^48 accesses: days
+/// of a thread's run at a billion accesses a second); the ticks of a
+/// timed read sit above them.
+pub(super) const AT_BITS: u32 = 48;
+/// The position's bits of [`LogEntry::at`].
+pub(super) const AT_MASK: u64 = (1 << AT_BITS) - 1;
 
 pub(super) const STORE_BIT: usize = 1 << 63;
 /// `LogEntry::value` holds the 8 bytes an 8-byte load read.
@@ -186,6 +214,8 @@ struct DeviceState {
     /// The locality of the thread's PM misses, for their native cost.
     locality: NativeTracker,
     native: NativeCosts,
+    /// The native costs the thread's timed loads measured, by kind.
+    learned: LearnedCosts,
 }
 
 impl DeviceState {
@@ -300,6 +330,7 @@ impl ModelState {
                     ways,
                     locality: NativeTracker::new(),
                     native,
+                    learned: LearnedCosts::default(),
                 }))
             }
             None => None,
@@ -342,6 +373,7 @@ impl ModelState {
             d.model = DeviceModel::new(d.model.params());
             d.names.as_mut().fill(0);
             d.locality = NativeTracker::new();
+            d.learned = LearnedCosts::default();
         }
     }
 
@@ -552,11 +584,12 @@ impl ModelState {
         // far, the logged ones (this one included) weighing the logged
         // weight.
         self.entries += 1;
-        let units = e.at * UNIT + self.entries * (settings::logged_weight() - UNIT);
+        let units = e.pos() * UNIT + self.entries * (settings::logged_weight() - UNIT);
         if miss {
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
             let loaded = loaded_of(e);
-            self.est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
+            self.est
+                .miss(addr as u64, kind, e.pos(), loaded, LINE_SHIFT);
             self.totals.serial = self.est.counts();
             let gap = units.saturating_sub(self.last_miss_units);
             self.last_miss_units = units;
@@ -646,7 +679,15 @@ impl ModelState {
                 // The program's own cost of a fresh line lately.
                 dev.native = live_costs(dev.native);
             }
-            dev.native.delay_ns(dev.model.params(), level, access)
+            // A timed load says what this kind of access costs natively
+            // here and now.
+            if e.addr & TIMED != 0 && !write {
+                if let Some(ns) = timed::native_ns(e.ticks()) {
+                    dev.learned.note(access, ns);
+                    self.totals.device_learned += 1;
+                }
+            }
+            (dev.model.params().latency(level) - dev.learned.of(access, &dev.native)).max(0.0)
         } else {
             0.0
         };
@@ -714,12 +755,12 @@ fn run_compact(
         dirtied += u64::from((f / CompactAccess::DIRTIED) & 1) & u64::from(pm);
         // Position in thousandths of hooked-window units, as `count_miss`.
         n += 1;
-        let units = e.at * UNIT + n * weight;
+        let units = e.pos() * UNIT + n * weight;
         if f & CompactAccess::HIT == 0 {
             read += pm as u64;
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
             let loaded = loaded_of(e);
-            est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
+            est.miss(addr as u64, kind, e.pos(), loaded, LINE_SHIFT);
             missed = true;
             let gap = units.saturating_sub(last);
             last = units;
@@ -920,6 +961,20 @@ fn env_ns(key: &str) -> Option<f64> {
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// True when the environment gives any of device mode's native costs
+/// (`PMLAB_DEVICE_*_NS`, [`measure_native_costs`]): they are then used as
+/// given, and no timed load replaces them.
+pub(super) fn native_costs_given() -> bool {
+    [
+        "PMLAB_DEVICE_NEAR_NS",
+        "PMLAB_DEVICE_FOLLOW_NS",
+        "PMLAB_DEVICE_FRESH_NS",
+        "PMLAB_DEVICE_FRESH_FOLLOW_NS",
+    ]
+    .iter()
+    .any(|k| env_ns(k).is_some())
 }
 
 /// This machine's native costs for device mode's delays, `far_ns` (the

@@ -81,11 +81,28 @@ static EVERY: AtomicU64 = AtomicU64::new(0);
 static SLOW_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The timing primitive's own cost (ticks), for the statistics.
 static BASE_TICKS: AtomicU64 = AtomicU64::new(0);
+/// The TSC's ticks per ns (f64 bits; 0 before [`set`]).
+static GHZ: AtomicU64 = AtomicU64::new(0);
+
+/// Timed loads in device mode when `PMLAB_TIMED_MISSES` does not say: 1
+/// in this many logged loads, whose native cost teaches the device's
+/// delays ([`pmlab_model::device::LearnedCosts`]).
+pub const DEVICE_EVERY: u32 = 8;
+
+/// The native time a timed entry's read took, ns: its `ticks` less the
+/// primitive's own cost, at the TSC rate [`set`] was given (None before).
+#[inline]
+pub fn native_ns(ticks: u64) -> Option<f64> {
+    let ghz = f64::from_bits(GHZ.load(Ordering::Relaxed));
+    (ghz > 0.0).then(|| ticks.saturating_sub(BASE_TICKS.load(Ordering::Relaxed)) as f64 / ghz)
+}
 
 /// Time 1 in `every` logged loads (None: none) from now on, calling a read
-/// slow above `slow_ticks` (the primitive's cost `base_ticks` included).
-pub(super) fn set(every: Option<u32>, base_ticks: u64, slow_ticks: u64) {
+/// slow above `slow_ticks` (the primitive's cost `base_ticks` included),
+/// the TSC at `ghz` ticks per ns.
+pub(super) fn set(every: Option<u32>, base_ticks: u64, slow_ticks: u64, ghz: f64) {
     BASE_TICKS.store(base_ticks, Ordering::Relaxed);
+    GHZ.store(ghz.to_bits(), Ordering::Relaxed);
     SLOW_TICKS.store(slow_ticks, Ordering::Relaxed);
     EVERY.store(every.map_or(0, u64::from), Ordering::Relaxed);
 }
@@ -557,7 +574,7 @@ mod tests {
         use super::super::tests::{cfg, LOCK};
         use super::super::thread::{thread_exit, totals};
         let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        set(Some(1), 0, slow);
+        set(Some(1), 0, slow, 1.0);
         activate(cfg(PmMode::All));
         let t = std::thread::spawn(|| {
             let n = 1 << 17;
@@ -579,7 +596,7 @@ mod tests {
         .join()
         .unwrap();
         deactivate();
-        set(None, 0, u64::MAX);
+        set(None, 0, u64::MAX, 0.0);
         t
     }
 

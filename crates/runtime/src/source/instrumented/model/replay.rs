@@ -257,7 +257,7 @@ mod reference {
 
     fn count_miss(m: &mut ModelState, e: LogEntry, addr: usize, pm: bool, miss: bool) {
         m.entries += 1;
-        let units = e.at * UNIT + m.entries * (settings::logged_weight() - UNIT);
+        let units = e.pos() * UNIT + m.entries * (settings::logged_weight() - UNIT);
         if miss {
             let kind = if pm { MemKind::Pm } else { MemKind::Dram };
             let loaded = if e.addr & VALUE_WIDE != 0 {
@@ -267,7 +267,7 @@ mod reference {
             } else {
                 Loaded::Unknown
             };
-            m.est.miss(addr as u64, kind, e.at, loaded, LINE_SHIFT);
+            m.est.miss(addr as u64, kind, e.pos(), loaded, LINE_SHIFT);
             m.totals.serial = m.est.counts();
             let gap = units.saturating_sub(m.last_miss_units);
             m.last_miss_units = units;
@@ -453,7 +453,7 @@ fn estimator_pass(est: &mut OverlapEstimator, classed: &[(LogEntry, bool)]) {
         }
         let loaded = loaded_of(e);
         if miss {
-            est.miss(addr, MemKind::Pm, e.at, loaded, LINE_SHIFT);
+            est.miss(addr, MemKind::Pm, e.pos(), loaded, LINE_SHIFT);
         } else if loaded != Loaded::Unknown {
             est.hit(addr, loaded, LINE_SHIFT);
         }
