@@ -90,7 +90,7 @@ static GHZ: AtomicU64 = AtomicU64::new(0);
 pub const DEVICE_EVERY: u32 = 8;
 
 /// The native time a timed entry's read took, ns: its `ticks` less the
-/// primitive's own cost, at the TSC rate [`set`] was given (None before).
+/// primitive's own cost, at the TSC rate the timed-miss set-up measured (None before it).
 #[inline]
 pub fn native_ns(ticks: u64) -> Option<f64> {
     let ghz = f64::from_bits(GHZ.load(Ordering::Relaxed));
