@@ -570,6 +570,19 @@ impl LearnedCosts {
         }
     }
 
+    /// The delay of a read of kind `access` served by `level`: its
+    /// latency less the native cost [`of`](Self::of) says (never below
+    /// 0), as [`NativeCosts::delay_ns`] with the learnt costs.
+    pub fn delay_ns(
+        &self,
+        p: &DeviceParams,
+        level: Level,
+        access: Access,
+        fallback: &NativeCosts,
+    ) -> f64 {
+        (p.latency(level) - self.of(access, fallback)).max(0.0)
+    }
+
     /// The timed samples noted so far, over all buckets.
     pub fn samples(&self) -> u64 {
         self.count.iter().map(|&c| c as u64).sum()

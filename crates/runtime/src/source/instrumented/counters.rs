@@ -88,12 +88,8 @@ fn set_up_timed_misses() -> Result<(), Error> {
         super::timed::slow_threshold(base, dram, ghz),
         ghz,
     );
-    TIMED_GHZ.store(ghz.to_bits(), Ordering::Relaxed);
     Ok(())
 }
-
-/// The TSC rate the timed-miss threshold was set at (f64 bits).
-static TIMED_GHZ: AtomicU64 = AtomicU64::new(0);
 
 /// The source: configuration plus the measured hook costs.
 pub struct InstrumentedSource {
@@ -685,7 +681,7 @@ const HOOK_NAMES: [&str; 13] = [
 /// charged over those the model counted).
 fn timed_json(v: &[u64]) -> String {
     let every = super::timed::every();
-    let ghz = f64::from_bits(TIMED_GHZ.load(Ordering::Relaxed));
+    let ghz = super::timed::ghz();
     let (base, slow) = super::timed::ticks();
     let ns = |t: u64| if ghz > 0.0 { t as f64 / ghz } else { 0.0 };
     let share = |k: u64| {
@@ -717,7 +713,7 @@ fn timed_calls_ns(a: &ThreadTotals, b: &ThreadTotals) -> f64 {
     if n == 0 {
         return 0.0;
     }
-    let ghz = f64::from_bits(TIMED_GHZ.load(Ordering::Relaxed));
+    let ghz = super::timed::ghz();
     if ghz > 0.0 {
         n as f64 * super::timed::ticks().0 as f64 / ghz
     } else {

@@ -504,6 +504,7 @@ impl ModelState {
         if let Some(d) = self.device.as_deref() {
             // The device's counts, once per batch (not per entry).
             self.totals.device = d.model.counts();
+            self.totals.device_learned = d.learned.samples();
         }
         if let Some(f) = self.first.as_deref_mut() {
             f.settle();
@@ -684,10 +685,10 @@ impl ModelState {
             if e.addr & TIMED != 0 && !write {
                 if let Some(ns) = timed::native_ns(e.ticks()) {
                     dev.learned.note(access, ns);
-                    self.totals.device_learned += 1;
                 }
             }
-            (dev.model.params().latency(level) - dev.learned.of(access, &dev.native)).max(0.0)
+            dev.learned
+                .delay_ns(dev.model.params(), level, access, &dev.native)
         } else {
             0.0
         };

@@ -144,33 +144,16 @@ pub fn is_pm(addr: usize) -> bool {
     crate::pool::contains(addr, 1) || in_registered(addr, 1)
 }
 
-/// The flush instruction device mode (`pmlab run --device`) uses for
-/// `op`: one that evicts the line. `clwb` may leave the line in the CPU's
-/// caches (AMD's Zen does), so the program's next access would hit there
-/// while the device model, which has seen the line leave, charges a
-/// device read; `clflushopt` writes the line back and evicts it, so that
-/// access really misses, as it does on Optane's platforms.
+/// The flush instruction device mode's start-up chases and live probes
+/// use for `op`: one that evicts the line (`clwb` may leave it in the
+/// CPU's caches, as AMD's Zen does; `clflushopt` writes it back and
+/// evicts it). `pflush` itself keeps the CPU's best flush.
 pub fn evicting_flush(op: Op) -> Op {
     if op == Op::Clwb {
         Op::ClflushOpt
     } else {
         op
     }
-}
-
-/// The flush `pflush` uses: `op` (the CPU's best, or `PMLAB_FLUSH`'s), in
-/// device mode too. Device mode used to make it [evicting](evicting_flush),
-/// so that a flushed line's re-read missed natively as it does on Optane's
-/// platforms, and subtracted a start-up estimate of that re-read's cost
-/// from the device's latency; but the re-read's native cost differs from
-/// CPU to CPU (on an Intel Xeon guest whose DRAM reads 200 ns it exceeds
-/// the RMW buffer's 172 ns, which then cannot be emulated). Now the line
-/// may stay in the CPU's caches, the device model still sees it leave,
-/// and the delay subtracts what the program's own timed loads measured
-/// ([`pmlab_model::device::LearnedCosts`]).
-#[inline]
-pub fn flush_for_mode(op: Op) -> Op {
-    op
 }
 
 /// Device mode's live measurement of a flushed line's native cost
@@ -545,14 +528,10 @@ mod tests {
     }
 
     #[test]
-    fn the_start_up_chases_evict_and_pflush_keeps_the_flush_asked_for() {
+    fn the_start_up_chases_evict() {
         assert_eq!(evicting_flush(Op::Clwb), Op::ClflushOpt);
         assert_eq!(evicting_flush(Op::ClflushOpt), Op::ClflushOpt);
         assert_eq!(evicting_flush(Op::Clflush), Op::Clflush);
-        // In and out of device mode, pflush's flush is the one asked for.
-        for op in [Op::Clwb, Op::ClflushOpt, Op::Clflush] {
-            assert_eq!(flush_for_mode(op), op);
-        }
     }
 
     #[test]

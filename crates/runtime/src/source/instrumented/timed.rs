@@ -89,11 +89,17 @@ static GHZ: AtomicU64 = AtomicU64::new(0);
 /// delays ([`pmlab_model::device::LearnedCosts`]).
 pub const DEVICE_EVERY: u32 = 8;
 
+/// The TSC's ticks per ns the timed-miss set-up measured (0 before it).
+#[inline]
+pub fn ghz() -> f64 {
+    f64::from_bits(GHZ.load(Ordering::Relaxed))
+}
+
 /// The native time a timed entry's read took, ns: its `ticks` less the
-/// primitive's own cost, at the TSC rate the timed-miss set-up measured (None before it).
+/// primitive's own cost, at the TSC rate [`ghz`] (None before it is set).
 #[inline]
 pub fn native_ns(ticks: u64) -> Option<f64> {
-    let ghz = f64::from_bits(GHZ.load(Ordering::Relaxed));
+    let ghz = ghz();
     (ghz > 0.0).then(|| ticks.saturating_sub(BASE_TICKS.load(Ordering::Relaxed)) as f64 / ghz)
 }
 
