@@ -94,44 +94,70 @@ fn build_lenschase(t: &TempDir) -> PathBuf {
     exe
 }
 
+/// `pmlab run --quiet --no-inject --device DEVICE --dram-latency 100ns
+/// --json` of `exe` with `args`, the environment's `env` set and `unset`
+/// removed: the run's stdout and its statistics (the run must succeed).
+fn run_device(
+    t: &TempDir,
+    device: &std::ffi::OsStr,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    unset: &[&str],
+) -> (String, serde_json::Value) {
+    let stats = t.path("stats.json");
+    let _ = std::fs::remove_file(&stats);
+    let mut cmd = Command::new(PMLAB);
+    cmd.args(["run", "--quiet", "--no-inject", "--device"])
+        .arg(device)
+        .args(["--dram-latency", "100ns", "--json"])
+        .arg(&stats)
+        .arg("--")
+        .arg(exe)
+        .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    for k in unset {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    (String::from_utf8_lossy(&out.stdout).to_string(), v)
+}
+
+/// [`run_device`] on the `optane-1dimm` preset.
+fn run_optane(
+    t: &TempDir,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    unset: &[&str],
+) -> (String, serde_json::Value) {
+    run_device(t, "optane-1dimm".as_ref(), exe, args, env, unset)
+}
+
 #[test]
 fn a_small_chase_under_the_device_reports_its_levels() {
     runtime_dir();
     let t = TempDir::new("device-chase");
     let exe = build_lenschase(&t);
-    let stats = t.path("stats.json");
     // 64 KiB of 64 B blocks: four times the RMW buffer, well inside the
-    // AIT buffer; 8 passes after the warm-up.
-    let out = Command::new(PMLAB)
-        .args([
-            "run",
-            "--quiet",
-            "--no-inject",
-            "--device",
-            "optane-1dimm",
-            "--dram-latency",
-            "100ns",
-            "--json",
-        ])
-        .arg(&stats)
-        .arg("--")
-        .arg(&exe)
-        .args(["-r", "65536", "-b", "64", "-n", "8192"])
-        // The native costs of a near, a following and a fresh miss,
-        // given rather than measured at start-up, so that the expected
-        // delay is exact.
-        .env("PMLAB_DEVICE_NEAR_NS", "80")
-        .env("PMLAB_DEVICE_FOLLOW_NS", "80")
-        .env("PMLAB_DEVICE_FRESH_NS", "80")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // AIT buffer; 8 passes after the warm-up. The native costs of a near,
+    // a following and a fresh miss are given rather than measured at
+    // start-up, so that the expected delay is exact.
+    let (_, v) = run_optane(
+        &t,
+        &exe,
+        &["-r", "65536", "-b", "64", "-n", "8192"],
+        &[
+            ("PMLAB_DEVICE_NEAR_NS", "80"),
+            ("PMLAB_DEVICE_FOLLOW_NS", "80"),
+            ("PMLAB_DEVICE_FRESH_NS", "80"),
+        ],
+        &[],
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(v["stats"]["device"]["name"], "optane-1dimm");
     let (rmw, ait, media) = (
         field(&v, "rmw_hits"),
@@ -176,36 +202,19 @@ fn lines_that_follow_the_previous_miss_are_charged_from_their_own_native_cost() 
     runtime_dir();
     let t = TempDir::new("device-follow");
     let exe = build_lenschase(&t);
-    let stats = t.path("stats.json");
-    let out = Command::new(PMLAB)
-        .args([
-            "run",
-            "--quiet",
-            "--no-inject",
-            "--device",
-            "optane-1dimm",
-            "--dram-latency",
-            "100ns",
-            "--json",
-        ])
-        .arg(&stats)
-        .arg("--")
-        .arg(&exe)
-        .args(["-r", "65536", "-b", "256", "-n", "8192"])
-        .env("PMLAB_DEVICE_NEAR_NS", "80")
-        .env("PMLAB_DEVICE_FOLLOW_NS", "20")
-        // The quarter of the lines re-read right after their flush: as
-        // the following ones (a 2% error on the first lines).
-        .env("PMLAB_DEVICE_FRESH_NS", "20")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // The quarter of the lines re-read right after their flush: as the
+    // following ones (a 2% error on the first lines).
+    let (_, v) = run_optane(
+        &t,
+        &exe,
+        &["-r", "65536", "-b", "256", "-n", "8192"],
+        &[
+            ("PMLAB_DEVICE_NEAR_NS", "80"),
+            ("PMLAB_DEVICE_FOLLOW_NS", "20"),
+            ("PMLAB_DEVICE_FRESH_NS", "20"),
+        ],
+        &[],
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(field(&v, "native_follow_ns"), 20.0);
     let (rmw, ait, media) = (
         field(&v, "rmw_hits"),
@@ -247,35 +256,18 @@ fn fresh_lines_that_follow_the_previous_miss_have_their_own_native_cost() {
     // following lines at the fresh-follow cost (20); 16 KiB (256 lines, a
     // long run): at the following cost (80).
     for (region, follow_ns) in [("8192", 20.0), ("16384", 80.0)] {
-        let stats = t.path(&format!("stats-{region}.json"));
-        let out = Command::new(PMLAB)
-            .args([
-                "run",
-                "--quiet",
-                "--no-inject",
-                "--device",
-                "optane-1dimm",
-                "--dram-latency",
-                "100ns",
-                "--json",
-            ])
-            .arg(&stats)
-            .arg("--")
-            .arg(&exe)
-            .args(["-r", region, "-b", "256", "-n", "8192"])
-            .env("PMLAB_DEVICE_NEAR_NS", "80")
-            .env("PMLAB_DEVICE_FOLLOW_NS", "80")
-            .env("PMLAB_DEVICE_FRESH_NS", "140")
-            .env("PMLAB_DEVICE_FRESH_FOLLOW_NS", "20")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (_, v) = run_optane(
+            &t,
+            &exe,
+            &["-r", region, "-b", "256", "-n", "8192"],
+            &[
+                ("PMLAB_DEVICE_NEAR_NS", "80"),
+                ("PMLAB_DEVICE_FOLLOW_NS", "80"),
+                ("PMLAB_DEVICE_FRESH_NS", "140"),
+                ("PMLAB_DEVICE_FRESH_FOLLOW_NS", "20"),
+            ],
+            &[],
         );
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
         // Given by the environment: no live probe replaces them.
         assert_eq!(field(&v, "native_fresh_ns"), 140.0);
         assert_eq!(field(&v, "native_fresh_follow_ns"), 20.0);
@@ -325,35 +317,25 @@ fn the_overwrite_migrates_every_threshold_writes_and_charges_the_stall() {
         .join("\n");
     assert!(edited.contains("wear_threshold = 500"));
     std::fs::write(&config, edited).unwrap();
-    let stats = t.path("stats.json");
-    let out = Command::new(PMLAB)
-        .args(["run", "--quiet", "--no-inject", "--device"])
-        .arg(&config)
-        .args(["--dram-latency", "100ns", "--json"])
-        .arg(&stats)
-        .arg("--")
-        .arg(&exe)
-        .args(["-o", "5000"])
-        // Near, following and fresh misses natively as slow as the
-        // device's slowest level: the reads add nothing, the stalls are the
-        // whole delay.
-        .env("PMLAB_DEVICE_NEAR_NS", "400")
-        .env("PMLAB_DEVICE_FOLLOW_NS", "400")
-        .env("PMLAB_DEVICE_FRESH_NS", "400")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Near, following and fresh misses natively as slow as the device's
+    // slowest level: the reads add nothing, the stalls are the whole
+    // delay.
+    let (stdout, v) = run_device(
+        &t,
+        config.as_os_str(),
+        &exe,
+        &["-o", "5000"],
+        &[
+            ("PMLAB_DEVICE_NEAR_NS", "400"),
+            ("PMLAB_DEVICE_FOLLOW_NS", "400"),
+            ("PMLAB_DEVICE_FRESH_NS", "400"),
+        ],
+        &[],
     );
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("mode=overwrite iterations=5000"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        stdout.contains("mode=overwrite iterations=5000"),
+        "{stdout}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(field(&v, "media_writes"), 5000.0);
     assert_eq!(field(&v, "write_amplification"), 1.0);
     assert_eq!(field(&v, "migrations"), 10.0);
@@ -423,29 +405,18 @@ fn lenschase_flushes_alike_natively_and_emulated() {
     // Asked for 4 KiB pages, none of the region is huge.
     assert!(["0", "-1"].contains(&token(&line, "huge_pct")), "{line}");
     let exe = build_lenschase(&t);
-    let o = Command::new(PMLAB)
-        .args([
-            "run",
-            "--quiet",
-            "--no-inject",
-            "--device",
-            "optane-1dimm",
-            "--dram-latency",
-            "100ns",
-            "--",
-        ])
-        .arg(&exe)
-        .args(["-r", "65536", "-n", "1024"])
-        .env("PMLAB_DEVICE_NEAR_NS", "80")
-        .env("PMLAB_DEVICE_FOLLOW_NS", "80")
-        .env("PMLAB_DEVICE_FRESH_NS", "80")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(
-        token(&String::from_utf8_lossy(&o.stdout), "flush"),
-        "pflush"
+    let (stdout, _) = run_optane(
+        &t,
+        &exe,
+        &["-r", "65536", "-n", "1024"],
+        &[
+            ("PMLAB_DEVICE_NEAR_NS", "80"),
+            ("PMLAB_DEVICE_FOLLOW_NS", "80"),
+            ("PMLAB_DEVICE_FRESH_NS", "80"),
+        ],
+        &[],
     );
+    assert_eq!(token(&stdout, "flush"), "pflush");
 }
 
 /// Without native costs given, device mode times 1 in 8 of the program's
@@ -461,32 +432,8 @@ fn the_program_s_timed_loads_set_the_native_cost_the_delay_subtracts() {
     runtime_dir();
     let t = TempDir::new("device-learned");
     let exe = build_lenschase(&t);
-    let stats = t.path("stats.json");
-    let out = Command::new(PMLAB)
-        .args([
-            "run",
-            "--quiet",
-            "--no-inject",
-            "--device",
-            "optane-1dimm",
-            "--dram-latency",
-            "100ns",
-            "--json",
-        ])
-        .arg(&stats)
-        .arg("--")
-        .arg(&exe)
-        .args(["-r", "16384", "-b", "64", "-n", "8192"])
-        .env_remove("PMLAB_TIMED_MISSES")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let chase = ["-r", "16384", "-b", "64", "-n", "8192"];
+    let (_, v) = run_optane(&t, &exe, &chase, &[], &["PMLAB_TIMED_MISSES"]);
     let (rmw, ait, media) = (
         field(&v, "rmw_hits"),
         field(&v, "ait_hits"),
@@ -507,4 +454,14 @@ fn the_program_s_timed_loads_set_the_native_cost_the_delay_subtracts() {
         per_read > rmw_ns - 100.0 && per_read <= rmw_ns + 1e-6,
         "{per_read} ns requested per read, the RMW buffer's latency {rmw_ns} ns"
     );
+    // The timed reads' own cost is charged back as any hook's is: the
+    // hooks' statistics count them (hits as well as the learnt misses).
+    let charged = v["stats"]["hooks"]["timed_loads"].as_f64().unwrap_or(0.0);
+    assert!(
+        charged >= timed,
+        "{charged} timed loads charged, {timed} learnt"
+    );
+    // `PMLAB_TIMED_MISSES=off` keeps the start-up costs: nothing is timed.
+    let (_, v) = run_optane(&t, &exe, &chase, &[("PMLAB_TIMED_MISSES", "off")], &[]);
+    assert_eq!(field(&v, "native_timed_samples"), 0.0);
 }

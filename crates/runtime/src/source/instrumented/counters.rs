@@ -66,11 +66,11 @@ pub fn open() -> Result<Box<dyn Source>, Error> {
 /// measured now, plus half the calibrated DRAM latency.
 fn set_up_timed_misses() -> Result<(), Error> {
     // Device mode times a share of the loads (unless the environment
-    // names its own rate, or gives the native costs): their native costs
-    // teach the delays.
+    // names its own rate or `off`, or gives the native costs): their
+    // native costs teach the delays.
     let every = match settings::timed_from_env(|k| std::env::var(k).ok())? {
         Some(n) => n,
-        None if settings::device_on() && !super::model::native_costs_given() => {
+        None if settings::device_on() && super::model::device_times_loads() => {
             super::timed::DEVICE_EVERY
         }
         None => return Ok(()),

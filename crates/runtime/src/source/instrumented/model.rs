@@ -397,8 +397,12 @@ impl ModelState {
         }
         if self.device.is_some() {
             // Device mode charges its own delays (the timed bits stay in
-            // the entries).
-            return self.run_model(filter, entries, &mut BatchTimed::default());
+            // the entries); the timed reads' own cost is charged back
+            // like any hook's.
+            let mut b = BatchTimed::default();
+            self.run_model(filter, entries, &mut b);
+            self.totals.timed_loads += b.timed() as u64;
+            return;
         }
         // The model runs on its own counts; the correction is kept apart.
         self.totals.serial = self.raw;
@@ -541,7 +545,7 @@ impl ModelState {
             return;
         }
         if self.device.is_some() {
-            return self.process_device(filter, e);
+            return self.process_device(filter, e, b);
         }
         let write = e.addr & (STORE_BIT | UPDATE) != 0;
         let addr = e.addr & !FLAGS;
@@ -614,7 +618,12 @@ impl ModelState {
     ///
     /// As [`run`](Self::run).
     #[inline(never)]
-    unsafe fn process_device(&mut self, filter: Option<*mut [usize; FILTER_LINES]>, e: LogEntry) {
+    unsafe fn process_device(
+        &mut self,
+        filter: Option<*mut [usize; FILTER_LINES]>,
+        e: LogEntry,
+        b: &mut BatchTimed,
+    ) {
         let Some(dev) = self.device.as_deref_mut() else {
             return;
         };
@@ -670,6 +679,7 @@ impl ModelState {
         );
         totals.pm_dirtied += dirtied as u64;
         totals.pm_lines_read += (miss && pm) as u64;
+        b.note(e.addr, pm, !miss);
         // The delay of a PM miss: the level that served it, less what
         // this kind of access (near, far, following the one before,
         // flushed just before) already costs natively.
@@ -978,10 +988,17 @@ pub(super) fn native_costs_given() -> bool {
     .any(|k| env_ns(k).is_some())
 }
 
+/// True when device mode times the program's own loads to learn their
+/// native costs ([`LearnedCosts`]): the environment neither names a
+/// `PMLAB_TIMED_MISSES` rate (or `off`) nor gives native costs.
+pub(super) fn device_times_loads() -> bool {
+    std::env::var_os("PMLAB_TIMED_MISSES").is_none() && !native_costs_given()
+}
+
 /// This machine's native costs for device mode's delays, `far_ns` (the
 /// calibrated DRAM latency) given: two random dependent chases over the
-/// same 256 KiB, flushed with the evicting flush device mode's `pflush`
-/// uses ([`super::pm::evicting_flush`]) before each pass, the median of
+/// same 256 KiB, flushed with the evicting flush
+/// ([`super::pm::evicting_flush`]) before each pass, the median of
 /// five passes after a first untimed one, timed on the thread's CPU
 /// clock: one line by one (the near
 /// cost), and in 256 B blocks read in order (the following lines' cost,
@@ -995,7 +1012,8 @@ pub(super) fn native_costs_given() -> bool {
 /// fresh one does). Without memory to measure in, `far_ns` for all.
 ///
 /// Unless the environment gives a fresh cost (or
-/// `PMLAB_DEVICE_FRESH_PROBE=0`), the fresh costs are then measured live
+/// `PMLAB_DEVICE_FRESH_PROBE=0`) or the program's timed loads are to
+/// teach the costs ([`device_times_loads`]), the fresh costs are then measured live
 /// as well, while the program runs ([`super::pm::fresh`]): once there are
 /// enough probes their medians replace the start-up ones
 /// ([`native_costs`]).
@@ -1009,9 +1027,15 @@ pub(super) fn measure_native_costs(far_ns: f64) -> NativeCosts {
     let probe_off = std::env::var("PMLAB_DEVICE_FRESH_PROBE").is_ok_and(|v| v.trim() == "0");
     // (Not in the unit tests: the probe's state is process-wide, and its
     // own tests set it.)
-    if fresh.is_none() && fresh_follow.is_none() && !probe_off && !cfg!(test) {
+    if fresh.is_none()
+        && fresh_follow.is_none()
+        && !probe_off
+        && !device_times_loads()
+        && !cfg!(test)
+    {
         // The fresh costs swing within a run: measured live as well
-        // (`PMLAB_DEVICE_FRESH_PROBE=0` keeps the start-up ones).
+        // (`PMLAB_DEVICE_FRESH_PROBE=0` keeps the start-up ones), unless
+        // the program's own timed loads teach them.
         super::pm::fresh::enable_fresh_probe();
     }
     let measured = if near.is_none() || follow.is_none() || fresh.is_none() {
