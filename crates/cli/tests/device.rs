@@ -127,6 +127,17 @@ fn run_device(
     (String::from_utf8_lossy(&out.stdout).to_string(), v)
 }
 
+/// The environment that gives device mode the native costs of a near, a
+/// following and a fresh miss (ns), so that no start-up chase nor timed
+/// load measures them.
+fn given<'a>(near: &'a str, follow: &'a str, fresh: &'a str) -> [(&'static str, &'a str); 3] {
+    [
+        ("PMLAB_DEVICE_NEAR_NS", near),
+        ("PMLAB_DEVICE_FOLLOW_NS", follow),
+        ("PMLAB_DEVICE_FRESH_NS", fresh),
+    ]
+}
+
 /// [`run_device`] on the `optane-1dimm` preset.
 fn run_optane(
     t: &TempDir,
@@ -151,11 +162,7 @@ fn a_small_chase_under_the_device_reports_its_levels() {
         &t,
         &exe,
         &["-r", "65536", "-b", "64", "-n", "8192"],
-        &[
-            ("PMLAB_DEVICE_NEAR_NS", "80"),
-            ("PMLAB_DEVICE_FOLLOW_NS", "80"),
-            ("PMLAB_DEVICE_FRESH_NS", "80"),
-        ],
+        &given("80", "80", "80"),
         &[],
     );
     assert_eq!(v["stats"]["device"]["name"], "optane-1dimm");
@@ -208,11 +215,7 @@ fn lines_that_follow_the_previous_miss_are_charged_from_their_own_native_cost() 
         &t,
         &exe,
         &["-r", "65536", "-b", "256", "-n", "8192"],
-        &[
-            ("PMLAB_DEVICE_NEAR_NS", "80"),
-            ("PMLAB_DEVICE_FOLLOW_NS", "20"),
-            ("PMLAB_DEVICE_FRESH_NS", "20"),
-        ],
+        &given("80", "20", "20"),
         &[],
     );
     assert_eq!(field(&v, "native_follow_ns"), 20.0);
@@ -325,11 +328,7 @@ fn the_overwrite_migrates_every_threshold_writes_and_charges_the_stall() {
         config.as_os_str(),
         &exe,
         &["-o", "5000"],
-        &[
-            ("PMLAB_DEVICE_NEAR_NS", "400"),
-            ("PMLAB_DEVICE_FOLLOW_NS", "400"),
-            ("PMLAB_DEVICE_FRESH_NS", "400"),
-        ],
+        &given("400", "400", "400"),
         &[],
     );
     assert!(
@@ -409,11 +408,7 @@ fn lenschase_flushes_alike_natively_and_emulated() {
         &t,
         &exe,
         &["-r", "65536", "-n", "1024"],
-        &[
-            ("PMLAB_DEVICE_NEAR_NS", "80"),
-            ("PMLAB_DEVICE_FOLLOW_NS", "80"),
-            ("PMLAB_DEVICE_FRESH_NS", "80"),
-        ],
+        &given("80", "80", "80"),
         &[],
     );
     assert_eq!(token(&stdout, "flush"), "pflush");
